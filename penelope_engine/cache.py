@@ -1,0 +1,381 @@
+"""PrefixCache: the tree, the page allocators of each tier and a policy. No torch.
+
+It decides what to keep; the bytes move through a `TierIO` the engine
+supplies (torch copies) or the simulator supplies (time accounting). Every
+method says whether it mutates; `match` never does.
+
+Tiers: device (always), host (when host_pages > 0), store (when the IO has
+one). Device eviction demotes to the host when there is a host tier, host
+eviction spills to the store when there is one; a page that leaves its last
+tier becomes a hole (or, for a policy that forms no holes, is trimmed off the
+tail of its leaf).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from penelope_engine.allocator import PageAllocator
+from penelope_engine.errors import CapacityError
+from penelope_engine.policies import EvictionPolicy, SessionInfo, make_policy
+from penelope_engine.protocol import SessionDigest
+from penelope_engine.tree import Node, PageTree, TreeMatch
+
+DEVICE_TIER, HOST_TIER = "device", "host"
+
+
+class TierIO(Protocol):
+    """Moves page bytes between tiers; returns False when a copy failed."""
+
+    def device_to_host(self, device_pages: np.ndarray, host_pages: np.ndarray) -> bool: ...
+
+    def spill(self, node: Node, idx: np.ndarray) -> bool: ...
+
+
+@dataclass(frozen=True)
+class LockHandle:
+    node: Node | None
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    pages: np.ndarray  # canonical device page of each inserted page
+    leaf: Node
+
+
+def default_page_cost(page_size: int) -> Callable[[int], float]:
+    """Prefill cost (seconds) of a page at a page index: c_lin + c_attn * position."""
+    c_lin, c_attn = 66e-6, 0.041e-6
+    return lambda page: page_size * (c_lin + c_attn * page * page_size)
+
+
+class PrefixCache:
+    def __init__(self, page_size: int, device_pages: int, host_pages: int = 0,
+                 policy: str | EvictionPolicy = "penelope", io: TierIO | None = None,
+                 has_store: bool = False, time_fn: Callable[[], float] = time.monotonic,
+                 page_cost: Callable[[int], float] | None = None) -> None:
+        self.page_size = page_size
+        self.tree = PageTree()
+        self.device = PageAllocator(device_pages, "device")
+        self.host = PageAllocator(host_pages, "host")
+        self.policy = make_policy(policy) if isinstance(policy, str) else policy
+        self.io = io
+        self.has_store = has_store and io is not None
+        self.time_fn = time_fn
+        self.page_cost = page_cost or default_page_cost(page_size)
+        self.clock = 0.0  # GreedyDual clock
+        self.sessions: dict[str, SessionInfo] = {}
+        self.evictions: Counter[tuple[str, str]] = Counter()
+        self._holders: dict[str, dict[int, Node]] = {DEVICE_TIER: {}, HOST_TIER: {}}
+
+    # -- read-only ---------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.time_fn()
+
+    @property
+    def has_host(self) -> bool:
+        return self.host.capacity > 0
+
+    def session(self, sid: str) -> SessionInfo:
+        info = self.sessions.get(sid)
+        if info is None:
+            info = self.sessions[sid] = SessionInfo(last_access=self.now)
+        return info
+
+    def match(self, hashes: np.ndarray) -> TreeMatch:
+        """Where each page of `hashes` is. Does not mutate."""
+        return self.tree.match(hashes)
+
+    def evictable(self, tier: str = DEVICE_TIER) -> int:
+        return sum(self._tier_count(n, tier) for n in self._holders[tier].values() if n.lock == 0)
+
+    def can_allocate(self, n: int) -> bool:
+        return self.device.num_free + self.evictable(DEVICE_TIER) >= n
+
+    # -- locks ---------------------------------------------------------------
+    def lock(self, node: Node | None) -> LockHandle:
+        """Pin `node` and its ancestors (mutates lock counts only)."""
+        if node is not None:
+            self.tree.lock(node, +1)
+        return LockHandle(node)
+
+    def unlock(self, handle: LockHandle) -> None:
+        if handle.node is not None:
+            self.tree.lock(handle.node, -1)
+            self._trim(handle.node)
+
+    # -- allocation ------------------------------------------------------------
+    def allocate(self, n: int) -> np.ndarray:
+        """Device pages for a request, evicting by policy. Raises CapacityError."""
+        if n > self.device.num_free:
+            self._evict(DEVICE_TIER, n - self.device.num_free)
+        if n > self.device.num_free:
+            raise CapacityError(
+                f"need {n} device pages, {self.device.num_free} free and the rest locked by "
+                f"running requests (capacity {self.device.capacity})")
+        return self.device.allocate(n)
+
+    def free(self, pages: np.ndarray) -> None:
+        self.device.free(pages)
+
+    def allocate_host(self, n: int) -> np.ndarray | None:
+        if n > self.host.num_free:
+            self._evict(HOST_TIER, n - self.host.num_free)
+        return self.host.allocate(n) if n <= self.host.num_free else None
+
+    # -- insert ------------------------------------------------------------------
+    def insert(self, hashes: np.ndarray, pages: np.ndarray, session: str) -> InsertResult:
+        """Record that `pages` on the device hold the KV of `hashes` (mutates).
+
+        Pages fill holes and extend the tree; where the tree already has a
+        device page for a hash, that one is canonical and the request's copy
+        is freed. Returns the canonical pages and the leaf.
+        """
+        assert len(hashes) == len(pages) > 0
+        pages = np.asarray(pages, dtype=np.int32).copy()
+        now, node, i, n = self.now, self.tree.root, 0, len(hashes)
+        info = self.session(session)
+        while i < n:
+            child = node.children.get(int(hashes[i]))
+            if child is None:
+                child = self.tree.add_child(node, hashes[i:])
+                self._set_device(child, np.arange(n - i), pages[i:])
+                i = n
+            else:
+                m = min(len(child), n - i)
+                diff = np.flatnonzero(child.hashes[:m] != hashes[i : i + m])
+                k = int(diff[0]) if len(diff) else m
+                if k < len(child):
+                    child = self._split(child, k)
+                self._merge_pages(child, pages[i : i + k])
+                i += k
+            child.sessions.add(session)
+            child.last_access = now
+            self.policy.on_access(child, self)
+            node = child
+        info.leaf = node
+        info.last_access = now
+        return InsertResult(pages, node)
+
+    def _merge_pages(self, node: Node, pages: np.ndarray) -> None:
+        cur = node.device
+        holes = np.flatnonzero(cur < 0)
+        self._set_device(node, holes, pages[holes])
+        dup = (cur >= 0) & (cur != pages)
+        if dup.any():
+            self.device.free(pages[dup])
+            pages[dup] = cur[dup]
+
+    # -- session events ----------------------------------------------------------
+    def on_arrival(self, sid: str, now: float | None = None) -> None:
+        info = self.session(sid)
+        now = self.now if now is None else now
+        if info.turn_end is not None:
+            gap = max(0.0, now - info.turn_end)
+            info.gap_ewma = gap if info.gap_ewma is None else 0.5 * info.gap_ewma + 0.5 * gap
+        info.queued_since = now
+
+    def on_start(self, sid: str) -> None:
+        info = self.session(sid)
+        info.queued_since = None
+        info.turn_end = None
+        info.last_access = self.now
+
+    def on_turn_end(self, sid: str, stop_reason: str | None, now: float | None = None) -> None:
+        info = self.session(sid)
+        info.turn_end = info.last_access = self.now if now is None else now
+        info.last_stop = stop_reason
+
+    def set_next_arrival(self, sid: str, t: float | None) -> None:
+        self.session(sid).next_arrival = t
+
+    # -- host tier -----------------------------------------------------------------
+    def write_through(self, leaf: Node) -> int:
+        """Copy device pages on `leaf`'s path that lack a host copy to the host (mutates)."""
+        if not self.has_host or self.io is None:
+            return 0
+        copied, node = 0, leaf
+        self.tree.lock(leaf, +1)  # the path must not move while host space is made
+        try:
+            while node is not self.tree.root:
+                idx = np.flatnonzero((node.device >= 0) & (node.host < 0))
+                if len(idx):
+                    slots = self.allocate_host(len(idx))
+                    if slots is None:
+                        break
+                    if not self.io.device_to_host(node.device[idx], slots):
+                        self.host.free(slots)
+                        break
+                    self._set_host(node, idx, slots)
+                    copied += len(idx)
+                node = node.parent  # type: ignore[assignment]
+        finally:
+            self.tree.lock(leaf, -1)
+        return copied
+
+    def take_host_pages(self, node: Node, idx: np.ndarray, device_pages: np.ndarray) -> None:
+        """Record that host pages of `node` were loaded into `device_pages` (mutates)."""
+        self._set_device(node, idx, device_pages)
+
+    # -- eviction -------------------------------------------------------------------
+    def _candidates(self, tier: str) -> Iterable[Node]:
+        for node in self._holders[tier].values():
+            if node.lock or not self._tier_count(node, tier):
+                continue
+            if self.policy.leaves_only and not self._is_tier_leaf(node, tier):
+                continue
+            yield node
+
+    def _is_tier_leaf(self, node: Node, tier: str) -> bool:
+        if tier == DEVICE_TIER:
+            return all(c.n_device == 0 for c in node.children.values())
+        return all(c.n_device == 0 and c.n_host == 0 for c in node.children.values())
+
+    @staticmethod
+    def _tier_count(node: Node, tier: str) -> int:
+        return node.n_device if tier == DEVICE_TIER else node.n_host
+
+    def _tier_idx(self, node: Node, tier: str) -> np.ndarray:
+        arr = node.device if tier == DEVICE_TIER else node.host
+        return np.flatnonzero(arr >= 0)
+
+    def _evict(self, tier: str, need: int) -> int:
+        heap = []
+        for node in self._candidates(tier):
+            idx = self._tier_idx(node, tier)
+            heap.append((self.policy.key(node, node.start + int(idx[0]), self), node.id, node))
+        heapq.heapify(heap)
+        done = 0
+        while done < need and heap:
+            key, _, node = heapq.heappop(heap)
+            if node.parent is None or node.lock or not self._tier_count(node, tier):
+                continue
+            idx = self._tier_idx(node, tier)
+            take = idx[: need - done] if self.policy.front_first(node) else idx[-(need - done):]
+            parent = node.parent
+            self._drop(tier, node, take)
+            self.policy.on_evict(key, self)
+            done += len(take)
+            if node.parent is not None and self._tier_count(node, tier):
+                rest = self._tier_idx(node, tier)
+                heapq.heappush(heap, (self.policy.key(node, node.start + int(rest[0]), self),
+                                      node.id, node))
+            elif self.policy.leaves_only and parent is not None and parent.id in self._holders[tier]:
+                if not parent.lock and self._is_tier_leaf(parent, tier):
+                    first = parent.start + int(self._tier_idx(parent, tier)[0])
+                    heapq.heappush(heap, (self.policy.key(parent, first, self), parent.id, parent))
+        return done
+
+    def _drop(self, tier: str, node: Node, idx: np.ndarray) -> None:
+        name = self.policy.name
+        if tier == DEVICE_TIER:
+            pages = node.device[idx].copy()
+            if self.has_host:
+                missing = idx[node.host[idx] < 0]
+                if len(missing):
+                    self.tree.lock(node, +1)
+                    slots = self.allocate_host(len(missing))
+                    self.tree.lock(node, -1)
+                    if slots is not None and self.io is not None and self.io.device_to_host(
+                            node.device[missing], slots):
+                        self._set_host(node, missing, slots)
+                    elif slots is not None:
+                        self.host.free(slots)
+            demoted = int((node.host[idx] >= 0).sum())
+            self.evictions[(name, "demote")] += demoted
+            self.evictions[(name, "drop")] += len(idx) - demoted
+            self._set_device(node, idx, np.full(len(idx), -1, dtype=np.int32))
+            self.device.free(pages)
+        else:
+            pages = node.host[idx].copy()
+            spill = idx[~node.stored[idx]]
+            if self.has_store and len(spill) and self.io is not None and self.io.spill(node, spill):
+                node.stored[spill] = True
+                self.evictions[(name, "spill")] += len(spill)
+            self.evictions[(name, "host_drop")] += len(idx)
+            self._set_host(node, idx, np.full(len(idx), -1, dtype=np.int32))
+            self.host.free(pages)
+        self._trim(node)
+
+    # -- structure helpers ------------------------------------------------------------
+    def _set_device(self, node: Node, idx: np.ndarray, pages: np.ndarray) -> None:
+        node.device[idx] = pages
+        node.n_device = int((node.device >= 0).sum())
+        self._track(node)
+
+    def _set_host(self, node: Node, idx: np.ndarray, pages: np.ndarray) -> None:
+        node.host[idx] = pages
+        node.n_host = int((node.host >= 0).sum())
+        self._track(node)
+
+    def _track(self, node: Node) -> None:
+        for tier, count in ((DEVICE_TIER, node.n_device), (HOST_TIER, node.n_host)):
+            if count and node.parent is not None:
+                self._holders[tier][node.id] = node
+            else:
+                self._holders[tier].pop(node.id, None)
+
+    def _split(self, node: Node, k: int) -> Node:
+        upper = self.tree.split(node, k)
+        self._track(upper)
+        self._track(node)
+        return upper
+
+    def _trim(self, node: Node) -> None:
+        """Drop trailing holes of childless unlocked nodes, and empty nodes, upwards."""
+        while node.parent is not None and not node.children and node.lock == 0:
+            live = np.flatnonzero((node.device >= 0) | (node.host >= 0) | node.stored)
+            if len(live):
+                if live[-1] < len(node) - 1:
+                    self.tree.truncate(node, int(live[-1]) + 1)
+                return
+            parent = node.parent
+            self.tree.remove(node)
+            self._track(node)
+            node = parent
+
+    # -- digests and checks ---------------------------------------------------------------
+    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
+        recent = sorted(self.sessions.items(), key=lambda kv: -kv[1].last_access)[:limit]
+        out = []
+        for sid, info in recent:
+            dev = host = store = 0
+            node = info.leaf
+            while node is not None and node.parent is not None:
+                dev += node.n_device
+                host += int(((node.host >= 0) & (node.device < 0)).sum())
+                store += int((node.stored & (node.device < 0) & (node.host < 0)).sum())
+                node = node.parent
+            ps = self.page_size
+            out.append(SessionDigest(sid, dev * ps, host * ps, store * ps, info.last_access))
+        return out
+
+    def check_integrity(self, request_pages: int = 0) -> None:
+        """Tree and allocators agree; `request_pages` device pages are held outside the tree."""
+        self.device.check()
+        self.host.check()
+        dev, host = [], []
+        for node in self.tree.iter_nodes():
+            assert node.lock >= 0
+            assert node.n_device == int((node.device >= 0).sum()), "stale device count"
+            assert node.n_host == int((node.host >= 0).sum()), "stale host count"
+            assert (node.id in self._holders[DEVICE_TIER]) == (node.n_device > 0)
+            assert (node.id in self._holders[HOST_TIER]) == (node.n_host > 0)
+            assert len(node) > 0 and all(c.parent is node for c in node.children.values())
+            dev.append(node.device[node.device >= 0])
+            host.append(node.host[node.host >= 0])
+        d = np.concatenate(dev) if dev else np.empty(0, np.int32)
+        h = np.concatenate(host) if host else np.empty(0, np.int32)
+        assert len(np.unique(d)) == len(d), "a device page is in the tree twice"
+        assert len(np.unique(h)) == len(h), "a host page is in the tree twice"
+        assert len(d) + request_pages == self.device.num_used, (
+            f"device pages: tree {len(d)} + requests {request_pages} != used {self.device.num_used}")
+        assert len(h) == self.host.num_used, f"host pages: tree {len(h)} != used {self.host.num_used}"

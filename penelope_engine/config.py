@@ -1,0 +1,111 @@
+"""Frozen, validated configuration for the engine, the cache and the scheduler.
+
+Configs never change after construction; values discovered at run time (the
+number of pages that fit in memory, say) live in their own result objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from penelope_engine.errors import ConfigError
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of a Llama- or Qwen3-style decoder."""
+
+    arch: str  # "llama" or "qwen3"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_position: int = 8192
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    name: str = "model"
+
+    def __post_init__(self) -> None:
+        _require(self.arch in ("llama", "qwen3"), f"arch must be 'llama' or 'qwen3', got {self.arch!r}")
+        for f in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                  "num_kv_heads", "head_dim", "max_position"):
+            _require(getattr(self, f) > 0, f"{f} must be positive, got {getattr(self, f)}")
+        _require(self.num_heads % self.num_kv_heads == 0,
+                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        _require(self.head_dim % 2 == 0, f"head_dim must be even for RoPE, got {self.head_dim}")
+
+    @property
+    def has_qk_norm(self) -> bool:
+        return self.arch == "qwen3"
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The KV cache: page size, tier budgets (in pages) and the eviction policy."""
+
+    page_size: int = 16
+    device_pages: int = 4096
+    host_pages: int = 0  # 0 disables the host tier
+    policy: str = "penelope"
+    write_policy: str = "write_through"  # off | write_through | write_back (host tier only)
+    store_uri: str | None = None  # Arrow store under the host tier; None disables it
+    store_bytes: int = 8 << 30
+    namespace: str = "default"  # model fingerprint; tenants are namespaced inside it
+
+    def __post_init__(self) -> None:
+        _require(self.page_size > 0, f"page_size must be positive, got {self.page_size}")
+        _require(self.device_pages > 0, f"device_pages must be positive, got {self.device_pages}")
+        _require(self.host_pages >= 0, f"host_pages must be >= 0, got {self.host_pages}")
+        _require(self.write_policy in ("off", "write_through", "write_back"),
+                 f"write_policy must be off, write_through or write_back, got {self.write_policy!r}")
+        _require(self.store_bytes > 0, "store_bytes must be positive")
+        from penelope_engine.policies import check_policy_name
+
+        check_policy_name(self.policy)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Continuous batching: how many tokens and sequences one step may carry."""
+
+    max_batch_tokens: int = 2048  # prefill + decode tokens per forward step
+    max_running: int = 64
+    prefill_chunk: int = 1024  # max query tokens of one request in one step
+    max_queue: int = 1024
+
+    def __post_init__(self) -> None:
+        _require(self.max_batch_tokens > 0, "max_batch_tokens must be positive")
+        _require(self.max_running > 0, "max_running must be positive")
+        _require(0 < self.prefill_chunk <= self.max_batch_tokens,
+                 "prefill_chunk must be in (0, max_batch_tokens]")
+        _require(self.max_queue > 0, "max_queue must be positive")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything one engine replica needs. `model` names a registry entry or a directory."""
+
+    model: str = "tiny-qwen3"
+    device: str = "cpu"
+    dtype: str = "float32"
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _require(self.dtype in ("float32", "float16", "bfloat16"),
+                 f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}")
+        _require(self.device == "cpu" or self.device.startswith("cuda"),
+                 f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")

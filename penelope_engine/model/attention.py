@@ -1,0 +1,60 @@
+"""Explicit attention metadata for one forward pass over a flat batch.
+
+A step packs the query tokens of S sequences into one flat tensor of T
+tokens. Query tokens need not be contiguous in position: a fused recompute
+step of one sequence holds the tokens of its holes and its new tokens, each
+at its true position. For each sequence:
+
+    positions 0 .. context_len-1 are all present in the KV pool after the
+    layer writes this step's K/V (cached pages + this step's slots);
+    each query attends to keys with key_pos <= query_pos.
+
+    |-- prefix (cached) --|-- hole (queries) --|-- suffix (cached) --|-- new (queries) --|
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    positions: torch.Tensor  # [T] int64, true position of each query token
+    slot_mapping: torch.Tensor  # [T] int64, flat KV slot each query token's K/V is written to
+    query_starts: tuple[int, ...]  # len S+1: queries of seq s are [query_starts[s], query_starts[s+1])
+    context_lens: tuple[int, ...]  # len S: keys of seq s are positions [0, context_lens[s])
+    page_tables: tuple[torch.Tensor, ...]  # len S: int64 pages holding positions 0..context_len-1
+    logits_indices: torch.Tensor  # [K] int64, query rows whose logits the forward returns
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.context_lens)
+
+
+def build_metadata(query_positions: list[list[int]], page_tables: list[torch.Tensor],
+                   context_lens: list[int], page_size: int, all_logits: bool = False,
+                   device: torch.device | str = "cpu") -> AttentionMetadata:
+    """Metadata for sequences whose query tokens sit at `query_positions` (one list each).
+
+    Each query's KV slot follows from its sequence's page table. Logits are
+    returned for the last query of each sequence, or for every query with
+    `all_logits`.
+    """
+    tables = tuple(t.to(device=device, dtype=torch.int64) for t in page_tables)
+    flat = [p for seq in query_positions for p in seq]
+    starts = [0]
+    for seq in query_positions:
+        starts.append(starts[-1] + len(seq))
+    positions = torch.tensor(flat, dtype=torch.int64, device=device)
+    slots = torch.cat([
+        table[torch.tensor(seq, dtype=torch.int64, device=device) // page_size] * page_size
+        + torch.tensor(seq, dtype=torch.int64, device=device) % page_size
+        for table, seq in zip(tables, query_positions)
+    ])
+    rows = list(range(len(flat))) if all_logits else [end - 1 for end in starts[1:]]
+    return AttentionMetadata(
+        positions=positions, slot_mapping=slots, query_starts=tuple(starts),
+        context_lens=tuple(context_lens), page_tables=tables,
+        logits_indices=torch.tensor(rows, dtype=torch.int64, device=device))

@@ -1,0 +1,179 @@
+"""Eviction policies: strategy objects that rank victim nodes. No torch here.
+
+The cache asks a policy for a key per candidate node (lower is evicted
+first) and whether to take that node's pages from the front (lowest
+positions, forming holes) or the back (the tail, as a radix-tree LRU does).
+Policies are chosen by name from `POLICIES`; the same names feed the CLI.
+
+    lru           SGLang: least recently used leaves, tail first, never a hole
+    penelope      shared last; coldest session first; its lowest private positions first
+    greedydual    GreedyDual over recompute cost at each page's position
+    return_aware  evict the session expected back last (its own tool gaps, last stop reason)
+    oracle        evict the session that really returns last (needs next-arrival hints)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from penelope_engine.errors import UnknownNameError
+from penelope_engine.tree import Node
+
+
+@dataclass
+class SessionInfo:
+    """What the cache knows about one session's timing."""
+
+    last_access: float = 0.0
+    turn_end: float | None = None  # end of the last turn; None while a turn runs
+    last_stop: str | None = None  # "tool_use" | "end_turn" | None
+    gap_ewma: float | None = None  # smoothed past gaps between turn end and next arrival
+    queued_since: float | None = None  # set while a request of the session waits
+    next_arrival: float | None = None  # oracle hint (from a trace); inf = never returns
+    leaf: Node | None = None  # the node ending its last inserted path
+
+
+class CacheView(Protocol):
+    """What a policy may read from the cache."""
+
+    now: float
+    clock: float  # GreedyDual's global clock
+
+    def session(self, sid: str) -> SessionInfo: ...
+
+    def page_cost(self, position_tokens: int) -> float: ...
+
+
+def owner(node: Node) -> str | None:
+    return next(iter(node.sessions)) if len(node.sessions) == 1 else None
+
+
+class EvictionPolicy:
+    name: ClassVar[str]
+    leaves_only: ClassVar[bool] = False  # candidates are leaves of the tier only
+    forms_holes: ClassVar[bool] = True
+
+    def key(self, node: Node, first_page: int, view: CacheView) -> tuple:
+        raise NotImplementedError
+
+    def front_first(self, node: Node) -> bool:
+        return not node.shared
+
+    def on_evict(self, key: tuple, view: CacheView) -> None:
+        """Called with the key of each node a page was taken from."""
+
+    def on_access(self, node: Node, view: CacheView) -> None:
+        node.gd_base = view.clock
+
+
+class LruPolicy(EvictionPolicy):
+    name = "lru"
+    leaves_only = True
+    forms_holes = False
+
+    def key(self, node: Node, first_page: int, view: CacheView) -> tuple:
+        return (node.last_access, -node.start)
+
+    def front_first(self, node: Node) -> bool:
+        return False
+
+
+class _SessionPolicy(EvictionPolicy):
+    """Shared pages last (as LRU leaves); private pages ranked by session score."""
+
+    def session_score(self, sid: str, view: CacheView) -> float:
+        raise NotImplementedError
+
+    def key(self, node: Node, first_page: int, view: CacheView) -> tuple:
+        sid = owner(node)
+        if node.shared or sid is None:
+            return (1, node.last_access, -node.start)
+        return (0, self.session_score(sid, view), node.start)
+
+
+class PenelopePolicy(_SessionPolicy):
+    name = "penelope"
+
+    def session_score(self, sid: str, view: CacheView) -> float:
+        return view.session(sid).last_access
+
+
+class ReturnAwarePolicy(_SessionPolicy):
+    """Evict the session expected back last.
+
+    Expected return = end of its last turn + its expected gap: the smoothed
+    gap of its own past turns after a `tool_use` stop (a prior when it has
+    none), and a long user think time after `end_turn`. A session overdue by
+    t is expected t later again. A queued session has already returned: its
+    score is its arrival, earlier than any idle one's, so the queue keeps its
+    KV and the head of the queue keeps it longest.
+    """
+
+    name = "return_aware"
+    tool_gap_prior_s = 10.0
+    user_gap_s = 200.0
+
+    def expected_return(self, info: SessionInfo, view: CacheView) -> float:
+        if info.turn_end is None:
+            return view.now
+        gap = info.gap_ewma if info.gap_ewma is not None else self.tool_gap_prior_s
+        if info.last_stop == "end_turn":
+            gap = max(gap, self.user_gap_s)
+        expected = info.turn_end + gap
+        return expected if expected >= view.now else 2 * view.now - info.turn_end
+
+    def session_score(self, sid: str, view: CacheView) -> float:
+        info = view.session(sid)
+        if info.queued_since is not None:
+            return info.queued_since
+        return self.expected_return(info, view)
+
+    def key(self, node: Node, first_page: int, view: CacheView) -> tuple:
+        k = super().key(node, first_page, view)
+        return (0, -k[1], k[2]) if k[0] == 0 else k
+
+
+class OraclePolicy(ReturnAwarePolicy):
+    """Uses the future: the session whose next request arrives last goes first."""
+
+    name = "oracle"
+
+    def expected_return(self, info: SessionInfo, view: CacheView) -> float:
+        if info.turn_end is None:
+            return view.now
+        return info.next_arrival if info.next_arrival is not None else math.inf
+
+
+class GreedyDualPolicy(EvictionPolicy):
+    """Priority = clock at last access + recompute cost of the page at its position.
+
+    The cheapest (front) page of the node goes first; the clock rises to each
+    victim's priority, which ages everything not touched since.
+    """
+
+    name = "greedydual"
+
+    def key(self, node: Node, first_page: int, view: CacheView) -> tuple:
+        return (1 if node.shared else 0, node.gd_base + view.page_cost(first_page))
+
+    def on_evict(self, key: tuple, view: CacheView) -> None:
+        if key[0] == 0:
+            view.clock = max(view.clock, key[1])
+
+
+POLICIES: dict[str, type[EvictionPolicy]] = {
+    p.name: p for p in (LruPolicy, PenelopePolicy, GreedyDualPolicy, ReturnAwarePolicy,
+                        OraclePolicy)
+}
+
+
+def check_policy_name(name: str) -> None:
+    if name not in POLICIES:
+        raise UnknownNameError(f"unknown eviction policy {name!r}; valid: {', '.join(POLICIES)}")
+
+
+def make_policy(name: str) -> EvictionPolicy:
+    check_policy_name(name)
+    return POLICIES[name]()

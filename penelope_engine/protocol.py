@@ -1,0 +1,139 @@
+"""The engine interface: requests in, an async stream of outputs back.
+
+Every engine (the torch engine here, the SGLang adapter) implements
+`EngineProtocol`, so deployments, the router and the benchmarks do not care
+which one runs.
+
+Streaming convention: `generate` yields one `RequestOutput` per step that
+produced tokens; `token_ids` holds only the new tokens of that step; the last
+output has `finished=True` and a `finish_reason`. Errors in the request raise
+`InvalidRequestError` before the first yield; capacity problems raise
+`CapacityError`. Cancelling the consuming task aborts the request and frees
+its pages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from penelope_engine.errors import InvalidRequestError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 64
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise InvalidRequestError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not (0.0 <= self.temperature <= 2.0) or math.isnan(self.temperature):
+            raise InvalidRequestError(f"temperature must be in [0, 2], got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    session_id: str | None = None  # None: the request is its own session
+    tenant: str = "default"
+
+    @property
+    def session(self) -> str:
+        return self.session_id if self.session_id is not None else f"req:{self.request_id}"
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """Where each prompt token's KV came from, plus completion tokens.
+
+    prompt_tokens == device_tokens + host_tokens + store_tokens
+                     + recomputed_tokens + new_tokens
+    `recomputed_tokens` were cached once and evicted (holes); `new_tokens` were
+    never cached for this session (including a partial last page).
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    device_tokens: int = 0
+    host_tokens: int = 0
+    store_tokens: int = 0
+    recomputed_tokens: int = 0
+    new_tokens: int = 0
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.device_tokens + self.host_tokens + self.store_tokens
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    request_id: str
+    token_ids: tuple[int, ...]
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    ttft_s: float | None = None  # set once the first token exists
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """Cumulative counters and current gauges of one engine replica."""
+
+    tokens_device: int = 0
+    tokens_host: int = 0
+    tokens_store: int = 0
+    tokens_recomputed: int = 0
+    tokens_new: int = 0
+    pages_device_used: int = 0
+    pages_device_total: int = 0
+    pages_host_used: int = 0
+    pages_host_total: int = 0
+    evictions: tuple[tuple[str, str, int], ...] = ()  # (policy, reason, pages)
+    queue_length: int = 0
+    running: int = 0
+
+    @property
+    def hit_ratio(self) -> float:
+        cached = self.tokens_device + self.tokens_host + self.tokens_store
+        total = cached + self.tokens_recomputed + self.tokens_new
+        return cached / total if total else 0.0
+
+    @property
+    def recompute_ratio(self) -> float:
+        total = (self.tokens_device + self.tokens_host + self.tokens_store
+                 + self.tokens_recomputed + self.tokens_new)
+        return self.tokens_recomputed / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class SessionDigest:
+    """What a replica holds of one session, for the router."""
+
+    session: str
+    device_tokens: int
+    host_tokens: int
+    store_tokens: int
+    last_access: float
+
+
+class EngineProtocol(Protocol):
+    model_name: str
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]: ...
+
+    def stats(self) -> EngineStats: ...
+
+    def session_digests(self, limit: int = 1024) -> list[SessionDigest]: ...
+
+    async def shutdown(self) -> None: ...
