@@ -57,10 +57,17 @@ def default_page_cost(page_size: int) -> Callable[[int], float]:
 
 
 class PrefixCache:
-    def __init__(self, page_size: int, device_pages: int, host_pages: int = 0,
-                 policy: str | EvictionPolicy = "penelope", io: TierIO | None = None,
-                 has_store: bool = False, time_fn: Callable[[], float] = time.monotonic,
-                 page_cost: Callable[[int], float] | None = None) -> None:
+    def __init__(
+        self,
+        page_size: int,
+        device_pages: int,
+        host_pages: int = 0,
+        policy: str | EvictionPolicy = "penelope",
+        io: TierIO | None = None,
+        has_store: bool = False,
+        time_fn: Callable[[], float] = time.monotonic,
+        page_cost: Callable[[int], float] | None = None,
+    ) -> None:
         self.page_size = page_size
         self.tree = PageTree()
         self.device = PageAllocator(device_pages, "device")
@@ -120,7 +127,8 @@ class PrefixCache:
         if n > self.device.num_free:
             raise CapacityError(
                 f"need {n} device pages, {self.device.num_free} free and the rest locked by "
-                f"running requests (capacity {self.device.capacity})")
+                f"running requests (capacity {self.device.capacity})"
+            )
         return self.device.allocate(n)
 
     def free(self, pages: np.ndarray) -> None:
@@ -163,6 +171,7 @@ class PrefixCache:
             node = child
         info.leaf = node
         info.last_access = now
+        info.seen_tokens = max(info.seen_tokens, node.end * self.page_size)
         return InsertResult(pages, node)
 
     def _merge_pages(self, node: Node, pages: np.ndarray) -> None:
@@ -221,10 +230,6 @@ class PrefixCache:
             self.tree.lock(leaf, -1)
         return copied
 
-    def take_host_pages(self, node: Node, idx: np.ndarray, device_pages: np.ndarray) -> None:
-        """Record that host pages of `node` were loaded into `device_pages` (mutates)."""
-        self._set_device(node, idx, device_pages)
-
     # -- eviction -------------------------------------------------------------------
     def _candidates(self, tier: str) -> Iterable[Node]:
         for node in self._holders[tier].values():
@@ -259,16 +264,19 @@ class PrefixCache:
             if node.parent is None or node.lock or not self._tier_count(node, tier):
                 continue
             idx = self._tier_idx(node, tier)
-            take = idx[: need - done] if self.policy.front_first(node) else idx[-(need - done):]
+            take = idx[: need - done] if self.policy.front_first(node) else idx[-(need - done) :]
             parent = node.parent
             self._drop(tier, node, take)
             self.policy.on_evict(key, self)
             done += len(take)
             if node.parent is not None and self._tier_count(node, tier):
                 rest = self._tier_idx(node, tier)
-                heapq.heappush(heap, (self.policy.key(node, node.start + int(rest[0]), self),
-                                      node.id, node))
-            elif self.policy.leaves_only and parent is not None and parent.id in self._holders[tier]:
+                heapq.heappush(
+                    heap, (self.policy.key(node, node.start + int(rest[0]), self), node.id, node)
+                )
+            elif (
+                self.policy.leaves_only and parent is not None and parent.id in self._holders[tier]
+            ):
                 if not parent.lock and self._is_tier_leaf(parent, tier):
                     first = parent.start + int(self._tier_idx(parent, tier)[0])
                     heapq.heappush(heap, (self.policy.key(parent, first, self), parent.id, parent))
@@ -284,8 +292,11 @@ class PrefixCache:
                     self.tree.lock(node, +1)
                     slots = self.allocate_host(len(missing))
                     self.tree.lock(node, -1)
-                    if slots is not None and self.io is not None and self.io.device_to_host(
-                            node.device[missing], slots):
+                    if (
+                        slots is not None
+                        and self.io is not None
+                        and self.io.device_to_host(node.device[missing], slots)
+                    ):
                         self._set_host(node, missing, slots)
                     elif slots is not None:
                         self.host.free(slots)
@@ -377,5 +388,8 @@ class PrefixCache:
         assert len(np.unique(d)) == len(d), "a device page is in the tree twice"
         assert len(np.unique(h)) == len(h), "a host page is in the tree twice"
         assert len(d) + request_pages == self.device.num_used, (
-            f"device pages: tree {len(d)} + requests {request_pages} != used {self.device.num_used}")
-        assert len(h) == self.host.num_used, f"host pages: tree {len(h)} != used {self.host.num_used}"
+            f"device pages: tree {len(d)} + requests {request_pages} != used {self.device.num_used}"
+        )
+        assert len(h) == self.host.num_used, (
+            f"host pages: tree {len(h)} != used {self.host.num_used}"
+        )

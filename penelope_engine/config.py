@@ -35,12 +35,24 @@ class ModelConfig:
     name: str = "model"
 
     def __post_init__(self) -> None:
-        _require(self.arch in ("llama", "qwen3"), f"arch must be 'llama' or 'qwen3', got {self.arch!r}")
-        for f in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
-                  "num_kv_heads", "head_dim", "max_position"):
+        _require(
+            self.arch in ("llama", "qwen3"), f"arch must be 'llama' or 'qwen3', got {self.arch!r}"
+        )
+        for f in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "max_position",
+        ):
             _require(getattr(self, f) > 0, f"{f} must be positive, got {getattr(self, f)}")
-        _require(self.num_heads % self.num_kv_heads == 0,
-                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        _require(
+            self.num_heads % self.num_kv_heads == 0,
+            f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})",
+        )
         _require(self.head_dim % 2 == 0, f"head_dim must be even for RoPE, got {self.head_dim}")
 
     @property
@@ -68,8 +80,10 @@ class CacheConfig:
         _require(self.page_size > 0, f"page_size must be positive, got {self.page_size}")
         _require(self.device_pages > 0, f"device_pages must be positive, got {self.device_pages}")
         _require(self.host_pages >= 0, f"host_pages must be >= 0, got {self.host_pages}")
-        _require(self.write_policy in ("off", "write_through", "write_back"),
-                 f"write_policy must be off, write_through or write_back, got {self.write_policy!r}")
+        _require(
+            self.write_policy in ("off", "write_through", "write_back"),
+            f"write_policy must be off, write_through or write_back, got {self.write_policy!r}",
+        )
         _require(self.store_bytes > 0, "store_bytes must be positive")
         from penelope_engine.policies import check_policy_name
 
@@ -88,8 +102,10 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         _require(self.max_batch_tokens > 0, "max_batch_tokens must be positive")
         _require(self.max_running > 0, "max_running must be positive")
-        _require(0 < self.prefill_chunk <= self.max_batch_tokens,
-                 "prefill_chunk must be in (0, max_batch_tokens]")
+        _require(
+            0 < self.prefill_chunk <= self.max_batch_tokens,
+            "prefill_chunk must be in (0, max_batch_tokens]",
+        )
         _require(self.max_queue > 0, "max_queue must be positive")
 
 
@@ -105,7 +121,11 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _require(self.dtype in ("float32", "float16", "bfloat16"),
-                 f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}")
-        _require(self.device == "cpu" or self.device.startswith("cuda"),
-                 f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        _require(
+            self.dtype in ("float32", "float16", "bfloat16"),
+            f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}",
+        )
+        _require(
+            self.device == "cpu" or self.device.startswith("cuda"),
+            f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}",
+        )

@@ -16,8 +16,15 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 class KVPool:
-    def __init__(self, model: ModelConfig, num_pages: int, page_size: int, dtype: torch.dtype,
-                 device: str | torch.device = "cpu", pin_memory: bool = False) -> None:
+    def __init__(
+        self,
+        model: ModelConfig,
+        num_pages: int,
+        page_size: int,
+        dtype: torch.dtype,
+        device: str | torch.device = "cpu",
+        pin_memory: bool = False,
+    ) -> None:
         self.num_pages = num_pages
         self.page_size = page_size
         self.num_layers = model.num_layers
@@ -25,10 +32,14 @@ class KVPool:
         self.device = torch.device(device)
         shape = (num_pages * page_size, model.num_kv_heads, model.head_dim)
         pin = pin_memory and torch.cuda.is_available() and self.device.type == "cpu"
-        self.k = [torch.zeros(shape, dtype=dtype, device=self.device, pin_memory=pin)
-                  for _ in range(model.num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=self.device, pin_memory=pin)
-                  for _ in range(model.num_layers)]
+        self.k = [
+            torch.zeros(shape, dtype=dtype, device=self.device, pin_memory=pin)
+            for _ in range(model.num_layers)
+        ]
+        self.v = [
+            torch.zeros(shape, dtype=dtype, device=self.device, pin_memory=pin)
+            for _ in range(model.num_layers)
+        ]
 
     @property
     def bytes_per_page(self) -> int:

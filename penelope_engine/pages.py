@@ -71,8 +71,9 @@ class PageHasher:
     def num_pages(self, num_tokens: int) -> int:
         return num_tokens // self.page_size
 
-    def hashes(self, token_ids: np.ndarray | list[int] | tuple[int, ...],
-               tenant: str = "default") -> np.ndarray:
+    def hashes(
+        self, token_ids: np.ndarray | list[int] | tuple[int, ...], tenant: str = "default"
+    ) -> np.ndarray:
         """Hashes of every *full* page of `token_ids` (a trailing partial page has none)."""
         tokens = np.asarray(token_ids, dtype=np.int64)
         n = len(tokens) // self.page_size

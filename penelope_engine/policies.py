@@ -33,6 +33,7 @@ class SessionInfo:
     queued_since: float | None = None  # set while a request of the session waits
     next_arrival: float | None = None  # oracle hint (from a trace); inf = never returns
     leaf: Node | None = None  # the node ending its last inserted path
+    seen_tokens: int = 0  # tokens of the session's history the cache has held
 
 
 class CacheView(Protocol):
@@ -164,8 +165,8 @@ class GreedyDualPolicy(EvictionPolicy):
 
 
 POLICIES: dict[str, type[EvictionPolicy]] = {
-    p.name: p for p in (LruPolicy, PenelopePolicy, GreedyDualPolicy, ReturnAwarePolicy,
-                        OraclePolicy)
+    p.name: p
+    for p in (LruPolicy, PenelopePolicy, GreedyDualPolicy, ReturnAwarePolicy, OraclePolicy)
 }
 
 

@@ -47,6 +47,9 @@ class GenerateRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     session_id: str | None = None  # None: the request is its own session
     tenant: str = "default"
+    # How the agent's turn ends, when the caller knows ("tool_use": back in
+    # seconds; "end_turn": a human answers). Return-aware eviction uses it.
+    stop_reason_hint: str | None = None
 
     @property
     def session(self) -> str:
@@ -111,8 +114,13 @@ class EngineStats:
 
     @property
     def recompute_ratio(self) -> float:
-        total = (self.tokens_device + self.tokens_host + self.tokens_store
-                 + self.tokens_recomputed + self.tokens_new)
+        total = (
+            self.tokens_device
+            + self.tokens_host
+            + self.tokens_store
+            + self.tokens_recomputed
+            + self.tokens_new
+        )
         return self.tokens_recomputed / total if total else 0.0
 
 

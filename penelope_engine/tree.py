@@ -1,4 +1,4 @@
-"""A radix tree over pages whose pages may be holes. No torch here.
+r"""A radix tree over pages whose pages may be holes. No torch here.
 
 Each node holds a run of consecutive pages of one path, as flat numpy arrays:
 
@@ -30,8 +30,23 @@ _ids = count()
 
 
 class Node:
-    __slots__ = ("id", "parent", "children", "start", "hashes", "device", "host", "stored",
-                 "lock", "last_access", "sessions", "pinned", "gd_base", "n_device", "n_host")
+    __slots__ = (
+        "id",
+        "parent",
+        "children",
+        "start",
+        "hashes",
+        "device",
+        "host",
+        "stored",
+        "lock",
+        "last_access",
+        "sessions",
+        "pinned",
+        "gd_base",
+        "n_device",
+        "n_host",
+    )
 
     def __init__(self, parent: Node | None, start: int, hashes: np.ndarray) -> None:
         self.id = next(_ids)
@@ -108,8 +123,10 @@ class TreeMatch:
         cuts = np.flatnonzero(w[1:] != w[:-1]) + 1
         starts = np.concatenate(([0], cuts))
         ends = np.concatenate((cuts, [len(w)]))
-        return tuple(Segment(int(s) * page_size, int(e) * page_size, WHERE_NAMES[w[s]])
-                     for s, e in zip(starts, ends))
+        return tuple(
+            Segment(int(s) * page_size, int(e) * page_size, WHERE_NAMES[w[s]])
+            for s, e in zip(starts, ends)
+        )
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -155,8 +172,11 @@ class PageTree:
         parent = node.parent
         assert parent is not None
         upper = Node(parent, node.start, node.hashes[:k].copy())
-        upper.device, upper.host, upper.stored = node.device[:k].copy(), node.host[:k].copy(), \
-            node.stored[:k].copy()
+        upper.device, upper.host, upper.stored = (
+            node.device[:k].copy(),
+            node.host[:k].copy(),
+            node.stored[:k].copy(),
+        )
         upper.lock = node.lock
         upper.last_access = node.last_access
         upper.sessions = set(node.sessions)

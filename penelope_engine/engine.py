@@ -1,0 +1,278 @@
+"""The torch engine: a synchronous step loop (`Engine`) and its async face (`AsyncEngine`).
+
+`Engine` is single-threaded: only its caller touches the cache. `AsyncEngine`
+runs `Engine.step` on one background thread and hands each request's outputs
+to its asyncio consumer; cancelling the consumer aborts the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from itertools import count
+
+from penelope_engine.cache import PrefixCache
+from penelope_engine.config import EngineConfig
+from penelope_engine.errors import CapacityError, InvalidRequestError
+from penelope_engine.kv_pool import DTYPES, KVPool
+from penelope_engine.model.registry import LoadedModel, load_model
+from penelope_engine.pages import PageHasher
+from penelope_engine.planner import CostModel
+from penelope_engine.protocol import (
+    EngineStats,
+    GenerateRequest,
+    RequestOutput,
+    SessionDigest,
+    TokenUsage,
+)
+from penelope_engine.runner import ModelRunner
+from penelope_engine.scheduler import Scheduler
+from penelope_engine.sequence import Sequence
+from penelope_engine.tiers import TorchTiers
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None, store=None) -> None:
+        self.config = config
+        self.loaded = loaded or load_model(config.model, config.dtype, config.device)
+        mc, cc = self.loaded.config, config.cache
+        self.model_name = mc.name if config.model.startswith("/") else config.model
+        self.tokenizer = self.loaded.tokenizer
+        self.max_model_len = mc.max_position
+        dtype = DTYPES[config.dtype]
+        self.device_pool = KVPool(mc, cc.device_pages, cc.page_size, dtype, config.device)
+        self.host_pool = (
+            KVPool(mc, cc.host_pages, cc.page_size, dtype, "cpu", pin_memory=True)
+            if cc.host_pages
+            else None
+        )
+        self.tiers = TorchTiers(self.device_pool, self.host_pool, store)
+        self.cost = CostModel(kv_bytes_per_token=mc.kv_bytes_per_token(dtype.itemsize))
+        self.cache = PrefixCache(
+            cc.page_size,
+            cc.device_pages,
+            cc.host_pages,
+            cc.policy,
+            io=self.tiers,
+            has_store=store is not None,
+            page_cost=lambda p: self.cost.recompute_s(p * cc.page_size, cc.page_size),
+        )
+        self.hasher = PageHasher(cc.page_size, f"{cc.namespace}/{self.model_name}")
+        self.scheduler = Scheduler(
+            config.scheduler,
+            self.cache,
+            self.hasher,
+            self.tiers,
+            self.cost,
+            tuple(self.tokenizer.eos_token_ids),
+            self.max_model_len,
+            write_through=cc.host_pages > 0 and cc.write_policy != "off",
+        )
+        self.runner = ModelRunner(self.loaded.model, self.device_pool, config.seed)
+        self._seqs: dict[str, Sequence] = {}
+
+    # -- requests --------------------------------------------------------------------
+    def add_request(self, req: GenerateRequest) -> Sequence:
+        """Validate and queue a request. Raises InvalidRequestError; changes nothing then."""
+        if not req.prompt_token_ids:
+            raise InvalidRequestError("prompt is empty")
+        if req.request_id in self._seqs:
+            raise InvalidRequestError(f"request id {req.request_id!r} is already running")
+        n = len(req.prompt_token_ids)
+        if n + 1 > self.max_model_len:
+            raise InvalidRequestError(
+                f"prompt has {n} tokens; the model's window is {self.max_model_len}"
+            )
+        vocab = self.loaded.config.vocab_size
+        if min(req.prompt_token_ids) < 0 or max(req.prompt_token_ids) >= vocab:
+            raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
+        ps = self.config.cache.page_size
+        if -(-(n + 1) // ps) > self.config.cache.device_pages:
+            raise CapacityError(
+                f"prompt needs {-(-(n + 1) // ps)} pages; the device pool "
+                f"has {self.config.cache.device_pages}"
+            )
+        seq = Sequence(
+            req, self.hasher.hashes(req.prompt_token_ids, req.tenant), list(req.prompt_token_ids)
+        )
+        self._seqs[req.request_id] = seq
+        self.scheduler.add(seq)
+        return seq
+
+    def abort(self, request_id: str) -> bool:
+        seq = self._seqs.pop(request_id, None)
+        if seq is None:
+            return False
+        seq.finish_reason = seq.finish_reason or "abort"
+        if seq.finish_reason == "abort":
+            self.scheduler.finish(seq, None, aborted=True)
+        return True
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> list[Sequence]:
+        """Run one batch; return sequences that produced a token (finished ones included)."""
+        items = self.scheduler.schedule()
+        if not items:
+            failed = self._break_deadlock()
+            return [failed] if failed is not None else []
+        tokens = self.runner.run(items)
+        out = self.scheduler.commit(items, tokens)
+        for seq in out:
+            if seq.finish_reason is not None:
+                self._seqs.pop(seq.request_id, None)
+        return out
+
+    def _break_deadlock(self) -> Sequence | None:
+        """Nothing could run: running requests hold every page. Fail the newest one."""
+        sched = self.scheduler
+        if not sched.has_work():
+            return None
+        seq = sched.running[-1] if sched.running else sched.waiting[0]
+        seq.finish_reason = "abort"
+        seq.error = CapacityError("out of KV pages: every page is held by running requests")
+        sched.finish(seq, None, aborted=True)
+        self._seqs.pop(seq.request_id, None)
+        return seq
+
+    def generate_sync(self, req: GenerateRequest) -> RequestOutput:
+        """Run one request to completion on the calling thread (tools, tests)."""
+        seq = self.add_request(req)
+        while seq.finish_reason is None:
+            self.step()
+            if seq.error is not None:
+                raise seq.error
+        return output_of(seq, seq.prompt_len)
+
+    # -- observability -------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        t, c = self.scheduler.totals, self.cache
+        return EngineStats(
+            tokens_device=t.device_tokens,
+            tokens_host=t.host_tokens,
+            tokens_store=t.store_tokens,
+            tokens_recomputed=t.recomputed_tokens,
+            tokens_new=t.new_tokens,
+            pages_device_used=c.device.num_used,
+            pages_device_total=c.device.capacity,
+            pages_host_used=c.host.num_used,
+            pages_host_total=c.host.capacity,
+            evictions=tuple((p, r, n) for (p, r), n in sorted(c.evictions.items())),
+            queue_length=len(self.scheduler.waiting),
+            running=len(self.scheduler.running),
+        )
+
+    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
+        return self.cache.session_digests(limit)
+
+    def check_integrity(self) -> None:
+        self.cache.check_integrity(request_pages=self.scheduler.request_pages())
+
+
+def output_of(seq: Sequence, emitted: int) -> RequestOutput:
+    u = seq.usage
+    usage = TokenUsage(
+        u.prompt_tokens,
+        seq.num_generated,
+        u.device_tokens,
+        u.host_tokens,
+        u.store_tokens,
+        u.recomputed_tokens,
+        u.new_tokens,
+    )
+    ttft = seq.first_token_at - seq.arrival if seq.first_token_at is not None else None
+    return RequestOutput(
+        seq.request_id,
+        tuple(seq.tokens[emitted:]),
+        finished=seq.finish_reason is not None,
+        finish_reason=seq.finish_reason,
+        usage=usage,
+        ttft_s=ttft,
+    )
+
+
+class AsyncEngine:
+    """`EngineProtocol` over `Engine`, with the step loop on a background thread."""
+
+    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None, store=None) -> None:
+        self.engine = Engine(config, loaded, store)
+        self.model_name = self.engine.model_name
+        self.tokenizer = self.engine.tokenizer
+        self.max_model_len = self.engine.max_model_len
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._listeners: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._closed = False
+        self._ids = count()
+        self._thread = threading.Thread(target=self._loop, name="penelope-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.engine.config
+
+    def _loop(self) -> None:
+        while not self._closed:
+            with self._lock:
+                busy = self.engine.has_work()
+                done = self.engine.step() if busy else []
+                for seq in done:
+                    entry = self._listeners.get(seq.request_id)
+                    if entry is not None:
+                        entry[0].call_soon_threadsafe(entry[1].put_nowait, output_of(seq, 0))
+            if not busy:
+                self._wake.wait(0.05)
+                self._wake.clear()
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        with self._lock:
+            seq = self.engine.add_request(request)  # raises before anything is queued
+            self._listeners[request.request_id] = (loop, queue)
+        self._wake.set()
+        emitted = seq.prompt_len
+        try:
+            while True:
+                await queue.get()
+                if seq.error is not None:
+                    raise seq.error
+                with self._lock:
+                    out = output_of(seq, emitted)
+                emitted += len(out.token_ids)
+                if out.token_ids or out.finished:
+                    yield out
+                if out.finished:
+                    return
+        finally:
+            with self._lock:
+                self._listeners.pop(request.request_id, None)
+                if seq.finish_reason is None:
+                    self.engine.abort(request.request_id)
+
+    async def abort(self, request_id: str) -> bool:
+        with self._lock:
+            return self.engine.abort(request_id)
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            return self.engine.stats()
+
+    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
+        with self._lock:
+            return self.engine.session_digests(limit)
+
+    def check_integrity(self) -> None:
+        with self._lock:
+            self.engine.check_integrity()
+
+    async def shutdown(self) -> None:
+        self._closed = True
+        self._wake.set()
+        await asyncio.to_thread(self._thread.join, 5.0)
+
+    def new_request_id(self) -> str:
+        return f"req-{time.time_ns():x}-{next(self._ids)}"

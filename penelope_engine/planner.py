@@ -1,0 +1,52 @@
+"""Load or recompute: for each missing segment, the cheaper way back to the device.
+
+Recomputing m tokens at offset a costs ``m*c_lin + c_attn*(m*a + m*m/2)``
+(linear layers plus attention over earlier keys); loading them costs their
+bytes over the tier's bandwidth plus a fixed latency. Constants come from
+`CostModel.calibrate` on the running machine and are refined from observed
+step times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class CostModel:
+    c_lin: float = 66e-6  # seconds per prefilled token, position-independent part
+    c_attn: float = 0.041e-6  # seconds per token per earlier key
+    host_bytes_per_s: float = 10e9
+    store_bytes_per_s: float = 1e9
+    load_latency_s: float = 50e-6
+    kv_bytes_per_token: int = 2 * 4 * 2 * 64 * 4  # tiny Qwen3 fp32
+
+    def recompute_s(self, start: int, length: int) -> float:
+        m, a = length, start
+        return m * self.c_lin + self.c_attn * (m * a + m * m / 2)
+
+    def load_s(self, length: int, tier: str) -> float:
+        bw = self.host_bytes_per_s if tier == "host" else self.store_bytes_per_s
+        return self.load_latency_s + length * self.kv_bytes_per_token / bw
+
+    def with_prefill_fit(self, c_lin: float, c_attn: float) -> CostModel:
+        return replace(self, c_lin=max(c_lin, 0.0), c_attn=max(c_attn, 0.0))
+
+
+def choose(cost: CostModel, tier: str, start: int, length: int) -> str:
+    """'load' or 'recompute' for a segment of `length` tokens at `start` held by `tier`."""
+    return "load" if cost.load_s(length, tier) <= cost.recompute_s(start, length) else "recompute"
+
+
+def fit_prefill(samples: list[tuple[int, int, float]]) -> tuple[float, float]:
+    """Least-squares (c_lin, c_attn) from (start, length, seconds) prefill timings."""
+    xs = [(float(m), m * a + m * m / 2.0, t) for a, m, t in samples]
+    s11 = sum(x * x for x, _, _ in xs)
+    s12 = sum(x * y for x, y, _ in xs)
+    s22 = sum(y * y for _, y, _ in xs)
+    b1 = sum(x * t for x, _, t in xs)
+    b2 = sum(y * t for _, y, t in xs)
+    det = s11 * s22 - s12 * s12
+    if abs(det) < 1e-30:
+        return (b1 / s11 if s11 else 0.0, 0.0)
+    return ((b1 * s22 - b2 * s12) / det, (s11 * b2 - s12 * b1) / det)

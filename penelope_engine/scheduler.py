@@ -1,0 +1,246 @@
+"""Continuous batching with chunked prefill over the Penelope cache.
+
+Each step carries every running decode (one token each), then continues
+prefills, then admits waiting requests in arrival order, within the step's
+token budget. Admission matches the prompt against the tree, locks the
+matched path, allocates device pages for everything not on the device, loads
+host and store pages the planner chooses to load, and queues the rest
+(holes, failed loads, new tokens) as query positions of a fused prefill.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import numpy as np
+
+from penelope_engine.cache import PrefixCache
+from penelope_engine.config import SchedulerConfig
+from penelope_engine.errors import CapacityError
+from penelope_engine.pages import PageHasher
+from penelope_engine.planner import CostModel, choose
+from penelope_engine.protocol import TokenUsage
+from penelope_engine.runner import BatchItem
+from penelope_engine.sequence import Sequence
+from penelope_engine.tiers import TorchTiers
+from penelope_engine.tree import DEVICE, HOLE, HOST, STORE
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        cache: PrefixCache,
+        hasher: PageHasher,
+        tiers: TorchTiers,
+        cost: CostModel,
+        eos_token_ids: tuple[int, ...],
+        max_model_len: int,
+        write_through: bool = True,
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.hasher = hasher
+        self.tiers = tiers
+        self.cost = cost
+        self.eos = frozenset(eos_token_ids)
+        self.max_model_len = max_model_len
+        self.write_through = write_through
+        self.page_size = cache.page_size
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.totals = TokenUsage()
+
+    # -- queue ------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        self.cache.on_arrival(seq.req.session, seq.arrival)
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def request_pages(self) -> int:
+        return sum(s.owned_pages for s in self.running)
+
+    # -- scheduling --------------------------------------------------------------
+    def schedule(self) -> list[BatchItem]:
+        budget = self.config.max_batch_tokens
+        items: list[BatchItem] = []
+        for seq in [s for s in self.running if not s.in_prefill]:
+            if budget and self._ensure_page(seq, len(seq.tokens) - 1):
+                items.append(BatchItem(seq, np.array([len(seq.tokens) - 1]), True))
+                budget -= 1
+        for seq in [s for s in self.running if s.in_prefill]:
+            budget -= self._take_chunk(seq, budget, items)
+        while (
+            budget > 0
+            and self.waiting
+            and len(self.running) < self.config.max_running
+            and self._admit(self.waiting[0])
+        ):
+            seq = self.waiting.popleft()
+            self.running.append(seq)
+            budget -= self._take_chunk(seq, budget, items)
+        return items
+
+    def _take_chunk(self, seq: Sequence, budget: int, items: list[BatchItem]) -> int:
+        n = min(budget, self.config.prefill_chunk, len(seq.todo) - seq.cursor)
+        if n <= 0:
+            return 0
+        positions = seq.todo[seq.cursor : seq.cursor + n]
+        items.append(BatchItem(seq, positions, seq.cursor + n == len(seq.todo)))
+        return n
+
+    def _ensure_page(self, seq: Sequence, position: int) -> bool:
+        if position // self.page_size < len(seq.page_table):
+            return True
+        try:
+            seq.extend_pages(self.cache.allocate(1))
+        except CapacityError:
+            return False
+        return True
+
+    def _admit(self, seq: Sequence) -> bool:
+        ps, cache = self.page_size, self.cache
+        n_pages = -(-seq.prompt_len // ps)
+        usable = (seq.prompt_len - 1) // ps  # always leave the last token to compute
+        match = cache.match(seq.hashes[:usable])
+        k = match.num_pages
+        lock = cache.lock(match.nodes[-1] if k else None)
+        where = match.where[:k]
+        device = where == DEVICE
+        try:
+            fresh = cache.allocate(n_pages - int(device.sum()))
+        except CapacityError:
+            cache.unlock(lock)
+            return False
+        cache.on_start(seq.req.session)
+        table = np.empty(n_pages, dtype=np.int32)
+        table[:k][device] = match.device[:k][device]
+        owned = np.ones(n_pages, dtype=bool)
+        owned[:k][device] = False
+        table[owned] = fresh
+        seq.page_table, seq.owned, seq.lock = table, owned, lock
+        recompute = np.zeros(n_pages, dtype=bool)
+        recompute[:k] = where == HOLE
+        recompute[k:] = True
+        loaded = self._load(seq, match.host[:k], where, recompute)
+        self._set_todo(seq, recompute, loaded, int(device.sum()))
+        return True
+
+    def _load(
+        self, seq: Sequence, host: np.ndarray, where: np.ndarray, recompute: np.ndarray
+    ) -> dict[int, int]:
+        """Load host/store pages the planner picks; mark the rest for recompute."""
+        loaded = {HOST: 0, STORE: 0}
+        ps = self.page_size
+        for code, tier in ((HOST, "host"), (STORE, "store")):
+            idx = np.flatnonzero(where == code)
+            if not len(idx):
+                continue
+            span = (int(idx[0]) * ps, len(idx) * ps)
+            if choose(self.cost, tier, *span) == "recompute":
+                recompute[idx] = True
+                continue
+            if code == HOST:
+                ok = np.full(len(idx), self.tiers.host_to_device(host[idx], seq.page_table[idx]))
+            else:
+                ok = self.tiers.load_store(seq.hashes[idx], seq.page_table[idx])
+            recompute[idx[~ok]] = True
+            loaded[code] = int(ok.sum())
+        return loaded
+
+    def _set_todo(
+        self, seq: Sequence, recompute: np.ndarray, loaded: dict[int, int], device_pages: int
+    ) -> None:
+        ps = self.page_size
+        pages = np.flatnonzero(recompute)
+        pos = (pages[:, None] * ps + np.arange(ps)[None, :]).reshape(-1)
+        seq.todo = pos[pos < seq.prompt_len].astype(np.int64)
+        seq.cursor = 0
+        seen = self.cache.session(seq.req.session).seen_tokens
+        recomputed = int((seq.todo < min(seen, seq.prompt_len - 1)).sum())
+        seq.usage = TokenUsage(
+            prompt_tokens=seq.prompt_len,
+            device_tokens=device_pages * ps,
+            host_tokens=loaded[HOST] * ps,
+            store_tokens=loaded[STORE] * ps,
+            recomputed_tokens=recomputed,
+            new_tokens=len(seq.todo) - recomputed,
+        )
+        t = self.totals
+        u = seq.usage
+        self.totals = TokenUsage(
+            t.prompt_tokens + u.prompt_tokens,
+            0,
+            t.device_tokens + u.device_tokens,
+            t.host_tokens + u.host_tokens,
+            t.store_tokens + u.store_tokens,
+            t.recomputed_tokens + u.recomputed_tokens,
+            t.new_tokens + u.new_tokens,
+        )
+
+    # -- results -----------------------------------------------------------------
+    def commit(self, items: list[BatchItem], tokens: list[int | None]) -> list[Sequence]:
+        """Apply a step's results; return sequences that got a new token."""
+        now = time.monotonic()
+        out = []
+        for it, tok in zip(items, tokens):
+            seq = it.seq
+            if seq.in_prefill:
+                seq.cursor += len(it.positions)
+                if not seq.in_prefill:
+                    self._insert(seq, seq.prompt_len)
+            if tok is None:
+                continue
+            seq.tokens.append(tok)
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+            seq.finish_reason = self._finish_reason(seq, tok)
+            if seq.finish_reason is not None:
+                self.finish(seq, seq.req.stop_reason_hint)
+            out.append(seq)
+        return out
+
+    def _finish_reason(self, seq: Sequence, tok: int) -> str | None:
+        sp = seq.req.sampling
+        if tok in sp.stop_token_ids or (tok in self.eos and not sp.ignore_eos):
+            return "stop"
+        if seq.num_generated >= sp.max_tokens or len(seq.tokens) >= self.max_model_len:
+            return "length"
+        return None
+
+    def _insert(self, seq: Sequence, computed: int) -> None:
+        n = computed // self.page_size
+        if n == 0:
+            return
+        hashes = (
+            seq.hashes[:n]
+            if n <= len(seq.hashes)
+            else self.hasher.hashes(seq.tokens[: n * self.page_size], seq.req.tenant)
+        )
+        res = self.cache.insert(hashes, seq.page_table[:n], seq.req.session)
+        seq.page_table[:n] = res.pages
+        seq.owned[:n] = False
+        old, seq.lock = seq.lock, self.cache.lock(res.leaf)
+        if old is not None:
+            self.cache.unlock(old)
+
+    def finish(self, seq: Sequence, stop_reason: str | None, aborted: bool = False) -> None:
+        """Release a running or waiting sequence (mutates the cache)."""
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+            return
+        self.running.remove(seq)
+        if not aborted and not seq.in_prefill:
+            self._insert(seq, len(seq.tokens) - 1)
+        if seq.lock is not None:
+            leaf = seq.lock.node
+            self.cache.unlock(seq.lock)
+            seq.lock = None
+            if self.write_through and leaf is not None and leaf.parent is not None:
+                self.cache.write_through(leaf)
+        self.cache.free(seq.page_table[seq.owned])
+        seq.owned[:] = False
+        self.cache.on_turn_end(seq.req.session, stop_reason)

@@ -1,0 +1,62 @@
+"""Per-request state the scheduler keeps while a request runs.
+
+Page table of a request, by token position (page = position // page_size):
+
+    |-- device hit --|-- hole / loaded --|-- device hit --|-- new --|-- decode --|
+      tree pages       own pages           tree pages       own pages  own pages
+
+`owned[i]` marks pages the request allocated; they join the tree on insert
+(or are freed as duplicates) and the rest are freed when the request ends.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from penelope_engine.cache import LockHandle
+from penelope_engine.protocol import GenerateRequest, TokenUsage
+
+
+@dataclass(eq=False)
+class Sequence:
+    req: GenerateRequest
+    hashes: np.ndarray  # page ids of the prompt's full pages
+    tokens: list[int]
+    arrival: float = field(default_factory=time.monotonic)
+    prompt_len: int = 0
+    page_table: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    owned: np.ndarray = field(default_factory=lambda: np.empty(0, bool))
+    todo: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # positions to compute
+    cursor: int = 0  # todo[:cursor] are computed
+    lock: LockHandle | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    first_token_at: float | None = None
+    finish_reason: str | None = None
+    generator: object | None = None  # torch.Generator for sampling, made lazily
+    error: Exception | None = None  # set when the engine had to fail the request
+
+    def __post_init__(self) -> None:
+        self.prompt_len = len(self.tokens)
+
+    @property
+    def request_id(self) -> str:
+        return self.req.request_id
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.cursor < len(self.todo)
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def owned_pages(self) -> int:
+        return int(self.owned.sum())
+
+    def extend_pages(self, pages: np.ndarray) -> None:
+        self.page_table = np.concatenate([self.page_table, pages.astype(np.int32)])
+        self.owned = np.concatenate([self.owned, np.ones(len(pages), bool)])
