@@ -81,6 +81,7 @@ class PrefixCache:
         self.sessions: dict[str, SessionInfo] = {}
         self.evictions: Counter[tuple[str, str]] = Counter()
         self._holders: dict[str, dict[int, Node]] = {DEVICE_TIER: {}, HOST_TIER: {}}
+        self._heaps: dict[str, list] = {DEVICE_TIER: [], HOST_TIER: []}
 
     # -- read-only ---------------------------------------------------------
     @property
@@ -117,6 +118,7 @@ class PrefixCache:
     def unlock(self, handle: LockHandle) -> None:
         if handle.node is not None:
             self.tree.lock(handle.node, -1)
+            self._touch_path(handle.node)
             self._trim(handle.node)
 
     # -- allocation ------------------------------------------------------------
@@ -171,6 +173,7 @@ class PrefixCache:
             node = child
         info.leaf = node
         info.last_access = now
+        self._touch_path(node)
         info.seen_tokens = max(info.seen_tokens, node.end * self.page_size)
         return InsertResult(pages, node)
 
@@ -191,20 +194,25 @@ class PrefixCache:
             gap = max(0.0, now - info.turn_end)
             info.gap_ewma = gap if info.gap_ewma is None else 0.5 * info.gap_ewma + 0.5 * gap
         info.queued_since = now
+        self._touch_path(info.leaf)
 
     def on_start(self, sid: str) -> None:
         info = self.session(sid)
         info.queued_since = None
         info.turn_end = None
         info.last_access = self.now
+        self._touch_path(info.leaf)
 
     def on_turn_end(self, sid: str, stop_reason: str | None, now: float | None = None) -> None:
         info = self.session(sid)
         info.turn_end = info.last_access = self.now if now is None else now
         info.last_stop = stop_reason
+        self._touch_path(info.leaf)
 
     def set_next_arrival(self, sid: str, t: float | None) -> None:
-        self.session(sid).next_arrival = t
+        info = self.session(sid)
+        info.next_arrival = t
+        self._touch_path(info.leaf)
 
     # -- host tier -----------------------------------------------------------------
     def write_through(self, leaf: Node) -> int:
@@ -232,12 +240,7 @@ class PrefixCache:
 
     # -- eviction -------------------------------------------------------------------
     def _candidates(self, tier: str) -> Iterable[Node]:
-        for node in self._holders[tier].values():
-            if node.lock or not self._tier_count(node, tier):
-                continue
-            if self.policy.leaves_only and not self._is_tier_leaf(node, tier):
-                continue
-            yield node
+        return (n for n in self._holders[tier].values() if self._is_candidate(n, tier))
 
     def _is_tier_leaf(self, node: Node, tier: str) -> bool:
         if tier == DEVICE_TIER:
@@ -248,20 +251,51 @@ class PrefixCache:
     def _tier_count(node: Node, tier: str) -> int:
         return node.n_device if tier == DEVICE_TIER else node.n_host
 
+    def first_page(self, node: Node, tier: str) -> int:
+        return node.start + int(self._tier_idx(node, tier)[0])
+
     def _tier_idx(self, node: Node, tier: str) -> np.ndarray:
         arr = node.device if tier == DEVICE_TIER else node.host
         return np.flatnonzero(arr >= 0)
 
     def _evict(self, tier: str, need: int) -> int:
-        heap = []
-        for node in self._candidates(tier):
-            idx = self._tier_idx(node, tier)
-            heap.append((self.policy.key(node, node.start + int(idx[0]), self), node.id, node))
+        """Free `need` pages of `tier` by policy; returns how many were freed.
+
+        Policies whose keys change only on cache events keep one lazy heap per
+        tier: every event that may change a node's key pushes a fresh entry,
+        and a popped entry whose key is no longer current is skipped. Other
+        policies (keys that move with time) rank all candidates per call.
+        """
+        if self.policy.static_keys:
+            heap = self._heaps[tier]
+            if len(heap) > 4 * len(self._holders[tier]) + 64:
+                heap[:] = self._ranked(tier)
+        else:
+            heap = self._ranked(tier)
+        done = self._evict_from(heap, tier, need)
+        if done < need and self.policy.static_keys:  # a key changed without an event
+            heap[:] = self._ranked(tier)
+            done += self._evict_from(heap, tier, need - done)
+        return done
+
+    def _ranked(self, tier: str) -> list:
+        heap = [(self.policy.key(n, tier, self), n.id, n) for n in self._candidates(tier)]
         heapq.heapify(heap)
+        return heap
+
+    def _is_candidate(self, node: Node, tier: str) -> bool:
+        return (
+            node.parent is not None
+            and not node.lock
+            and self._tier_count(node, tier) > 0
+            and (not self.policy.leaves_only or self._is_tier_leaf(node, tier))
+        )
+
+    def _evict_from(self, heap: list, tier: str, need: int) -> int:
         done = 0
         while done < need and heap:
             key, _, node = heapq.heappop(heap)
-            if node.parent is None or node.lock or not self._tier_count(node, tier):
+            if not self._is_candidate(node, tier) or self.policy.key(node, tier, self) != key:
                 continue
             idx = self._tier_idx(node, tier)
             take = idx[: need - done] if self.policy.front_first(node) else idx[-(need - done) :]
@@ -269,18 +303,25 @@ class PrefixCache:
             self._drop(tier, node, take)
             self.policy.on_evict(key, self)
             done += len(take)
-            if node.parent is not None and self._tier_count(node, tier):
-                rest = self._tier_idx(node, tier)
-                heapq.heappush(
-                    heap, (self.policy.key(node, node.start + int(rest[0]), self), node.id, node)
-                )
-            elif (
-                self.policy.leaves_only and parent is not None and parent.id in self._holders[tier]
-            ):
-                if not parent.lock and self._is_tier_leaf(parent, tier):
-                    first = parent.start + int(self._tier_idx(parent, tier)[0])
-                    heapq.heappush(heap, (self.policy.key(parent, first, self), parent.id, parent))
+            for n in (node, parent):
+                if n is not None and self._is_candidate(n, tier):
+                    heapq.heappush(heap, (self.policy.key(n, tier, self), n.id, n))
         return done
+
+    def _touch(self, node: Node | None) -> None:
+        """`node`'s eviction key or candidacy may have changed: queue a fresh entry."""
+        if not self.policy.static_keys:
+            return
+        for tier in (DEVICE_TIER, HOST_TIER):
+            if node is not None and self._is_candidate(node, tier):
+                heapq.heappush(
+                    self._heaps[tier], (self.policy.key(node, tier, self), node.id, node)
+                )
+
+    def _touch_path(self, node: Node | None) -> None:
+        while node is not None and node.parent is not None:
+            self._touch(node)
+            node = node.parent
 
     def _drop(self, tier: str, node: Node, idx: np.ndarray) -> None:
         name = self.policy.name
@@ -333,6 +374,7 @@ class PrefixCache:
                 self._holders[tier][node.id] = node
             else:
                 self._holders[tier].pop(node.id, None)
+        self._touch(node)
 
     def _split(self, node: Node, k: int) -> Node:
         upper = self.tree.split(node, k)
@@ -351,6 +393,7 @@ class PrefixCache:
             parent = node.parent
             self.tree.remove(node)
             self._track(node)
+            self._touch(parent)
             node = parent
 
     # -- digests and checks ---------------------------------------------------------------

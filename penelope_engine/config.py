@@ -51,7 +51,8 @@ class ModelConfig:
             _require(getattr(self, f) > 0, f"{f} must be positive, got {getattr(self, f)}")
         _require(
             self.num_heads % self.num_kv_heads == 0,
-            f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})",
+            f"num_heads ({self.num_heads}) must be a multiple of "
+            f"num_kv_heads ({self.num_kv_heads})",
         )
         _require(self.head_dim % 2 == 0, f"head_dim must be even for RoPE, got {self.head_dim}")
 

@@ -44,7 +44,11 @@ class CacheView(Protocol):
 
     def session(self, sid: str) -> SessionInfo: ...
 
-    def page_cost(self, position_tokens: int) -> float: ...
+    def page_cost(self, page_index: int) -> float: ...
+
+    def first_page(self, node: Node, tier: str) -> int:
+        """Sequence page index of `node`'s first page held in `tier`."""
+        ...
 
 
 def owner(node: Node) -> str | None:
@@ -55,8 +59,9 @@ class EvictionPolicy:
     name: ClassVar[str]
     leaves_only: ClassVar[bool] = False  # candidates are leaves of the tier only
     forms_holes: ClassVar[bool] = True
+    static_keys: ClassVar[bool] = True  # keys change only on cache events, not with time
 
-    def key(self, node: Node, first_page: int, view: CacheView) -> tuple:
+    def key(self, node: Node, tier: str, view: CacheView) -> tuple:
         raise NotImplementedError
 
     def front_first(self, node: Node) -> bool:
@@ -74,7 +79,7 @@ class LruPolicy(EvictionPolicy):
     leaves_only = True
     forms_holes = False
 
-    def key(self, node: Node, first_page: int, view: CacheView) -> tuple:
+    def key(self, node: Node, tier: str, view: CacheView) -> tuple:
         return (node.last_access, -node.start)
 
     def front_first(self, node: Node) -> bool:
@@ -87,7 +92,7 @@ class _SessionPolicy(EvictionPolicy):
     def session_score(self, sid: str, view: CacheView) -> float:
         raise NotImplementedError
 
-    def key(self, node: Node, first_page: int, view: CacheView) -> tuple:
+    def key(self, node: Node, tier: str, view: CacheView) -> tuple:
         sid = owner(node)
         if node.shared or sid is None:
             return (1, node.last_access, -node.start)
@@ -113,6 +118,7 @@ class ReturnAwarePolicy(_SessionPolicy):
     """
 
     name = "return_aware"
+    static_keys = False  # an overdue session's expected return moves with time
     tool_gap_prior_s = 10.0
     user_gap_s = 200.0
 
@@ -131,8 +137,8 @@ class ReturnAwarePolicy(_SessionPolicy):
             return info.queued_since
         return self.expected_return(info, view)
 
-    def key(self, node: Node, first_page: int, view: CacheView) -> tuple:
-        k = super().key(node, first_page, view)
+    def key(self, node: Node, tier: str, view: CacheView) -> tuple:
+        k = super().key(node, tier, view)
         return (0, -k[1], k[2]) if k[0] == 0 else k
 
 
@@ -156,8 +162,8 @@ class GreedyDualPolicy(EvictionPolicy):
 
     name = "greedydual"
 
-    def key(self, node: Node, first_page: int, view: CacheView) -> tuple:
-        return (1 if node.shared else 0, node.gd_base + view.page_cost(first_page))
+    def key(self, node: Node, tier: str, view: CacheView) -> tuple:
+        return (1 if node.shared else 0, node.gd_base + view.page_cost(view.first_page(node, tier)))
 
     def on_evict(self, key: tuple, view: CacheView) -> None:
         if key[0] == 0:

@@ -1,0 +1,286 @@
+"""`ArrowSegmentStore`: a byte-budgeted, content-addressed, restart-safe store of KV segments.
+
+Reads never fail loudly: a segment that is missing, truncated, altered or
+foreign is a miss (the caller recomputes), is counted, and its file is moved to
+`quarantine/`. Writes never fail loudly either: an unwritable or full store
+makes `put` return False, counts it and logs one warning.
+
+Thread safety: one lock guards the index, the reservation and the counters;
+file I/O runs outside it. Several processes may share a directory: files
+appear atomically under content-addressed names, so two writers of the same
+segment write the same bytes, and a reader holding a memory map keeps its data
+when another process replaces or deletes the file. Each process keeps its own
+index and budget; a file another process evicted reads as a miss.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from cache_store import codec
+from cache_store.files import SegmentFiles
+from cache_store.index import IndexEntry, SegmentIndex
+from cache_store.segment import Segment, SegmentError
+
+logger = logging.getLogger(__name__)
+
+LostReason = Literal["missing", "corrupt", "read_errors"]  # the counter a failed get bumps
+
+_CORRUPT = (
+    codec.CorruptSegmentError,
+    SegmentError,
+    pa.ArrowException,
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    OverflowError,
+)  # I/O errors (OSError) are not corruption: the file may read fine later
+
+
+@dataclass
+class _Counters:
+    puts: int = 0  # segments written
+    hits: int = 0
+    misses: int = 0  # every failed get, whatever the reason
+    corrupt: int = 0  # files quarantined (on read or at start)
+    missing: int = 0  # indexed files that had disappeared
+    read_errors: int = 0  # I/O errors of a remote filesystem (file kept)
+    evictions: int = 0
+    write_errors: int = 0
+    rejected: int = 0  # segments larger than the whole budget
+    bytes_written: int = 0
+    bytes_read: int = 0
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """A snapshot of a store's counters (see `_Counters`) and occupancy."""
+
+    puts: int
+    hits: int
+    misses: int
+    corrupt: int
+    missing: int
+    read_errors: int
+    evictions: int
+    write_errors: int
+    rejected: int
+    bytes_written: int
+    bytes_read: int
+    segments: int
+    used_bytes: int
+    budget_bytes: int
+
+
+class ArrowSegmentStore:
+    """KV segments as Arrow IPC files under `uri` (a local path or any `pyarrow.fs` URI).
+
+    `filesystem`, when given, is used as is and `uri` is a path inside it (for a
+    configured S3 or GCS filesystem, or tests).
+    """
+
+    def __init__(
+        self, uri: str, budget_bytes: int, namespace: str, filesystem: pafs.FileSystem | None = None
+    ) -> None:
+        if budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+        if not namespace:
+            raise ValueError("namespace must be a non-empty model fingerprint")
+        self.namespace = namespace
+        self.budget_bytes = budget_bytes
+        self._files = SegmentFiles(uri, namespace, filesystem)
+        self._lock = threading.Lock()
+        self._index = SegmentIndex()
+        self._reserved = 0
+        self._counters = _Counters()
+        self._warned = False
+        try:
+            self._files.ensure_dirs()
+            self._scan()
+        except OSError as e:
+            self._warn(e)
+
+    # --- queries (no I/O) ---------------------------------------------------
+
+    @property
+    def used_bytes(self) -> int:
+        with self._lock:
+            return self._index.used_bytes
+
+    def contains(self, key: str) -> bool:
+        with self._lock:
+            return key in self._index
+
+    def keys(self) -> list[str]:
+        """Keys of the indexed segments, least recently used first."""
+        with self._lock:
+            return self._index.keys()
+
+    def lookup(self, tenant: str, page_hash: int) -> str | None:
+        """Key of a stored segment holding the page `page_hash` of `tenant`, or None."""
+        with self._lock:
+            return self._index.lookup(tenant, page_hash)
+
+    def stats(self) -> StoreStats:
+        with self._lock:
+            return StoreStats(
+                **asdict(self._counters),
+                segments=len(self._index),
+                used_bytes=self._index.used_bytes,
+                budget_bytes=self.budget_bytes,
+            )
+
+    # --- mutations ----------------------------------------------------------
+
+    def put(self, seg: Segment) -> bool:
+        """Store `seg`, evicting least recently used segments to fit; False if it cannot."""
+        if seg.namespace != self.namespace:
+            raise ValueError(
+                f"segment of namespace {seg.namespace!r} put into a store of {self.namespace!r}"
+            )
+        key = seg.key
+        if self._touch(key):
+            return True
+        batch = codec.encode(seg)
+        size = codec.encoded_size(batch)
+        victims = self._reserve(key, size)
+        if isinstance(victims, bool):
+            return victims
+        for victim in victims:
+            self._files.delete(victim.key)
+        try:
+            if self._files.size(key) != size:  # another writer may have stored it already
+                self._files.write(key, batch)
+        except OSError as e:
+            return self._write_failed(size, e)
+        with self._lock:
+            self._reserved -= size
+            self._index.add(IndexEntry(key, seg.tenant, seg.page_hashes, size))
+            self._counters.puts += 1
+            self._counters.bytes_written += size
+            self._warned = False
+        return True
+
+    def get(self, key: str) -> Segment | None:
+        """The segment stored under `key`, verified, its payload a view of the file; or None."""
+        with self._lock:
+            entry = self._index.get(key)
+            if entry is None:
+                self._counters.misses += 1
+                return None
+            self._index.touch(key)
+        try:
+            with self._files.open(key) as f:  # a mapped payload outlives the handle
+                seg = codec.read_segment(f)
+            if seg.key != key or seg.namespace != self.namespace:
+                raise codec.CorruptSegmentError("segment does not match its file name")
+        except FileNotFoundError:
+            self._lost(entry, "missing")
+            return None
+        except _CORRUPT as e:
+            logger.info("quarantining corrupt KV segment %s: %s", key, e)
+            self._lost(entry, "corrupt")
+            return None
+        except OSError as e:
+            logger.debug("reading KV segment %s failed: %s", key, e)
+            self._lost(entry, "read_errors")
+            return None
+        with self._lock:
+            self._counters.hits += 1
+            self._counters.bytes_read += entry.size
+        return seg
+
+    def delete(self, key: str) -> bool:
+        """Remove the segment `key`; True if it was indexed."""
+        with self._lock:
+            entry = self._index.remove(key)
+        if entry is not None:
+            self._files.delete(key)
+        return entry is not None
+
+    # --- internals ----------------------------------------------------------
+
+    def _touch(self, key: str) -> bool:
+        with self._lock:
+            if key in self._index:
+                self._index.touch(key)
+                return True
+            return False
+
+    def _reserve(self, key: str, size: int) -> bool | list[IndexEntry]:
+        """Room for `size` bytes: the evicted entries; True if `key` is stored, False if too big."""
+        with self._lock:
+            if key in self._index:
+                self._index.touch(key)
+                return True
+            if size > self.budget_bytes:
+                self._counters.rejected += 1
+                return False
+            victims = []
+            while self._index.used_bytes + self._reserved + size > self.budget_bytes:
+                victim = self._index.pop_lru()
+                if victim is None:  # the rest is reserved by writes in flight
+                    break
+                victims.append(victim)
+            self._counters.evictions += len(victims)
+            self._reserved += size
+            return victims
+
+    def _write_failed(self, size: int, err: OSError) -> bool:
+        with self._lock:
+            self._reserved -= size
+            self._counters.write_errors += 1
+        self._warn(err)
+        return False
+
+    def _warn(self, err: OSError) -> None:
+        with self._lock:
+            first, self._warned = not self._warned, True
+        log = logger.warning if first else logger.debug
+        log(
+            "Arrow KV store at %s is not usable (%s); KV that does not fit in memory will be "
+            "recomputed instead of spilled",
+            self._files.dir,
+            err,
+        )
+
+    def _lost(self, entry: IndexEntry, reason: LostReason) -> None:
+        with self._lock:
+            if self._index.get(entry.key) == entry:
+                self._index.remove(entry.key)
+            self._counters.misses += 1
+            setattr(self._counters, reason, getattr(self._counters, reason) + 1)
+        if reason == "corrupt":
+            self._files.quarantine(entry.key)
+
+    def _scan(self) -> None:
+        """Index what earlier runs left (footers and page hashes only), oldest first."""
+        for found in self._files.listing():
+            try:
+                with self._files.open(found.key) as f:
+                    header = codec.read_header(f)
+                if header.key != found.key or header.namespace != self.namespace:
+                    raise codec.CorruptSegmentError("segment does not match its file name")
+            except FileNotFoundError:
+                continue
+            except _CORRUPT as e:
+                logger.info("quarantining corrupt KV segment %s: %s", found.key, e)
+                self._counters.corrupt += 1
+                self._files.quarantine(found.key)
+                continue
+            except OSError as e:  # unreadable now, perhaps not later: leave it in place
+                logger.debug("skipping unreadable KV segment %s: %s", found.key, e)
+                continue
+            self._index.add(IndexEntry(found.key, header.tenant, header.page_hashes, found.size))
+        while self._index.used_bytes > self.budget_bytes:
+            victim = self._index.pop_lru()
+            assert victim is not None
+            self._counters.evictions += 1
+            self._files.delete(victim.key)

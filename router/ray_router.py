@@ -1,0 +1,198 @@
+"""Ray Serve request router on the routing core: ``router.ray_router:PenelopeRequestRouter``.
+
+How Ray Serve 2.60 drives it
+----------------------------
+Every process that holds a handle to the engine deployment (the HTTP proxy,
+each ingress replica) builds one router instance from the deployment's
+``RequestRouterConfig``: ``__init__`` with Ray's keyword arguments, then
+``initialize_state(**request_router_kwargs)``. For each request Ray calls
+``await choose_replicas(candidate_replicas, pending_request)``; we return ranked
+groups of replicas and Ray's base class takes, from the first group that has
+one, the replica with the shortest queue that is below ``max_ongoing_requests``
+(from its queue-length cache, probing replicas it has no fresh entry for). If
+none accepts, it calls ``choose_replicas`` again; ``should_backoff = True``
+(which we always set, since each answer already lists every replica) makes it
+sleep with exponential backoff between such rounds. When a replica accepts,
+Ray calls ``on_request_routed``: that is where the session is remembered.
+
+Replica state comes only from ``RunningReplica.routing_stats``: the dict the
+replica's ``record_routing_stats`` returned, which the controller pulls every
+``request_routing_stats_period_s`` and broadcasts to all routers; plus Ray's
+own queue-length cache. Nothing here blocks or calls ``ray.get``.
+
+Wiring a deployment::
+
+    from ray import serve
+    from ray.serve.config import RequestRouterConfig
+    from router.digest import build_digest
+
+    @serve.deployment(
+        max_ongoing_requests=32,
+        request_router_config=RequestRouterConfig(
+            request_router_class="router.ray_router:PenelopeRequestRouter",
+            request_router_kwargs={"policy": "affinity", "overload_ratio": 0.75},
+            request_routing_stats_period_s=2.0,   # digest freshness
+            request_routing_stats_timeout_s=5.0,
+        ),
+    )
+    class EngineDeployment:
+        async def record_routing_stats(self) -> dict:  # sync or async, no arguments
+            return build_digest(self.engine.session_digests(1024), self.prefix_hashes(),
+                                limit=1024, queue_len=self.engine.stats().queue_length)
+
+``request_router_kwargs`` must be JSON-serializable: ``policy`` ("affinity" or
+"pow2") plus any ``RouterConfig`` field. The class is pickled by value but
+``router`` and ``penelope_engine`` are imported by reference, so they must be
+importable wherever a handle lives (install the package or ship the repo as
+the runtime_env ``working_dir``).
+
+Where the request's routing fields come from (first found wins)
+---------------------------------------------------------------
+- session id: ``pending_request.metadata.session_id``, which the HTTP proxy
+  fills from the ``x-session-id`` header (``RAY_SERVE_SESSION_ID_HEADER_KEY``)
+  for the handle it calls, and which a deployment calling the engine sets
+  with ``handle.options(session_id=sid)``; else a ``session_id`` keyword
+  argument; else a ``session_id`` attribute or key of the first positional
+  argument (``GenerateRequest.session_id`` or a JSON body dict). Arguments
+  are already resolved when routing runs, so this costs a lookup.
+- first-page hashes: ``prefix_hashes`` from the same places (optional).
+- tenant: ``tenant`` from the same places, default "default".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ray.serve.request_router import (
+    PendingRequest,
+    ReplicaID,
+    RequestRouter,
+    RunningReplica,
+)
+
+from router.core import ReplicaView, RouterConfig, RouteRequest
+from router.digest import EMPTY_DIGEST, DigestError, ReplicaDigest, decode_digest
+from router.policies import RoutingPolicy, make_policy
+
+logger = logging.getLogger("ray.serve")
+
+
+class PenelopeRequestRouter(RequestRouter):
+    """Cache-affinity routing for Penelope engine replicas (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._policy: RoutingPolicy = make_policy("affinity")
+        self._digests: dict[str, tuple[object, ReplicaDigest]] = {}
+        self._live_ids: set[str] = set()
+
+    def initialize_state(self, policy: str = "affinity", **options: Any) -> None:
+        """Called once by Ray with ``request_router_kwargs``."""
+        self._policy = make_policy(policy, RouterConfig.from_kwargs(options))
+
+    @property
+    def policy(self) -> RoutingPolicy:
+        return self._policy
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        if not candidate_replicas:
+            return []
+        if pending_request is None:
+            return [list(candidate_replicas)]
+        pending_request.routing_context.should_backoff = True
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        views = [self._view(r) for r in candidate_replicas]
+        decision = self._policy.rank(views, route_request_of(pending_request))
+        return [[by_id[rid] for rid in rank] for rank in decision.ranks]
+
+    def on_request_routed(
+        self, pending_request: PendingRequest, replica_id: ReplicaID, result: object
+    ) -> None:
+        session_id = route_request_of(pending_request).session_id
+        replica = self._replicas.get(replica_id)
+        if session_id is None or replica is None:
+            return
+        reported = session_id in self._digest(replica).sessions
+        self._policy.remember(session_id, replica_id.unique_id, reported=reported)
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        self._sync_replicas()
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        super().on_replica_actor_died(replica_id)
+        self._sync_replicas()
+
+    def _sync_replicas(self) -> None:
+        """Re-home sessions of replicas that left (only when the set changed)."""
+        live = {rid.unique_id for rid in self._replica_id_set}
+        if live == self._live_ids:
+            return
+        self._live_ids = live
+        moved = self._policy.sync_replicas(live)
+        if moved:
+            logger.info("Penelope router: %d session(s) lost their replica", len(moved))
+        for rid in [rid for rid in self._digests if rid not in live]:
+            del self._digests[rid]
+
+    def _view(self, replica: RunningReplica) -> ReplicaView:
+        digest = self._digest(replica)
+        queue_len = self.replica_queue_len_cache.get(replica.replica_id)
+        if queue_len is None:
+            queue_len = digest.queue_len if digest.queue_len is not None else 0
+        return ReplicaView(
+            replica.replica_id.unique_id, queue_len, replica.max_ongoing_requests, digest
+        )
+
+    def _digest(self, replica: RunningReplica) -> ReplicaDigest:
+        """The decoded digest, re-decoded only when Ray delivers new routing stats."""
+        rid = replica.replica_id.unique_id
+        stats = replica.routing_stats
+        cached = self._digests.get(rid)
+        if cached is not None and cached[0] is stats:
+            return cached[1]
+        try:
+            digest = decode_digest(stats)
+        except DigestError as exc:
+            logger.warning("Penelope router: ignoring bad digest from %s: %s", rid, exc)
+            digest = EMPTY_DIGEST
+        self._digests[rid] = (stats, digest)
+        return digest
+
+
+def route_request_of(pending_request: PendingRequest) -> RouteRequest:
+    """The routing fields of a Ray pending request (see the module docstring)."""
+    kwargs = pending_request.kwargs
+    body = pending_request.args[0] if pending_request.args else None
+    session_id = pending_request.metadata.session_id or _field(kwargs, body, "session_id")
+    tenant = _field(kwargs, body, "tenant")
+    return RouteRequest(
+        session_id=session_id if isinstance(session_id, str) and session_id else None,
+        prefix_hashes=_hashes(_field(kwargs, body, "prefix_hashes")),
+        tenant=tenant if isinstance(tenant, str) and tenant else "default",
+        request_id=pending_request.metadata.internal_request_id,
+    )
+
+
+def _field(kwargs: Mapping[Any, Any], body: object, name: str) -> object:
+    if name in kwargs:
+        return kwargs[name]
+    if isinstance(body, Mapping):
+        return body.get(name)
+    return getattr(body, name, None)
+
+
+def _hashes(value: object) -> tuple[int, ...]:
+    """First-page hashes as ints; anything malformed means "unknown", never an error."""
+    if not isinstance(value, Iterable) or isinstance(value, (str, bytes)):
+        return ()
+    try:
+        return tuple(int(h) for h in value)
+    except (TypeError, ValueError):
+        return ()
