@@ -142,12 +142,20 @@ class PrefixCache:
         return self.host.allocate(n) if n <= self.host.num_free else None
 
     # -- insert ------------------------------------------------------------------
-    def insert(self, hashes: np.ndarray, pages: np.ndarray, session: str) -> InsertResult:
+    def insert(
+        self,
+        hashes: np.ndarray,
+        pages: np.ndarray,
+        session: str,
+        tenant: str = "default",
+        tokens: np.ndarray | None = None,
+    ) -> InsertResult:
         """Record that `pages` on the device hold the KV of `hashes` (mutates).
 
         Pages fill holes and extend the tree; where the tree already has a
         device page for a hash, that one is canonical and the request's copy
-        is freed. Returns the canonical pages and the leaf.
+        is freed. `tokens` ([pages, page_size]) are kept on new nodes so the
+        store can verify identity. Returns the canonical pages and the leaf.
         """
         assert len(hashes) == len(pages) > 0
         pages = np.asarray(pages, dtype=np.int32).copy()
@@ -156,7 +164,9 @@ class PrefixCache:
         while i < n:
             child = node.children.get(int(hashes[i]))
             if child is None:
-                child = self.tree.add_child(node, hashes[i:])
+                child = self.tree.add_child(
+                    node, hashes[i:], tenant, None if tokens is None else tokens[i:]
+                )
                 self._set_device(child, np.arange(n - i), pages[i:])
                 i = n
             else:

@@ -8,11 +8,13 @@ to its asyncio consumer; cancelling the consumer aborts the request.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
 from itertools import count
 
+from cache_store import ArrowSegmentStore
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import EngineConfig
 from penelope_engine.errors import CapacityError, InvalidRequestError
@@ -34,7 +36,12 @@ from penelope_engine.tiers import TorchTiers
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None, store=None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        loaded: LoadedModel | None = None,
+        store: ArrowSegmentStore | None = None,
+    ) -> None:
         self.config = config
         self.loaded = loaded or load_model(config.model, config.dtype, config.device)
         mc, cc = self.loaded.config, config.cache
@@ -48,6 +55,12 @@ class Engine:
             if cc.host_pages
             else None
         )
+        fingerprint = re.sub(
+            r"[^A-Za-z0-9._-]+", "_", f"{cc.namespace}-{self.model_name}-{config.dtype}"
+        )
+        if store is None and cc.store_uri:
+            store = ArrowSegmentStore(cc.store_uri, cc.store_bytes, fingerprint)
+        self.store = store
         self.tiers = TorchTiers(self.device_pool, self.host_pool, store)
         self.cost = CostModel(kv_bytes_per_token=mc.kv_bytes_per_token(dtype.itemsize))
         self.cache = PrefixCache(
@@ -59,7 +72,7 @@ class Engine:
             has_store=store is not None,
             page_cost=lambda p: self.cost.recompute_s(p * cc.page_size, cc.page_size),
         )
-        self.hasher = PageHasher(cc.page_size, f"{cc.namespace}/{self.model_name}")
+        self.hasher = PageHasher(cc.page_size, fingerprint)
         self.scheduler = Scheduler(
             config.scheduler,
             self.cache,
@@ -197,7 +210,12 @@ def output_of(seq: Sequence, emitted: int) -> RequestOutput:
 class AsyncEngine:
     """`EngineProtocol` over `Engine`, with the step loop on a background thread."""
 
-    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None, store=None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        loaded: LoadedModel | None = None,
+        store: ArrowSegmentStore | None = None,
+    ) -> None:
         self.engine = Engine(config, loaded, store)
         self.model_name = self.engine.model_name
         self.tokenizer = self.engine.tokenizer

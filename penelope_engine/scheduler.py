@@ -106,9 +106,13 @@ class Scheduler:
         n_pages = -(-seq.prompt_len // ps)
         usable = (seq.prompt_len - 1) // ps  # always leave the last token to compute
         match = cache.match(seq.hashes[:usable])
-        k = match.num_pages
-        lock = cache.lock(match.nodes[-1] if k else None)
-        where = match.where[:k]
+        lock = cache.lock(match.nodes[-1] if match.num_pages else None)
+        # Pages past the tree's match may still be in a shared store (a session
+        # that moved here, or a replica that restarted): take the run found there.
+        beyond = self.tiers.store_run(seq.hashes[match.num_pages : usable], seq.req.tenant)
+        k = match.num_pages + beyond
+        where = np.concatenate([match.where, np.full(beyond, STORE, np.int8)])
+        host = np.concatenate([match.host, np.full(beyond, -1, np.int32)])
         device = where == DEVICE
         try:
             fresh = cache.allocate(n_pages - int(device.sum()))
@@ -117,7 +121,9 @@ class Scheduler:
             return False
         cache.on_start(seq.req.session)
         table = np.empty(n_pages, dtype=np.int32)
-        table[:k][device] = match.device[:k][device]
+        table[: match.num_pages][device[: match.num_pages]] = match.device[
+            device[: match.num_pages]
+        ]
         owned = np.ones(n_pages, dtype=bool)
         owned[:k][device] = False
         table[owned] = fresh
@@ -125,7 +131,7 @@ class Scheduler:
         recompute = np.zeros(n_pages, dtype=bool)
         recompute[:k] = where == HOLE
         recompute[k:] = True
-        loaded = self._load(seq, match.host[:k], where, recompute)
+        loaded = self._load(seq, host, where, recompute)
         self._set_todo(seq, recompute, loaded, int(device.sum()))
         return True
 
@@ -146,7 +152,11 @@ class Scheduler:
             if code == HOST:
                 ok = np.full(len(idx), self.tiers.host_to_device(host[idx], seq.page_table[idx]))
             else:
-                ok = self.tiers.load_store(seq.hashes[idx], seq.page_table[idx])
+                ps = self.page_size
+                toks = np.asarray(seq.tokens[: len(seq.hashes) * ps], np.int32).reshape(-1, ps)
+                ok = self.tiers.load_store(
+                    seq.hashes[idx], toks[idx], seq.req.tenant, seq.page_table[idx]
+                )
             recompute[idx[~ok]] = True
             loaded[code] = int(ok.sum())
         return loaded
@@ -220,7 +230,9 @@ class Scheduler:
             if n <= len(seq.hashes)
             else self.hasher.hashes(seq.tokens[: n * self.page_size], seq.req.tenant)
         )
-        res = self.cache.insert(hashes, seq.page_table[:n], seq.req.session)
+        ps = self.page_size
+        tokens = np.asarray(seq.tokens[: n * ps], dtype=np.int32).reshape(n, ps)
+        res = self.cache.insert(hashes, seq.page_table[:n], seq.req.session, seq.req.tenant, tokens)
         seq.page_table[:n] = res.pages
         seq.owned[:n] = False
         old, seq.lock = seq.lock, self.cache.lock(res.leaf)

@@ -13,10 +13,12 @@ import logging
 import numpy as np
 import torch
 
-from penelope_engine.kv_pool import KVPool
+from cache_store import Segment
+from penelope_engine.kv_pool import DTYPES, KVPool
 from penelope_engine.tree import Node
 
 log = logging.getLogger(__name__)
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 class TorchTiers:
@@ -54,12 +56,65 @@ class TorchTiers:
         return self._copy(self.host, host_pages, self.device, device_pages)
 
     def spill(self, node: Node, idx: np.ndarray) -> bool:
-        if self.store is None or self.host is None:
+        """Write host pages `idx` of `node` to the store, one segment per consecutive run."""
+        if self.store is None or self.host is None or node.tokens is None:
             return False
-        return bool(self.store.spill(node.hashes[idx], node.start + idx, self.host, node.host[idx]))
+        runs = np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1)
+        ok = True
+        for run in runs:
+            k, v = self.host.read_pages(torch.from_numpy(node.host[run].astype(np.int64)))
+            kv = torch.stack([k, v]).contiguous()
+            ps = self.host.page_size
+            seg = Segment(
+                namespace=self.store.namespace,
+                tenant=node.tenant,
+                page_hashes=tuple(int(h) for h in node.hashes[run]),
+                positions=tuple(int(p) * ps for p in node.start + run),
+                token_ids=tuple(tuple(t) for t in node.tokens[run].tolist()),
+                dtype=DTYPE_NAMES[kv.dtype],
+                shape=tuple(kv.shape),
+                payload=memoryview(kv.view(torch.uint8).numpy()).cast("B"),
+            )
+            ok = self.store.put(seg) and ok
+        return ok
 
-    def load_store(self, hashes: np.ndarray, device_pages: np.ndarray) -> np.ndarray:
-        """Load pages from the store; a bool mask of the pages that loaded."""
+    def store_run(self, hashes: np.ndarray, tenant: str) -> int:
+        """How many of `hashes`, from the first, the store's index holds (no I/O)."""
         if self.store is None:
-            return np.zeros(len(hashes), dtype=bool)
-        return self.store.load(hashes, self.device, device_pages)
+            return 0
+        n = 0
+        while n < len(hashes) and self.store.lookup(tenant, int(hashes[n])) is not None:
+            n += 1
+        return n
+
+    def load_store(
+        self, hashes: np.ndarray, tokens: np.ndarray, tenant: str, device_pages: np.ndarray
+    ) -> np.ndarray:
+        """Load pages from the store into `device_pages`; a mask of the pages that loaded.
+
+        A page loads only when its segment is intact and holds the very tokens
+        of the request at that page; anything else is a miss (recomputed).
+        """
+        loaded = np.zeros(len(hashes), dtype=bool)
+        if self.store is None:
+            return loaded
+        segments: dict[str, Segment | None] = {}
+        for i, h in enumerate(hashes):
+            key = self.store.lookup(tenant, int(h))
+            if key is None:
+                continue
+            if key not in segments:
+                segments[key] = self.store.get(key)
+            seg = segments[key]
+            if seg is None:
+                continue
+            j = seg.page_index(int(h))
+            if seg.token_ids[j] != tuple(int(t) for t in tokens[i]):
+                continue
+            kv = torch.frombuffer(seg.payload, dtype=torch.uint8).view(DTYPES[seg.dtype])
+            kv = kv.reshape(seg.shape)
+            ps = self.device.page_size
+            page = kv[:, :, j * ps : (j + 1) * ps]
+            self.device.write_pages(torch.tensor([int(device_pages[i])]), page[0], page[1])
+            loaded[i] = True
+        return loaded

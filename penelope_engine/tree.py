@@ -46,6 +46,8 @@ class Node:
         "gd_base",
         "n_device",
         "n_host",
+        "tokens",
+        "tenant",
     )
 
     def __init__(self, parent: Node | None, start: int, hashes: np.ndarray) -> None:
@@ -58,6 +60,8 @@ class Node:
         self.device = np.full(n, -1, dtype=np.int32)
         self.host = np.full(n, -1, dtype=np.int32)
         self.stored = np.zeros(n, dtype=bool)
+        self.tokens: np.ndarray | None = None  # [pages, page_size] int32 when the caller keeps them
+        self.tenant = "default"
         self.lock = 0
         self.last_access = 0.0
         self.sessions: set[str] = set()
@@ -182,8 +186,11 @@ class PageTree:
         upper.sessions = set(node.sessions)
         upper.pinned = node.pinned
         upper.gd_base = node.gd_base
+        upper.tenant = node.tenant
         node.hashes, node.device = node.hashes[k:].copy(), node.device[k:].copy()
         node.host, node.stored = node.host[k:].copy(), node.stored[k:].copy()
+        if node.tokens is not None:
+            upper.tokens, node.tokens = node.tokens[:k].copy(), node.tokens[k:].copy()
         node.start += k
         parent.children[int(upper.hashes[0])] = upper
         upper.children[int(node.hashes[0])] = node
@@ -192,8 +199,16 @@ class PageTree:
         node.recount()
         return upper
 
-    def add_child(self, parent: Node, hashes: np.ndarray) -> Node:
-        child = Node(parent, parent.end if parent is not self.root else 0, hashes.copy())
+    def add_child(
+        self,
+        parent: Node,
+        hashes: np.ndarray,
+        tenant: str = "default",
+        tokens: np.ndarray | None = None,
+    ) -> Node:
+        child = Node(parent, parent.end, hashes.copy())
+        child.tenant = tenant
+        child.tokens = None if tokens is None else tokens.astype(np.int32)
         parent.children[int(hashes[0])] = child
         return child
 
@@ -208,6 +223,8 @@ class PageTree:
         assert not node.children and 0 < keep <= len(node)
         node.hashes, node.device = node.hashes[:keep], node.device[:keep]
         node.host, node.stored = node.host[:keep], node.stored[:keep]
+        if node.tokens is not None:
+            node.tokens = node.tokens[:keep]
         node.recount()
 
     def lock(self, node: Node, delta: int) -> None:
