@@ -66,6 +66,7 @@ def run(
     seed: int = 0,
 ) -> dict:
     rng = np.random.default_rng(seed)
+    shared = min(shared, tokens // 2)
     total_pages = sessions * (tokens + turns * turn_tokens // sessions) // page_size
     cache = PrefixCache(
         page_size, int(total_pages * device_fraction), policy=policy, time_fn=time.monotonic

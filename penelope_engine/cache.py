@@ -184,7 +184,8 @@ class PrefixCache:
         info.leaf = node
         info.last_access = now
         self._touch_path(node)
-        info.seen_tokens = max(info.seen_tokens, node.end * self.page_size)
+        if len(hashes) >= len(info.seen_hashes):
+            info.seen_hashes = np.array(hashes, dtype=np.uint64)
         return InsertResult(pages, node)
 
     def _merge_pages(self, node: Node, pages: np.ndarray) -> None:

@@ -15,8 +15,10 @@ Policies are chosen by name from `POLICIES`; the same names feed the CLI.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
+
+import numpy as np
 
 from penelope_engine.errors import UnknownNameError
 from penelope_engine.tree import Node
@@ -33,7 +35,9 @@ class SessionInfo:
     queued_since: float | None = None  # set while a request of the session waits
     next_arrival: float | None = None  # oracle hint (from a trace); inf = never returns
     leaf: Node | None = None  # the node ending its last inserted path
-    seen_tokens: int = 0  # tokens of the session's history the cache has held
+    # Page ids of the longest path the session inserted: a missing page whose id
+    # is here was cached once and evicted (recomputed), any other is new.
+    seen_hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
 
 
 class CacheView(Protocol):

@@ -169,8 +169,11 @@ class Scheduler:
         pos = (pages[:, None] * ps + np.arange(ps)[None, :]).reshape(-1)
         seq.todo = pos[pos < seq.prompt_len].astype(np.int64)
         seq.cursor = 0
-        seen = self.cache.session(seq.req.session).seen_tokens
-        recomputed = int((seq.todo < min(seen, seq.prompt_len - 1)).sum())
+        seen = self.cache.session(seq.req.session).seen_hashes
+        n = min(len(seen), len(seq.hashes))
+        was_cached = np.zeros(len(recompute), dtype=bool)
+        was_cached[:n] = seen[:n] == seq.hashes[:n]
+        recomputed = int(was_cached[seq.todo // ps].sum())
         seq.usage = TokenUsage(
             prompt_tokens=seq.prompt_len,
             device_tokens=device_pages * ps,

@@ -9,6 +9,7 @@ flight. A failed copy returns False and the cache treats the page as missing.
 from __future__ import annotations
 
 import logging
+import warnings
 
 import numpy as np
 import torch
@@ -111,7 +112,9 @@ class TorchTiers:
             j = seg.page_index(int(h))
             if seg.token_ids[j] != tuple(int(t) for t in tokens[i]):
                 continue
-            kv = torch.frombuffer(seg.payload, dtype=torch.uint8).view(DTYPES[seg.dtype])
+            with warnings.catch_warnings():  # read-only mapped bytes: we only read them
+                warnings.simplefilter("ignore", UserWarning)
+                kv = torch.frombuffer(seg.payload, dtype=torch.uint8).view(DTYPES[seg.dtype])
             kv = kv.reshape(seg.shape)
             ps = self.device.page_size
             page = kv[:, :, j * ps : (j + 1) * ps]
