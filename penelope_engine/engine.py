@@ -21,7 +21,7 @@ from penelope_engine.errors import CapacityError, InvalidRequestError
 from penelope_engine.kv_pool import DTYPES, KVPool
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.pages import PageHasher
-from penelope_engine.planner import CostModel
+from penelope_engine.planner import CostCalibrator, CostModel
 from penelope_engine.protocol import (
     EngineStats,
     GenerateRequest,
@@ -29,7 +29,7 @@ from penelope_engine.protocol import (
     SessionDigest,
     TokenUsage,
 )
-from penelope_engine.runner import ModelRunner
+from penelope_engine.runner import BatchItem, ModelRunner
 from penelope_engine.scheduler import Scheduler
 from penelope_engine.sequence import Sequence
 from penelope_engine.tiers import TorchTiers
@@ -61,8 +61,12 @@ class Engine:
         if store is None and cc.store_uri:
             store = ArrowSegmentStore(cc.store_uri, cc.store_bytes, fingerprint)
         self.store = store
-        self.tiers = TorchTiers(self.device_pool, self.host_pool, store)
-        self.cost = CostModel(kv_bytes_per_token=mc.kv_bytes_per_token(dtype.itemsize))
+        self.calibrator = CostCalibrator(
+            CostModel(kv_bytes_per_token=mc.kv_bytes_per_token(dtype.itemsize))
+        )
+        self.tiers = TorchTiers(
+            self.device_pool, self.host_pool, store, on_copy=self.calibrator.observe_copy
+        )
         self.cache = PrefixCache(
             cc.page_size,
             cc.device_pages,
@@ -70,7 +74,7 @@ class Engine:
             cc.policy,
             io=self.tiers,
             has_store=store is not None,
-            page_cost=lambda p: self.cost.recompute_s(p * cc.page_size, cc.page_size),
+            page_cost=lambda p: self.calibrator.cost.recompute_s(p * cc.page_size, cc.page_size),
         )
         self.hasher = PageHasher(cc.page_size, fingerprint)
         self.scheduler = Scheduler(
@@ -78,7 +82,7 @@ class Engine:
             self.cache,
             self.hasher,
             self.tiers,
-            self.cost,
+            self.calibrator,
             tuple(self.tokenizer.eos_token_ids),
             self.max_model_len,
             write_through=cc.host_pages > 0 and cc.write_policy != "off",
@@ -132,12 +136,22 @@ class Engine:
         if not items:
             failed = self._break_deadlock()
             return [failed] if failed is not None else []
+        t0 = time.perf_counter()
         tokens = self.runner.run(items)
+        self._observe(items, time.perf_counter() - t0)
         out = self.scheduler.commit(items, tokens)
         for seq in out:
             if seq.finish_reason is not None:
                 self._seqs.pop(seq.request_id, None)
         return out
+
+    def _observe(self, items: list[BatchItem], seconds: float) -> None:
+        """Feed a prefill-only step of one request to the cost model's calibration."""
+        if len(items) == 1 and len(items[0].positions) > 1:
+            pos = items[0].positions
+            m = len(pos)
+            start = max(0, int(round(float(pos.mean()) - (m - 1) / 2)))
+            self.calibrator.observe_prefill(start, m, seconds)
 
     def _break_deadlock(self) -> Sequence | None:
         """Nothing could run: running requests hold every page. Fail the newest one."""

@@ -50,3 +50,34 @@ def fit_prefill(samples: list[tuple[int, int, float]]) -> tuple[float, float]:
     if abs(det) < 1e-30:
         return (b1 / s11 if s11 else 0.0, 0.0)
     return ((b1 * s22 - b2 * s12) / det, (s11 * b2 - s12 * b1) / det)
+
+
+class CostCalibrator:
+    """Refines a CostModel from what the running engine observes.
+
+    Prefill steps give (start, length, seconds) samples, refit by least
+    squares every `refit_every` samples over a sliding window; tier copies
+    give bytes/second, smoothed.
+    """
+
+    def __init__(self, cost: CostModel, window: int = 256, refit_every: int = 16) -> None:
+        self.cost = cost
+        self.window = window
+        self.refit_every = refit_every
+        self._samples: list[tuple[int, int, float]] = []
+        self._since = 0
+
+    def observe_prefill(self, start: int, length: int, seconds: float) -> None:
+        self._samples.append((start, length, seconds))
+        del self._samples[: -self.window]
+        self._since += 1
+        if self._since >= self.refit_every and len({a for a, _, _ in self._samples}) > 1:
+            self._since = 0
+            self.cost = self.cost.with_prefill_fit(*fit_prefill(self._samples))
+
+    def observe_copy(self, tier: str, nbytes: int, seconds: float) -> None:
+        if seconds <= 0 or nbytes <= 0:
+            return
+        field = "host_bytes_per_s" if tier == "host" else "store_bytes_per_s"
+        old = getattr(self.cost, field)
+        self.cost = replace(self.cost, **{field: 0.8 * old + 0.2 * nbytes / seconds})

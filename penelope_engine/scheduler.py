@@ -19,7 +19,7 @@ from penelope_engine.cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import CapacityError
 from penelope_engine.pages import PageHasher
-from penelope_engine.planner import CostModel, choose
+from penelope_engine.planner import CostCalibrator, choose
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.runner import BatchItem
 from penelope_engine.sequence import Sequence
@@ -34,7 +34,7 @@ class Scheduler:
         cache: PrefixCache,
         hasher: PageHasher,
         tiers: TorchTiers,
-        cost: CostModel,
+        calibrator: CostCalibrator,
         eos_token_ids: tuple[int, ...],
         max_model_len: int,
         write_through: bool = True,
@@ -43,7 +43,7 @@ class Scheduler:
         self.cache = cache
         self.hasher = hasher
         self.tiers = tiers
-        self.cost = cost
+        self.calibrator = calibrator
         self.eos = frozenset(eos_token_ids)
         self.max_model_len = max_model_len
         self.write_through = write_through
@@ -146,7 +146,7 @@ class Scheduler:
             if not len(idx):
                 continue
             span = (int(idx[0]) * ps, len(idx) * ps)
-            if choose(self.cost, tier, *span) == "recompute":
+            if choose(self.calibrator.cost, tier, *span) == "recompute":
                 recompute[idx] = True
                 continue
             if code == HOST:

@@ -9,12 +9,14 @@ flight. A failed copy returns False and the cache treats the page as missing.
 from __future__ import annotations
 
 import logging
+import time
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from cache_store import Segment
+from cache_store import ArrowSegmentStore, Segment
 from penelope_engine.kv_pool import DTYPES, KVPool
 from penelope_engine.tree import Node
 
@@ -24,24 +26,29 @@ DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 class TorchTiers:
     def __init__(
-        self, device_pool: KVPool, host_pool: KVPool | None, store=None, tenant_of=None
+        self,
+        device_pool: KVPool,
+        host_pool: KVPool | None,
+        store: ArrowSegmentStore | None = None,
+        on_copy: Callable[[str, int, float], None] | None = None,
     ) -> None:
         self.device = device_pool
         self.host = host_pool
         self.store = store
+        self.on_copy = on_copy  # (tier, bytes, seconds) of each load, for the planner
         self.stream = torch.cuda.Stream() if device_pool.device.type == "cuda" else None
         self.failures = 0
 
     def _copy(self, src: KVPool, src_pages: np.ndarray, dst: KVPool, dst_pages: np.ndarray) -> bool:
+        src_idx = torch.from_numpy(src_pages.astype(np.int64))
+        dst_idx = torch.from_numpy(dst_pages.astype(np.int64))
         try:
             if self.stream is not None:
                 with torch.cuda.stream(self.stream):
-                    k, v = src.read_pages(torch.from_numpy(src_pages.astype(np.int64)))
-                    dst.write_pages(torch.from_numpy(dst_pages.astype(np.int64)), k, v)
+                    dst.write_pages(dst_idx, *src.read_pages(src_idx))
                 self.stream.synchronize()
             else:
-                k, v = src.read_pages(torch.from_numpy(src_pages.astype(np.int64)))
-                dst.write_pages(torch.from_numpy(dst_pages.astype(np.int64)), k, v)
+                dst.write_pages(dst_idx, *src.read_pages(src_idx))
             return True
         except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # pragma: no cover - hw faults
             self.failures += 1
@@ -54,7 +61,12 @@ class TorchTiers:
 
     def host_to_device(self, host_pages: np.ndarray, device_pages: np.ndarray) -> bool:
         assert self.host is not None
-        return self._copy(self.host, host_pages, self.device, device_pages)
+        t0 = time.perf_counter()
+        ok = self._copy(self.host, host_pages, self.device, device_pages)
+        if ok and self.on_copy is not None:
+            nbytes = len(host_pages) * self.host.bytes_per_page
+            self.on_copy("host", nbytes, time.perf_counter() - t0)
+        return ok
 
     def spill(self, node: Node, idx: np.ndarray) -> bool:
         """Write host pages `idx` of `node` to the store, one segment per consecutive run."""
