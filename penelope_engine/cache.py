@@ -123,7 +123,16 @@ class PrefixCache:
 
     # -- allocation ------------------------------------------------------------
     def allocate(self, n: int) -> np.ndarray:
-        """Device pages for a request, evicting by policy. Raises CapacityError."""
+        """Device pages for a request, evicting by policy.
+
+        Raises CapacityError, having evicted nothing, when even evicting every
+        unlocked page would not make room.
+        """
+        if n > self.device.num_free and not self.can_allocate(n):
+            raise CapacityError(
+                f"need {n} device pages, {self.device.num_free} free and "
+                f"{self.evictable(DEVICE_TIER)} evictable; the rest are locked by running requests"
+            )
         if n > self.device.num_free:
             self._evict(DEVICE_TIER, n - self.device.num_free)
         if n > self.device.num_free:
@@ -218,6 +227,12 @@ class PrefixCache:
         info = self.session(sid)
         info.turn_end = info.last_access = self.now if now is None else now
         info.last_stop = stop_reason
+        self._touch_path(info.leaf)
+
+    def on_abort(self, sid: str) -> None:
+        """A queued request of the session was withdrawn before it ran."""
+        info = self.session(sid)
+        info.queued_since = None
         self._touch_path(info.leaf)
 
     def set_next_arrival(self, sid: str, t: float | None) -> None:
@@ -341,9 +356,14 @@ class PrefixCache:
             if self.has_host:
                 missing = idx[node.host[idx] < 0]
                 if len(missing):
-                    self.tree.lock(node, +1)
+                    # Pin the ancestors, not the node: host eviction may take this
+                    # node's own later host pages (lru's tail), never the path above.
+                    guard = node.parent if node.parent is not self.tree.root else None
+                    if guard is not None:
+                        self.tree.lock(guard, +1)
                     slots = self.allocate_host(len(missing))
-                    self.tree.lock(node, -1)
+                    if guard is not None:
+                        self.tree.lock(guard, -1)
                     if (
                         slots is not None
                         and self.io is not None

@@ -246,6 +246,7 @@ class Scheduler:
         """Release a running or waiting sequence (mutates the cache)."""
         if seq in self.waiting:
             self.waiting.remove(seq)
+            self.cache.on_abort(seq.req.session)
             return
         self.running.remove(seq)
         if not aborted and not seq.in_prefill:

@@ -23,7 +23,9 @@ import torch
 class AttentionMetadata:
     positions: torch.Tensor  # [T] int64, true position of each query token
     slot_mapping: torch.Tensor  # [T] int64, flat KV slot each query token's K/V is written to
-    query_starts: tuple[int, ...]  # len S+1: queries of seq s are [query_starts[s], query_starts[s+1])
+    query_starts: tuple[
+        int, ...
+    ]  # len S+1: queries of seq s are [query_starts[s], query_starts[s+1])
     context_lens: tuple[int, ...]  # len S: keys of seq s are positions [0, context_lens[s])
     page_tables: tuple[torch.Tensor, ...]  # len S: int64 pages holding positions 0..context_len-1
     logits_indices: torch.Tensor  # [K] int64, query rows whose logits the forward returns
@@ -33,9 +35,14 @@ class AttentionMetadata:
         return len(self.context_lens)
 
 
-def build_metadata(query_positions: list[list[int]], page_tables: list[torch.Tensor],
-                   context_lens: list[int], page_size: int, all_logits: bool = False,
-                   device: torch.device | str = "cpu") -> AttentionMetadata:
+def build_metadata(
+    query_positions: list[list[int]],
+    page_tables: list[torch.Tensor],
+    context_lens: list[int],
+    page_size: int,
+    all_logits: bool = False,
+    device: torch.device | str = "cpu",
+) -> AttentionMetadata:
     """Metadata for sequences whose query tokens sit at `query_positions` (one list each).
 
     Each query's KV slot follows from its sequence's page table. Logits are
@@ -48,13 +55,19 @@ def build_metadata(query_positions: list[list[int]], page_tables: list[torch.Ten
     for seq in query_positions:
         starts.append(starts[-1] + len(seq))
     positions = torch.tensor(flat, dtype=torch.int64, device=device)
-    slots = torch.cat([
-        table[torch.tensor(seq, dtype=torch.int64, device=device) // page_size] * page_size
-        + torch.tensor(seq, dtype=torch.int64, device=device) % page_size
-        for table, seq in zip(tables, query_positions)
-    ])
+    slots = torch.cat(
+        [
+            table[torch.tensor(seq, dtype=torch.int64, device=device) // page_size] * page_size
+            + torch.tensor(seq, dtype=torch.int64, device=device) % page_size
+            for table, seq in zip(tables, query_positions)
+        ]
+    )
     rows = list(range(len(flat))) if all_logits else [end - 1 for end in starts[1:]]
     return AttentionMetadata(
-        positions=positions, slot_mapping=slots, query_starts=tuple(starts),
-        context_lens=tuple(context_lens), page_tables=tables,
-        logits_indices=torch.tensor(rows, dtype=torch.int64, device=device))
+        positions=positions,
+        slot_mapping=slots,
+        query_starts=tuple(starts),
+        context_lens=tuple(context_lens),
+        page_tables=tables,
+        logits_indices=torch.tensor(rows, dtype=torch.int64, device=device),
+    )

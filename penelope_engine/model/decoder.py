@@ -1,0 +1,144 @@
+"""Paged-KV decoder for the Llama and Qwen3 architectures.
+
+Parameter names follow Hugging Face (`model.layers.0.self_attn.q_proj.weight`,
+...), so checkpoints load without renaming. One forward runs a flat batch of
+T query tokens from any number of sequences, described by one explicit
+`AttentionMetadata`; linear layers run on all T rows at once, and each layer
+writes this step's K/V into the pool before it attends (see
+`paged_attention`). The modules keep no per-forward state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from penelope_engine.config import ModelConfig
+from penelope_engine.kv_pool import KVPool
+from penelope_engine.model.attention import AttentionMetadata
+from penelope_engine.model.layers import MLP, Embedding, Linear, RMSNorm
+from penelope_engine.model.paged_attention import AttentionPlan, paged_attention
+from penelope_engine.model.rope import RotaryCache, apply_rope
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, **factory: Any) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
+        self.head_dim = cfg.head_dim
+        q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.q_proj = Linear(cfg.hidden_size, q_size, **factory)
+        self.k_proj = Linear(cfg.hidden_size, kv_size, **factory)
+        self.v_proj = Linear(cfg.hidden_size, kv_size, **factory)
+        self.o_proj = Linear(q_size, cfg.hidden_size, **factory)
+        norm = cfg.has_qk_norm
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, **factory) if norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, **factory) if norm else None
+
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], step: _Step, layer: int
+    ) -> torch.Tensor:
+        tokens = x.shape[0]
+        q = self.q_proj(x).view(tokens, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        k_cache, v_cache = step.kv.k[layer], step.kv.v[layer]
+        k_cache[step.slot_mapping] = k.to(k_cache.dtype)
+        v_cache[step.slot_mapping] = v.to(v_cache.dtype)
+        out = paged_attention(q, k_cache, v_cache, step.plan)
+        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, **factory: Any) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, **factory)
+        self.self_attn = SelfAttention(cfg, **factory)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, **factory)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, **factory)
+
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], step: _Step, layer: int
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, step, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class _Step:
+    """What every layer of one forward shares: the pool, the write slots, the attention plan."""
+
+    __slots__ = ("kv", "slot_mapping", "plan")
+
+    def __init__(self, kv: KVPool, slot_mapping: torch.Tensor, plan: AttentionPlan) -> None:
+        self.kv, self.slot_mapping, self.plan = kv, slot_mapping, plan
+
+
+class DecoderBody(nn.Module):
+    def __init__(self, cfg: ModelConfig, **factory: Any) -> None:
+        super().__init__()
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, **factory)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, **factory) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, **factory)
+
+
+class Decoder(nn.Module):
+    """A causal LM over paged KV. Weights start uninitialized: load or initialize them.
+
+    Build it with `Decoder(config, dtype, device)`, then fill the weights with
+    `load_state_dict` (HF names) or `penelope_engine.model.tiny.init_random`.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__()
+        self.config = config
+        factory = {"dtype": dtype, "device": device}
+        self.model = DecoderBody(config, **factory)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, **factory)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rotary = RotaryCache(config.head_dim, config.rope_theta, config.max_position, device)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Decoder:
+        # Moves that build new tensors (to_empty, some device moves) untie shared weights.
+        super()._apply(fn, recurse)
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        return self
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata, kv: KVPool) -> torch.Tensor:
+        """Float32 logits ``[K, vocab]`` for the rows `meta.logits_indices` of this step."""
+        if input_ids.shape != meta.positions.shape:
+            raise ValueError(
+                f"input_ids {tuple(input_ids.shape)} and positions "
+                f"{tuple(meta.positions.shape)} must both be [T]"
+            )
+        if kv.num_layers != self.config.num_layers:
+            raise ValueError(f"KV pool has {kv.num_layers} layers, model {self.config.num_layers}")
+        ratio = self.config.num_heads // self.config.num_kv_heads
+        plan = AttentionPlan.build(meta, kv.page_size, ratio, self.dtype)
+        step = _Step(kv, meta.slot_mapping, plan)
+        hidden = self.model.embed_tokens(input_ids)
+        rope = self.rotary.cos_sin(meta.positions, hidden.dtype)
+        for index, layer in enumerate(self.model.layers):
+            hidden = layer(hidden, rope, step, index)
+        last = self.model.norm(hidden.index_select(0, meta.logits_indices))
+        return self.lm_head(last).float()

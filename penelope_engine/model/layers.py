@@ -1,0 +1,62 @@
+"""Building blocks with uninitialized weights (filled by a loader or `tiny.init_random`).
+
+Unlike `torch.nn.Linear`/`Embedding` they skip the random init, which for a
+150K-token vocabulary costs seconds; names and layouts match HF's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Linear(nn.Module):
+    """``y = x @ weight.T`` without bias; `weight` is ``[out_features, in_features]``."""
+
+    def __init__(self, in_features: int, out_features: int, **factory: Any) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(
+            torch.empty(out_features, in_features, **factory), requires_grad=False
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+
+class Embedding(nn.Module):
+    def __init__(self, num_embeddings: int, dim: int, **factory: Any) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_embeddings, dim, **factory), requires_grad=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in float32, scaled in the input dtype (as HF does)."""
+
+    def __init__(self, size: int, eps: float, **factory: Any) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size, **factory), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class MLP(nn.Module):
+    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, hidden: int, intermediate: int, **factory: Any) -> None:
+        super().__init__()
+        self.gate_proj = Linear(hidden, intermediate, **factory)
+        self.up_proj = Linear(hidden, intermediate, **factory)
+        self.down_proj = Linear(intermediate, hidden, **factory)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -1,0 +1,170 @@
+"""Attention of a flat batch over paged KV.
+
+`AttentionPlan.build` turns one step's `AttentionMetadata` into groups of
+sequences attended by one SDPA call each; every layer reuses the plan:
+
+- all sequences with a single query (decode steps) form one group: their
+  keys are padded to the longest context and masked per row;
+- every sequence with several queries (prefill chunks, fused recompute of
+  holes plus new tokens) is its own group.
+
+Grouped-query attention folds the query heads that share a KV head into the
+query axis (``[G, kv_heads, ratio * Q, D]``), so no kernel sees repeated keys
+and any SDPA backend that takes a mask can run it. Masks are built once per
+step as additive float masks (0 or -inf) in the model's dtype, so no layer
+converts them again.
+
+A query at position p attends to the keys at positions ``0..p`` of its own
+sequence. Key slots come from the page table: position ``i`` lives in slot
+``page_table[i // page_size] * page_size + i % page_size``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from penelope_engine.model.attention import AttentionMetadata
+
+
+@dataclass(frozen=True)
+class AttentionGroup:
+    """Sequences attended together: query rows, their key slots and the mask."""
+
+    rows: torch.Tensor  # [G * Q] int64 rows of the flat batch, sequence-major
+    num_queries: int  # Q, query rows per sequence
+    key_slots: torch.Tensor  # [G, C] int64 flat KV slots (padding points at slot 0)
+    mask: torch.Tensor  # [G, 1, ratio * Q, C] additive: 0 where the key is visible, else -inf
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """The groups of one step. Masks take ``ratio * Q * C`` elements per group, which the
+    scheduler bounds by chunking prefills."""
+
+    groups: tuple[AttentionGroup, ...]
+
+    @staticmethod
+    def build(
+        meta: AttentionMetadata, page_size: int, gqa_ratio: int, dtype: torch.dtype
+    ) -> AttentionPlan:
+        """Plan one step; `gqa_ratio` is query heads per KV head, `dtype` the queries' dtype."""
+        _check_metadata(meta, page_size)
+        fold = _MaskFolder(gqa_ratio, dtype)
+        singles = [s for s in range(meta.num_seqs) if _num_queries(meta, s) == 1]
+        groups = [_single_query_group(meta, singles, page_size, fold)] if singles else []
+        for s in range(meta.num_seqs):
+            if _num_queries(meta, s) > 1:
+                groups.append(_sequence_group(meta, s, page_size, fold))
+        return AttentionPlan(tuple(groups))
+
+
+def context_slots(page_table: torch.Tensor, context_len: int, page_size: int) -> torch.Tensor:
+    """Flat KV slots of positions ``[0, context_len)`` of one sequence."""
+    num_pages = -(-context_len // page_size)
+    offsets = torch.arange(page_size, device=page_table.device)
+    slots = page_table[:num_pages, None].to(torch.int64) * page_size + offsets[None, :]
+    return slots.reshape(-1)[:context_len]
+
+
+def _num_queries(meta: AttentionMetadata, s: int) -> int:
+    return meta.query_starts[s + 1] - meta.query_starts[s]
+
+
+def _check_metadata(meta: AttentionMetadata, page_size: int) -> None:
+    num_tokens = int(meta.positions.shape[0])
+    if len(meta.query_starts) != meta.num_seqs + 1 or len(meta.page_tables) != meta.num_seqs:
+        raise ValueError("query_starts needs num_seqs + 1 entries and page_tables num_seqs")
+    if meta.query_starts[0] != 0 or meta.query_starts[-1] != num_tokens:
+        raise ValueError(f"query_starts must run from 0 to the {num_tokens} query tokens")
+    if int(meta.slot_mapping.shape[0]) != num_tokens:
+        raise ValueError("slot_mapping needs one slot per query token")
+    for s, (ctx, table) in enumerate(zip(meta.context_lens, meta.page_tables)):
+        if _num_queries(meta, s) < 1:
+            raise ValueError(f"sequence {s} has no query token")
+        if table.shape[0] * page_size < ctx:
+            raise ValueError(f"sequence {s}: {table.shape[0]} pages cannot hold {ctx} tokens")
+
+
+def _single_query_group(
+    meta: AttentionMetadata, seqs: list[int], page_size: int, fold: _MaskFolder
+) -> AttentionGroup:
+    device = meta.positions.device
+    rows = torch.tensor([meta.query_starts[s] for s in seqs], dtype=torch.int64, device=device)
+    lens = [meta.context_lens[s] for s in seqs]
+    width = max(lens)
+    slots = torch.stack(
+        [
+            F.pad(context_slots(meta.page_tables[s], n, page_size), (0, width - n))
+            for s, n in zip(seqs, lens)
+        ]
+    )
+    key_pos = torch.arange(width, device=device)
+    visible = (key_pos[None, :] <= meta.positions[rows][:, None]).view(len(seqs), 1, 1, width)
+    return AttentionGroup(rows, 1, slots, fold(visible))
+
+
+def _sequence_group(
+    meta: AttentionMetadata, s: int, page_size: int, fold: _MaskFolder
+) -> AttentionGroup:
+    start, end = meta.query_starts[s], meta.query_starts[s + 1]
+    ctx = meta.context_lens[s]
+    device = meta.positions.device
+    rows = torch.arange(start, end, dtype=torch.int64, device=device)
+    key_pos = torch.arange(ctx, device=device)
+    visible = key_pos[None, :] <= meta.positions[start:end][:, None]
+    slots = context_slots(meta.page_tables[s], ctx, page_size)
+    return AttentionGroup(
+        rows, end - start, slots[None], fold(visible.view(1, 1, end - start, ctx))
+    )
+
+
+@dataclass(frozen=True)
+class _MaskFolder:
+    """Turns a boolean ``[G, 1, Q, C]`` visibility into the additive ``[G, 1, ratio * Q, C]``
+    mask of the folded query heads."""
+
+    ratio: int
+    dtype: torch.dtype
+
+    def __call__(self, visible: torch.Tensor) -> torch.Tensor:
+        num_seqs, _, num_queries, width = visible.shape
+        folded = visible[:, :, None].expand(num_seqs, 1, self.ratio, num_queries, width)
+        folded = folded.reshape(num_seqs, 1, self.ratio * num_queries, width)
+        mask = torch.zeros(folded.shape, dtype=self.dtype, device=folded.device)
+        return mask.masked_fill_(~folded, float("-inf"))
+
+
+def paged_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: AttentionPlan
+) -> torch.Tensor:
+    """Attend queries `q` ``[T, heads, head_dim]`` over the cache; returns ``[T, heads, head_dim]``.
+
+    `k_cache`/`v_cache` are one layer's pool tensors ``[slots, kv_heads, head_dim]``
+    that already hold this step's keys and values.
+    """
+    out = torch.empty_like(q)
+    for group in plan.groups:
+        out[group.rows] = _attend_group(q, k_cache, v_cache, group)
+    return out
+
+
+def _attend_group(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: AttentionGroup
+) -> torch.Tensor:
+    num_seqs, width = group.key_slots.shape
+    num_queries = group.num_queries
+    heads, head_dim = q.shape[1], q.shape[2]
+    kv_heads = k_cache.shape[1]
+    ratio = heads // kv_heads
+    # queries [G*Q, H, D] -> [G, Q, Hkv, R, D] -> [G, Hkv, R*Q, D]; head h uses KV head h // R
+    qg = q[group.rows].view(num_seqs, num_queries, kv_heads, ratio, head_dim)
+    qg = qg.permute(0, 2, 3, 1, 4).reshape(num_seqs, kv_heads, ratio * num_queries, head_dim)
+    flat = group.key_slots.reshape(-1)
+    kg = k_cache[flat].view(num_seqs, width, kv_heads, head_dim).transpose(1, 2)
+    vg = v_cache[flat].view(num_seqs, width, kv_heads, head_dim).transpose(1, 2)
+    out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=group.mask)
+    out = out.view(num_seqs, kv_heads, ratio, num_queries, head_dim).permute(0, 3, 1, 2, 4)
+    return out.reshape(num_seqs * num_queries, heads, head_dim)

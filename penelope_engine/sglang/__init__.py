@@ -1,0 +1,34 @@
+"""Penelope inside SGLang 0.5.23, as a plugin rather than a fork.
+
+Package map (modules that need SGLang import it themselves; importing this
+package, `shelf` or `policy` does not):
+
+- `shelf`       the suffix shelf: shelved private suffixes behind a hole (no SGLang)
+- `policy`      Penelope's victim order over SGLang tree nodes (no SGLang)
+- `radix_cache` `PenelopeRadixCache`, a `UnifiedRadixCache` subclass: holes,
+                hole-aware matching, suffix reconnection, accounting
+- `refill`      the refill coordinator: one prefill-only request per hole
+- `hooks`       the scheduler hooks (SGLang's `HookRegistry`) that run refills
+- `plugin`      the `sglang.srt.plugins` entry point and the radix-cache factory
+- `engine`      `SGLangEngine`, the `EngineProtocol` adapter over `sglang.Engine`
+
+SGLang users select the cache with `--radix-cache-backend penelope`; the
+plugin registers it when SGLang loads its plugins (package entry point
+`sglang.srt.plugins`: `penelope = penelope_engine.sglang.plugin:register`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+SGLANG_VERSION = "0.5.23"
+
+
+def require_sglang(feature: str) -> None:
+    """Fail with the fix when SGLang is not importable."""
+    if importlib.util.find_spec("sglang") is None:
+        raise ImportError(
+            f"{feature} needs SGLang {SGLANG_VERSION}, which is not installed in this "
+            f"environment. Install it with `pip install sglang=={SGLANG_VERSION}` on a CUDA "
+            "machine (scripts/sglang_env.sh builds a CPU test environment, .venv-sglang)."
+        )

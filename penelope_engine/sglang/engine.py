@@ -1,0 +1,184 @@
+"""`SGLangEngine`: the `EngineProtocol` over an in-process `sglang.Engine` with Penelope's cache.
+
+`engine: sglang` in `serve_config.yaml` selects it; the deployments, the router
+and the metrics see the same async-generator interface as the torch engine.
+SGLang serves on CUDA only; importing this module without SGLang installed
+raises an ImportError that says how to install it.
+
+Streaming: the engine runs with incremental streaming output, so each chunk's
+`output_ids` are the new tokens of that step. Usage: SGLang reports
+`cached_tokens` (device prefix, including a suffix reconnected after a hole
+refill); the rest of the prompt counts as new tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from penelope_engine.errors import ConfigError, InvalidRequestError
+from penelope_engine.protocol import (
+    EngineStats,
+    GenerateRequest,
+    RequestOutput,
+    SessionDigest,
+    TokenUsage,
+)
+from penelope_engine.sglang import require_sglang
+
+require_sglang("penelope_engine.sglang.engine (the `sglang` engine)")
+
+import sglang  # noqa: E402
+
+from penelope_engine.sglang.plugin import BACKEND_NAME, register  # noqa: E402
+
+
+@dataclass(frozen=True)
+class SGLangEngineConfig:
+    """What the adapter passes to `sglang.Engine` (all validated here)."""
+
+    model_path: str
+    page_size: int = 16
+    load_format: str = "auto"  # "dummy": random weights from the model's config
+    dtype: str = "auto"
+    context_length: int | None = None
+    max_total_tokens: int | None = None  # KV capacity in tokens; None: from memory
+    mem_fraction_static: float | None = None
+    chunked_prefill_size: int | None = None
+    radix_cache_backend: str | None = BACKEND_NAME  # None: SGLang's default tree
+    random_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.model_path:
+            raise ConfigError("model_path must name a model directory or hub id")
+        if self.page_size < 1:
+            raise ConfigError(f"page_size must be positive, got {self.page_size}")
+        if self.max_total_tokens is not None and self.max_total_tokens < self.page_size:
+            raise ConfigError("max_total_tokens must hold at least one page")
+        if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
+            raise ConfigError("mem_fraction_static must be in (0, 1)")
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model_path": self.model_path,
+            "page_size": self.page_size,
+            "load_format": self.load_format,
+            "dtype": self.dtype,
+            "random_seed": self.random_seed,
+            "incremental_streaming_output": True,
+            "log_level": "error",
+        }
+        optional = {
+            "context_length": self.context_length,
+            "max_total_tokens": self.max_total_tokens,
+            "mem_fraction_static": self.mem_fraction_static,
+            "chunked_prefill_size": self.chunked_prefill_size,
+            "radix_cache_backend": self.radix_cache_backend,
+        }
+        kwargs.update({k: v for k, v in optional.items() if v is not None})
+        return kwargs
+
+
+def sampling_dict(request: GenerateRequest) -> dict[str, Any]:
+    s = request.sampling
+    params: dict[str, Any] = {
+        "max_new_tokens": s.max_tokens,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "ignore_eos": s.ignore_eos,
+    }
+    if s.stop_token_ids:
+        params["stop_token_ids"] = list(s.stop_token_ids)
+    if s.seed is not None:
+        params["sampling_seed"] = s.seed
+    return params
+
+
+def finish_reason(meta: dict[str, Any]) -> str | None:
+    reason = meta.get("finish_reason")
+    if not reason:
+        return None
+    kind = reason.get("type") if isinstance(reason, dict) else str(reason)
+    return {"stop": "stop", "length": "length", "abort": "abort"}.get(kind, "stop")
+
+
+def usage_of(meta: dict[str, Any], completion_tokens: int) -> TokenUsage:
+    prompt = int(meta.get("prompt_tokens", 0))
+    cached = min(int(meta.get("cached_tokens", 0)), prompt)
+    return TokenUsage(
+        prompt_tokens=prompt,
+        completion_tokens=completion_tokens,
+        device_tokens=cached,
+        new_tokens=prompt - cached,
+    )
+
+
+class SGLangEngine:
+    """In-process SGLang (CUDA) behind `EngineProtocol`."""
+
+    def __init__(self, config: SGLangEngineConfig, model_name: str | None = None) -> None:
+        register()
+        self.config = config
+        self.model_name = model_name or config.model_path
+        self._engine = sglang.Engine(**config.engine_kwargs())
+        self._prompt_tokens = 0
+        self._cached_tokens = 0
+        self._running = 0
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
+        if not request.prompt_token_ids:
+            raise InvalidRequestError("prompt_token_ids must not be empty")
+        stream = await self._engine.async_generate(
+            input_ids=list(request.prompt_token_ids),
+            sampling_params=sampling_dict(request),
+            stream=True,
+            rid=request.request_id,
+            cache_salt=request.tenant,
+        )
+        loop = asyncio.get_running_loop()
+        start, first_token_at, completion = loop.time(), None, 0
+        self._running += 1
+        try:
+            async for chunk in stream:
+                new_ids = tuple(int(t) for t in chunk.get("output_ids", ()))
+                meta = chunk.get("meta_info", {})
+                completion += len(new_ids)
+                if new_ids and first_token_at is None:
+                    first_token_at = loop.time() - start
+                reason = finish_reason(meta)
+                if reason is not None:
+                    self._account(meta)
+                yield RequestOutput(
+                    request_id=request.request_id,
+                    token_ids=new_ids,
+                    finished=reason is not None,
+                    finish_reason=reason,
+                    usage=usage_of(meta, completion),
+                    ttft_s=first_token_at,
+                )
+        except asyncio.CancelledError:
+            self._engine.tokenizer_manager.abort_request(rid=request.request_id)
+            raise
+        finally:
+            self._running -= 1
+
+    def _account(self, meta: dict[str, Any]) -> None:
+        usage = usage_of(meta, 0)
+        self._prompt_tokens += usage.prompt_tokens
+        self._cached_tokens += usage.device_tokens
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            tokens_device=self._cached_tokens,
+            tokens_new=self._prompt_tokens - self._cached_tokens,
+            running=self._running,
+        )
+
+    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
+        """SGLang keeps no per-session view of its tree: the router falls back to hashing."""
+        return []
+
+    async def shutdown(self) -> None:
+        self._engine.shutdown()
