@@ -6,7 +6,6 @@ that every device and host page holds the KV of the page id the tree gives it.
 
 from __future__ import annotations
 
-import pytest
 from cache_testkit import CacheWorld
 
 PREFIX = (0, 4, "device")
