@@ -72,8 +72,11 @@ class CacheConfig:
     device_pages: int = 4096
     host_pages: int = 0  # 0 disables the host tier
     policy: str = "penelope"
-    write_policy: str = "write_through"  # off | write_through | write_back (host tier only)
-    store_uri: str | None = None  # Arrow store under the host tier; None disables it
+    # How device pages reach the host tier: write_through copies a session's new
+    # pages at the end of each turn (later demotion is free); write_back copies
+    # a page when it is evicted from the device; off keeps the host tier unused.
+    write_policy: str = "write_through"
+    store_uri: str | None = None  # Arrow store under the host tier (a path or URI); None: none
     store_bytes: int = 8 << 30
     namespace: str = "default"  # model fingerprint; tenants are namespaced inside it
 

@@ -49,10 +49,11 @@ class Engine:
         self.tokenizer = self.loaded.tokenizer
         self.max_model_len = mc.max_position
         dtype = DTYPES[config.dtype]
+        self.host_pages = cc.host_pages if cc.write_policy != "off" else 0
         self.device_pool = KVPool(mc, cc.device_pages, cc.page_size, dtype, config.device)
         self.host_pool = (
             KVPool(mc, cc.host_pages, cc.page_size, dtype, "cpu", pin_memory=True)
-            if cc.host_pages
+            if self.host_pages
             else None
         )
         fingerprint = re.sub(
@@ -70,7 +71,7 @@ class Engine:
         self.cache = PrefixCache(
             cc.page_size,
             cc.device_pages,
-            cc.host_pages,
+            self.host_pages,
             cc.policy,
             io=self.tiers,
             has_store=store is not None,
@@ -85,7 +86,7 @@ class Engine:
             self.calibrator,
             tuple(self.tokenizer.eos_token_ids),
             self.max_model_len,
-            write_through=cc.host_pages > 0 and cc.write_policy != "off",
+            write_through=self.host_pages > 0 and cc.write_policy == "write_through",
         )
         self.runner = ModelRunner(self.loaded.model, self.device_pool, config.seed)
         self._seqs: dict[str, Sequence] = {}

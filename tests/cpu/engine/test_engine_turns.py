@@ -88,10 +88,14 @@ def test_eviction_between_turns_keeps_greedy_tokens_exact(
         assert holes, f"{policy} never left a cached suffix behind a hole"
 
 
+@pytest.mark.parametrize("write_policy", ["write_through", "write_back"])
 def test_a_host_tier_serves_evicted_pages_exactly(
-    reference: Replay, make_engine: Callable[..., Engine]
+    write_policy: str, reference: Replay, tiny_qwen3
 ) -> None:
-    engine = make_engine("penelope", device_pages=SMALL_POOL, host_pages=40)
+    from penelope_engine.config import CacheConfig, EngineConfig
+
+    cache = CacheConfig(4, SMALL_POOL, 40, "penelope", write_policy=write_policy)
+    engine = Engine(EngineConfig(cache=cache), loaded=tiny_qwen3)
     run = replay(engine)
     assert run.tokens == reference.tokens
     check_usage(run)
@@ -99,6 +103,17 @@ def test_a_host_tier_serves_evicted_pages_exactly(
     stats = engine.stats()
     assert stats.tokens_host == sum(u.host_tokens for u in run.usage)
     assert dict(((p, r), n) for p, r, n in stats.evictions)[("penelope", "demote")] > 0
+
+
+def test_write_policy_off_leaves_the_host_tier_unused(reference: Replay, tiny_qwen3) -> None:
+    from penelope_engine.config import CacheConfig, EngineConfig
+
+    cache = CacheConfig(4, SMALL_POOL, 40, "penelope", write_policy="off")
+    engine = Engine(EngineConfig(cache=cache), loaded=tiny_qwen3)
+    run = replay(engine)
+    assert run.tokens == reference.tokens
+    assert engine.stats().pages_host_total == 0
+    assert sum(u.host_tokens for u in run.usage) == 0
 
 
 def test_concurrent_chunked_prefills_match_sequential_requests(
