@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.penelope-setup
 
-.PHONY: setup test test-fast run lint bench
+.PHONY: setup test test-sglang run lint
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -21,8 +21,14 @@ $(STAMP): pyproject.toml
 lint: setup
 	$(VENV)/bin/ruff check penelope_engine cache_store router deployments bench tests
 
-test: setup lint
+test: setup lint test-sglang
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+
+# The SGLang backend's tests run on CPU against SGLang's real classes, in their own
+# venv (.venv-sglang, built when missing): SGLang pins packages the engine does not.
+test-sglang:
+	bash scripts/sglang_env.sh
+	OMP_NUM_THREADS=1 .venv-sglang/bin/python -m pytest -q -c tests/sglang/pytest.ini tests/sglang
 
 run: setup
 	$(VENV)/bin/penelope demo

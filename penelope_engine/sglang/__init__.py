@@ -5,6 +5,7 @@ package, `shelf` or `policy` does not):
 
 - `shelf`       the suffix shelf: shelved private suffixes behind a hole (no SGLang)
 - `policy`      Penelope's victim order over SGLang tree nodes (no SGLang)
+- `results`     `PenelopeMatch` (prefix, holes, suffix) and counters (no SGLang)
 - `radix_cache` `PenelopeRadixCache`, a `UnifiedRadixCache` subclass: holes,
                 hole-aware matching, suffix reconnection, accounting
 - `refill`      the refill coordinator: one prefill-only request per hole

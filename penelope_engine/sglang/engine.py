@@ -100,8 +100,8 @@ def finish_reason(meta: dict[str, Any]) -> str | None:
     reason = meta.get("finish_reason")
     if not reason:
         return None
-    kind = reason.get("type") if isinstance(reason, dict) else str(reason)
-    return {"stop": "stop", "length": "length", "abort": "abort"}.get(kind, "stop")
+    kind = str(reason.get("type")) if isinstance(reason, dict) else str(reason)
+    return kind if kind in ("stop", "length", "abort") else "stop"
 
 
 def usage_of(meta: dict[str, Any], completion_tokens: int) -> TokenUsage:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -50,54 +50,15 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from penelope_engine.sglang.policy import PrivateChain, coldest_session, private_chains
 from penelope_engine.sglang.refill import RefillCoordinator, is_refill_rid
+from penelope_engine.sglang.results import (
+    PenelopeCounters,
+    PenelopeMatch,
+    key_namespace,
+    key_tokens,
+)
 from penelope_engine.sglang.shelf import ShelvedSuffix, SuffixShelf
 
 FULL = ComponentType.FULL
-
-
-@dataclass(frozen=True)
-class PenelopeMatch:
-    """What the cache holds for a key: prefix, holes to recompute, cached suffix.
-
-    ``[0, prefix_len)`` is device-resident in SGLang's tree; each hole
-    ``[start, end)`` must be recomputed at its positions; ``suffix`` is the
-    cached span after the last hole (None when nothing is cached past a hole).
-    """
-
-    prefix_len: int
-    holes: tuple[tuple[int, int], ...] = ()
-    suffix: tuple[int, int] | None = None
-    record: ShelvedSuffix | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def hole_len(self) -> int:
-        return sum(end - start for start, end in self.holes)
-
-    @property
-    def suffix_len(self) -> int:
-        return 0 if self.suffix is None else self.suffix[1] - self.suffix[0]
-
-    @property
-    def cached_len(self) -> int:
-        return self.prefix_len + self.suffix_len
-
-
-@dataclass
-class PenelopeCounters:
-    """Cumulative token counts of what the Penelope policy did (for metrics)."""
-
-    shelved_tokens: int = 0  # private tokens moved from the tree to the shelf
-    hole_tokens: int = 0  # shelved tokens freed from the front (holes formed)
-    reconnected_tokens: int = 0  # suffix tokens put back into the tree
-    duplicate_tokens: int = 0  # suffix tokens freed because the tree already had them
-
-
-def _key_tokens(key: RadixKey) -> array:
-    return array("q", key.token_ids[: len(key)])
-
-
-def _namespace(key: RadixKey) -> tuple[str | None, str | None]:
-    return (key.extra_key, key.cache_salt)
 
 
 def _python_core_params(params: CacheInitParams) -> CacheInitParams:
@@ -148,7 +109,7 @@ class PenelopeRadixCache(UnifiedRadixCache):
         shelf is only read (`pin` marks a shelved suffix as used).
         """
         prefix_len = self._match_tree(MatchPrefixParams(key=key)).device_prefix_len
-        hit = self.shelf.find(_namespace(key), _key_tokens(key))
+        hit = self.shelf.find(key_namespace(key), key_tokens(key))
         if hit is None or prefix_len >= hit.hole_end:
             return PenelopeMatch(prefix_len)
         return PenelopeMatch(
@@ -197,7 +158,7 @@ class PenelopeRadixCache(UnifiedRadixCache):
         """Put back every shelved suffix whose hole the tree now covers on the device."""
         self._reconnecting = True
         try:
-            for record in self.shelf.covered_by(_namespace(key), _key_tokens(key)):
+            for record in self.shelf.covered_by(key_namespace(key), key_tokens(key)):
                 self._reconnect_record(record)
         finally:
             self._reconnecting = False
@@ -292,9 +253,9 @@ class PenelopeRadixCache(UnifiedRadixCache):
         path = self._path_above(chain.nodes[0])
         slots: list[torch.Tensor] = []
         for node in chain.nodes:
-            path.extend(_key_tokens(node.key))
+            path.extend(key_tokens(node.key))
             slots.append(node.component_data[FULL].value)
-        namespace = _namespace(chain.nodes[0].key)
+        namespace = key_namespace(chain.nodes[0].key)
         parent = chain.nodes[0].parent
         anchor = None if parent.parent is None else parent.id
         for node in reversed(chain.nodes):
@@ -322,7 +283,7 @@ class PenelopeRadixCache(UnifiedRadixCache):
         parts: list[array] = []
         cur = node.parent  # type: ignore[attr-defined]
         while cur.parent is not None:
-            parts.append(_key_tokens(cur.key))
+            parts.append(key_tokens(cur.key))
             cur = cur.parent
         path = array("q")
         for part in reversed(parts):

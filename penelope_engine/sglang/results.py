@@ -1,0 +1,62 @@
+"""Immutable match results and the counters of `PenelopeRadixCache` (no SGLang import).
+
+Layout of a key that runs through a hole (positions in tokens):
+
+    | prefix: device, in the tree | hole: recompute | suffix: cached, shelved | new |
+    0                        prefix_len        holes[-1][1]            suffix[1]
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+from penelope_engine.sglang.shelf import ShelvedSuffix
+
+
+@dataclass(frozen=True)
+class PenelopeMatch:
+    """What the cache holds for a key: prefix, holes to recompute, cached suffix.
+
+    ``[0, prefix_len)`` is device-resident in SGLang's tree; each hole
+    ``[start, end)`` must be recomputed at its positions; ``suffix`` is the
+    cached span after the last hole (None when nothing is cached past a hole).
+    """
+
+    prefix_len: int
+    holes: tuple[tuple[int, int], ...] = ()
+    suffix: tuple[int, int] | None = None
+    record: ShelvedSuffix | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def hole_len(self) -> int:
+        return sum(end - start for start, end in self.holes)
+
+    @property
+    def suffix_len(self) -> int:
+        return 0 if self.suffix is None else self.suffix[1] - self.suffix[0]
+
+    @property
+    def cached_len(self) -> int:
+        return self.prefix_len + self.suffix_len
+
+
+@dataclass
+class PenelopeCounters:
+    """Cumulative token counts of what the Penelope policy did (for metrics)."""
+
+    shelved_tokens: int = 0  # private tokens moved from the tree to the shelf
+    hole_tokens: int = 0  # shelved tokens freed from the front (holes formed)
+    reconnected_tokens: int = 0  # suffix tokens put back into the tree
+    duplicate_tokens: int = 0  # suffix tokens freed because the tree already had them
+
+
+def key_tokens(key: Any) -> array:
+    """The token ids of a SGLang `RadixKey` (up to its limit)."""
+    return array("q", key.token_ids[: len(key)])
+
+
+def key_namespace(key: Any) -> tuple[str | None, str | None]:
+    """What namespaces a key in the tree: (extra_key, cache_salt)."""
+    return (key.extra_key, key.cache_salt)
