@@ -30,5 +30,9 @@ test-sglang:
 	bash scripts/sglang_env.sh
 	OMP_NUM_THREADS=1 .venv-sglang/bin/python -m pytest -q -c tests/sglang/pytest.ini tests/sglang
 
+# The main job: the Ray Serve application of serve_config.yaml on an embedded local
+# Ray (CPU, SmolLM2-135M, two engine replicas), bound to 127.0.0.1.
 run: setup
-	$(VENV)/bin/penelope demo
+	@echo "Penelope: OpenAI API at http://127.0.0.1:8000/v1  metrics at http://127.0.0.1:8000/metrics"
+	@echo "  try: curl -s http://127.0.0.1:8000/v1/models    (Ctrl-C stops the application)"
+	$(VENV)/bin/serve run serve_config.yaml

@@ -14,6 +14,8 @@ import time
 from collections.abc import AsyncIterator
 from itertools import count
 
+import numpy as np
+
 from cache_store import ArrowSegmentStore
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import EngineConfig
@@ -199,6 +201,38 @@ class Engine:
     def check_integrity(self) -> None:
         self.cache.check_integrity(request_pages=self.scheduler.request_pages())
 
+    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+        """Page ids of shared prefixes this replica holds on the device (router digests)."""
+        out: list[int] = []
+        stack = list(self.cache.tree.root.children.values())
+        while stack and len(out) < limit:
+            node = stack.pop()
+            if node.shared and node.n_device:
+                out.extend(int(h) for h in node.hashes[: limit - len(out)])
+                stack.extend(node.children.values())
+        return out
+
+    def drain_to_store(self) -> int:
+        """Write every cached page the store lacks to it; returns pages written.
+
+        Called when a replica leaves (downscale, drain): the sessions it held
+        are then served from the shared store wherever they go next.
+        """
+        if self.store is None:
+            return 0
+        written = 0
+        for node in list(self.cache.tree.iter_nodes()):
+            for pool, slots in ((self.host_pool, node.host), (self.device_pool, node.device)):
+                idx = np.flatnonzero((slots >= 0) & ~node.stored)
+                if (
+                    pool is not None
+                    and len(idx)
+                    and self.tiers.write_segments(pool, slots, node, idx)
+                ):
+                    node.stored[idx] = True
+                    written += len(idx)
+        return written
+
 
 def output_of(seq: Sequence, emitted: int) -> RequestOutput:
     u = seq.usage
@@ -297,6 +331,19 @@ class AsyncEngine:
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
         with self._lock:
             return self.engine.session_digests(limit)
+
+    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+        with self._lock:
+            return self.engine.shared_prefix_hashes(limit)
+
+    def drain_to_store(self) -> int:
+        with self._lock:
+            return self.engine.drain_to_store()
+
+    @property
+    def alive(self) -> bool:
+        """The step thread is running (for health checks)."""
+        return self._thread.is_alive() and not self._closed
 
     def check_integrity(self) -> None:
         with self._lock:

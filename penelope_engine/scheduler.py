@@ -68,7 +68,9 @@ class Scheduler:
         budget = self.config.max_batch_tokens
         items: list[BatchItem] = []
         for seq in [s for s in self.running if not s.in_prefill]:
-            if budget and self._ensure_page(seq, len(seq.tokens) - 1):
+            if seq not in self.running:  # preempted below for an older sequence
+                continue
+            if budget and self._page_for_decode(seq):
                 items.append(BatchItem(seq, np.array([len(seq.tokens) - 1]), True))
                 budget -= 1
         for seq in [s for s in self.running if s.in_prefill]:
@@ -92,6 +94,38 @@ class Scheduler:
         items.append(BatchItem(seq, positions, seq.cursor + n == len(seq.todo)))
         return n
 
+    def _page_for_decode(self, seq: Sequence) -> bool:
+        """A page for the decode token, preempting the newest other sequences if need be."""
+        while not self._ensure_page(seq, len(seq.tokens) - 1):
+            victim = self.running[-1]
+            if victim is seq:
+                return False
+            self.preempt(victim)
+        return True
+
+    def preempt(self, seq: Sequence) -> None:
+        """Put a running sequence back at the head of the queue, keeping what it computed.
+
+        A decoding sequence inserts its KV into the tree first, so when it is
+        admitted again it finds its own pages (or what the policy left of them)
+        and recomputes only the rest, exactly as a returning session would.
+        """
+        self.running.remove(seq)
+        if not seq.in_prefill:
+            self._insert(seq, len(seq.tokens) - 1)
+        if seq.lock is not None:
+            self.cache.unlock(seq.lock)
+            seq.lock = None
+        self.cache.free(seq.page_table[seq.owned])
+        seq.page_table = np.empty(0, np.int32)
+        seq.owned = np.empty(0, bool)
+        seq.todo = np.empty(0, np.int64)
+        seq.cursor = 0
+        seq.hashes = self.hasher.hashes(seq.tokens, seq.req.tenant)
+        seq.preemptions += 1
+        self.cache.on_arrival(seq.req.session)
+        self.waiting.appendleft(seq)
+
     def _ensure_page(self, seq: Sequence, position: int) -> bool:
         if position // self.page_size < len(seq.page_table):
             return True
@@ -103,8 +137,9 @@ class Scheduler:
 
     def _admit(self, seq: Sequence) -> bool:
         ps, cache = self.page_size, self.cache
-        n_pages = -(-seq.prompt_len // ps)
-        usable = (seq.prompt_len - 1) // ps  # always leave the last token to compute
+        n_ctx = len(seq.tokens)  # the prompt, plus generated tokens after a preemption
+        n_pages = -(-n_ctx // ps)
+        usable = (n_ctx - 1) // ps  # always leave the last token to compute
         match = cache.match(seq.hashes[:usable])
         lock = cache.lock(match.nodes[-1] if match.num_pages else None)
         # Pages past the tree's match may still be in a shared store (a session
@@ -167,8 +202,10 @@ class Scheduler:
         ps = self.page_size
         pages = np.flatnonzero(recompute)
         pos = (pages[:, None] * ps + np.arange(ps)[None, :]).reshape(-1)
-        seq.todo = pos[pos < seq.prompt_len].astype(np.int64)
+        seq.todo = pos[pos < len(seq.tokens)].astype(np.int64)
         seq.cursor = 0
+        if seq.preemptions:  # usage describes the request's first admission
+            return
         seen = self.cache.session(seq.req.session).seen_hashes
         n = min(len(seen), len(seq.hashes))
         was_cached = np.zeros(len(recompute), dtype=bool)
@@ -204,7 +241,7 @@ class Scheduler:
             if seq.in_prefill:
                 seq.cursor += len(it.positions)
                 if not seq.in_prefill:
-                    self._insert(seq, seq.prompt_len)
+                    self._insert(seq, len(seq.tokens))
             if tok is None:
                 continue
             seq.tokens.append(tok)

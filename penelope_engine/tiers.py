@@ -69,15 +69,25 @@ class TorchTiers:
         return ok
 
     def spill(self, node: Node, idx: np.ndarray) -> bool:
-        """Write host pages `idx` of `node` to the store, one segment per consecutive run."""
-        if self.store is None or self.host is None or node.tokens is None:
+        """Write host pages `idx` of `node` to the store (host eviction)."""
+        if self.host is None:
+            return False
+        return self.write_segments(self.host, node.host, node, idx)
+
+    def write_segments(self, pool: KVPool, slots: np.ndarray, node: Node, idx: np.ndarray) -> bool:
+        """Write pages `idx` of `node`, held at `slots[idx]` of `pool`, to the store.
+
+        One segment per run of consecutive pages; each carries its tokens so a
+        reader can check identity before using the KV.
+        """
+        if self.store is None or node.tokens is None or len(idx) == 0:
             return False
         runs = np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1)
         ok = True
+        ps = pool.page_size
         for run in runs:
-            k, v = self.host.read_pages(torch.from_numpy(node.host[run].astype(np.int64)))
-            kv = torch.stack([k, v]).contiguous()
-            ps = self.host.page_size
+            k, v = pool.read_pages(torch.from_numpy(slots[run].astype(np.int64)))
+            kv = torch.stack([k, v]).cpu().contiguous()
             seg = Segment(
                 namespace=self.store.namespace,
                 tenant=node.tenant,

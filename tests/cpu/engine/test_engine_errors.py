@@ -106,18 +106,35 @@ def test_unknown_policy_name_lists_the_valid_ones() -> None:
     assert all(name in str(err.value) for name in POLICIES)
 
 
-def test_requests_that_outgrow_the_pool_together_fail_the_newest(
+def test_requests_that_outgrow_the_pool_together_preempt_the_newest(
     make_engine: Callable[..., Engine],
 ) -> None:
-    """Two prompts of 4 pages fill a pool of 8; both need a 5th page to decode."""
+    """Two prompts of 4 pages fill a pool of 8; both need a 5th page to decode.
+
+    The newest is preempted (its KV kept in the tree), the older one finishes,
+    then the newest resumes and finishes too.
+    """
     engine = make_engine(device_pages=8)
     old = engine.add_request(request("old", tuple(range(100, 114)), max_tokens=10))
     new = engine.add_request(request("new", tuple(range(200, 214)), max_tokens=10))
     while engine.has_work():
         engine.step()
         engine.check_integrity()
-    assert isinstance(new.error, CapacityError) and new.finish_reason == "abort"
     assert old.error is None and old.finish_reason == "length" and old.num_generated == 10
+    assert new.error is None and new.finish_reason == "length" and new.num_generated == 10
+    assert new.preemptions > 0 and old.preemptions == 0
+
+
+def test_a_single_request_that_outgrows_the_pool_fails_cleanly(
+    make_engine: Callable[..., Engine],
+) -> None:
+    engine = make_engine(device_pages=4)
+    seq = engine.add_request(request("big", tuple(range(100, 114)), max_tokens=10))
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    assert isinstance(seq.error, CapacityError) and seq.finish_reason == "abort"
+    assert engine.cache.device.num_used == engine.cache.evictable()
 
 
 def test_abort_frees_pages_while_waiting_prefilling_and_decoding(

@@ -1,0 +1,141 @@
+"""The OpenAI-compatible FastAPI app; it takes its backend as a factory.
+
+Routes: `/v1/chat/completions`, `/v1/completions` (SSE streaming or not),
+`/v1/models`, `/health`, `/metrics`. The backend factory runs at startup
+(the app's lifespan), so the same app serves an in-process engine
+(standalone, tests) or Ray Serve engine replicas (the ingress deployment).
+
+A session is named by the `x-session-id` header (Ray Serve's session header)
+or the body's `session_id`; the header wins. Without either, the request is
+its own session.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from deployments.auth import Authenticator
+from deployments.backend import Backend
+from deployments.completions import Runner
+from deployments.errors import ApiError, install_handlers
+from deployments.metrics import ApiMetrics
+from deployments.middleware import BodySizeLimit, RequestCounter
+from deployments.prepare import Caller, prepare_chat, prepare_text
+from deployments.schemas import ChatCompletionRequest, CompletionRequest
+from deployments.settings import ApiSettings
+from penelope_engine.protocol import EngineStats
+
+SESSION_HEADER = "x-session-id"
+BackendFactory = Callable[[], Backend | Awaitable[Backend]]
+
+
+@dataclass
+class AppState:
+    """What the routes share; `backend` is set once the lifespan has started."""
+
+    settings: ApiSettings
+    auth: Authenticator
+    metrics: ApiMetrics
+    runner: Runner
+    backend: Backend | None = None
+    started: int = 0
+
+    def ready_backend(self) -> Backend:
+        if self.backend is None:
+            raise ApiError(503, "The server is starting.", type="server_error", code="not_ready")
+        return self.backend
+
+
+def create_app(backend_factory: BackendFactory, settings: ApiSettings | None = None) -> FastAPI:
+    settings = settings or ApiSettings()
+    state = _new_state(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        made = backend_factory()
+        state.backend = await made if inspect.isawaitable(made) else made
+        state.started = int(time.time())
+        try:
+            yield
+        finally:
+            backend, state.backend = state.backend, None
+            await backend.close()
+
+    app = FastAPI(title="Penelope", lifespan=lifespan)
+    app.state.penelope = state
+    install_handlers(app)
+    _add_routes(app, state)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestCounter, metrics=state.metrics)
+    return app
+
+
+def _new_state(settings: ApiSettings) -> AppState:
+    def replica_stats() -> Mapping[str, EngineStats]:
+        return state.backend.replica_stats() if state.backend is not None else {}
+
+    metrics = ApiMetrics(replica_stats)
+    state = AppState(settings, Authenticator(settings.api_keys), metrics, Runner(settings, metrics))
+    return state
+
+
+def _caller(request: Request) -> Caller:
+    """The tenant (from the API key, or a trusted gateway header) and the session header."""
+    state: AppState = request.app.state.penelope
+    settings = state.settings
+    tenant = state.auth.tenant(request.headers.get("authorization"))
+    if settings.tenant_header:
+        tenant = request.headers.get(settings.tenant_header) or tenant
+    return Caller(tenant=tenant, session_header=request.headers.get(SESSION_HEADER) or None)
+
+
+CallerDep = Annotated[Caller, Depends(_caller)]
+
+
+def _add_routes(app: FastAPI, state: AppState) -> None:
+    settings = state.settings
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(
+        body: ChatCompletionRequest, request: Request, who: CallerDep
+    ) -> Response:
+        backend = state.ready_backend()
+        prepared = await prepare_chat(body, who, backend, settings)
+        return await state.runner.run(prepared, backend, request)
+
+    @app.post("/v1/completions", response_model=None)
+    async def completions(body: CompletionRequest, request: Request, who: CallerDep) -> Response:
+        backend = state.ready_backend()
+        prepared = await prepare_text(body, who, backend, settings)
+        return await state.runner.run(prepared, backend, request)
+
+    @app.get("/v1/models", dependencies=[Depends(_caller)])
+    async def models() -> JSONResponse:
+        backend = state.ready_backend()
+        card = {
+            "id": backend.model_name,
+            "object": "model",
+            "created": state.started,
+            "owned_by": "penelope",
+        }
+        return JSONResponse({"object": "list", "data": [card]})
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        state.ready_backend()
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        if settings.metrics_require_auth:
+            state.auth.tenant(request.headers.get("authorization"))
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

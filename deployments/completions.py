@@ -1,0 +1,244 @@
+"""Run a prepared request: admission, streaming or not, metrics, cancellation.
+
+The first engine output is awaited before any response starts, so errors the
+engine raises up front (invalid request, no capacity) become proper HTTP
+errors, and the replica that serves the request is known for the
+`x-penelope-replica` header. A client that disconnects cancels the request,
+which aborts it in the engine and frees its pages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import aclosing, suppress
+from typing import Any, TypeVar
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from deployments.backend import Backend, ReplicaOutput
+from deployments.errors import ApiError, from_engine_error, overloaded
+from deployments.metrics import ApiMetrics
+from deployments.prepare import Prepared
+from deployments.responses import (
+    SSE_DONE,
+    chunk_body,
+    completion_body,
+    sse,
+    usage_chunk_body,
+)
+from deployments.settings import ApiSettings
+from deployments.textstream import TextStream
+from penelope_engine.protocol import TokenUsage
+
+REPLICA_HEADER = "x-penelope-replica"
+T = TypeVar("T")
+
+
+class Generation:
+    """One request's outputs turned into text deltas; usage at the end."""
+
+    def __init__(self, prepared: Prepared, backend: Backend, metrics: ApiMetrics) -> None:
+        self._prepared = prepared
+        self._metrics = metrics
+        self._text = TextStream(backend.tokenizer, prepared.stop)
+        self._outputs = aiter(backend.generate(prepared.request))
+        self._first: ReplicaOutput | None = None
+        self._last_step: float | None = None
+        self.replica = ""
+        self.usage = TokenUsage()
+        self.finish_reason: str | None = None
+        self.completion_tokens = 0
+
+    async def start(self) -> None:
+        """Wait for the first output; raises what the engine raised."""
+        try:
+            self._first = await anext(self._outputs)
+        except StopAsyncIteration as exc:
+            raise ApiError(500, "The engine returned no output.", type="server_error") from exc
+        self.replica = self._first.replica
+
+    async def deltas(self) -> AsyncGenerator[str, None]:
+        assert self._first is not None, "call start() first"
+        item = self._first
+        while True:
+            delta = self._take(item)
+            if delta:
+                yield delta
+            if item.output.finished or self._text.stopped:
+                break
+            item = await anext(self._outputs)
+        tail = self._text.flush()
+        if tail:
+            yield tail
+
+    @property
+    def final_usage(self) -> TokenUsage:
+        u = self.usage
+        return TokenUsage(
+            prompt_tokens=u.prompt_tokens or len(self._prepared.request.prompt_token_ids),
+            completion_tokens=self.completion_tokens,
+            device_tokens=u.device_tokens,
+            host_tokens=u.host_tokens,
+            store_tokens=u.store_tokens,
+            recomputed_tokens=u.recomputed_tokens,
+            new_tokens=u.new_tokens,
+        )
+
+    async def close(self) -> None:
+        aclose = getattr(self._outputs, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    def _take(self, item: ReplicaOutput) -> str:
+        out = item.output
+        self.usage = out.usage if out.usage.prompt_tokens else self.usage
+        self.finish_reason = out.finish_reason
+        if out.token_ids:
+            self._observe_step()
+            self.completion_tokens += len(out.token_ids)
+        delta = self._text.push(out.token_ids)
+        if self._text.stopped:
+            self.finish_reason = "stop"
+        return delta
+
+    def _observe_step(self) -> None:
+        now = time.perf_counter()
+        if self._last_step is None:
+            self._metrics.ttft.labels(self.replica).observe(now - self._prepared.arrival)
+        else:
+            self._metrics.itl.labels(self.replica).observe(now - self._last_step)
+        self._last_step = now
+
+
+class Admission:
+    """A bounded count of admitted, unfinished requests; over it, 429."""
+
+    def __init__(self, settings: ApiSettings, metrics: ApiMetrics) -> None:
+        self._limit = settings.max_pending
+        self._retry_after_s = settings.retry_after_s
+        self._metrics = metrics
+        self._pending = 0
+
+    def enter(self) -> None:
+        if self._pending >= self._limit:
+            raise overloaded(
+                f"The server has {self._pending} requests in progress (limit {self._limit}); "
+                "retry later.",
+                self._retry_after_s,
+            )
+        self._pending += 1
+        self._metrics.pending.set(self._pending)
+
+    def leave(self) -> None:
+        self._pending -= 1
+        self._metrics.pending.set(self._pending)
+
+
+class Runner:
+    """Runs prepared requests: admission, then a JSON body or an SSE stream."""
+
+    def __init__(self, settings: ApiSettings, metrics: ApiMetrics) -> None:
+        self._metrics = metrics
+        self._admission = Admission(settings, metrics)
+        self._retry_after_s = settings.retry_after_s
+
+    async def run(
+        self, prepared: Prepared, backend: Backend, http_request: Request
+    ) -> JSONResponse | StreamingResponse:
+        self._admission.enter()
+        gen = Generation(prepared, backend, self._metrics)
+        try:
+            await _until_disconnect_or(gen.start(), http_request)
+        except BaseException as exc:
+            await self._release(gen)
+            if isinstance(exc, Exception):
+                raise from_engine_error(exc, self._retry_after_s) from exc
+            raise
+        if prepared.stream:
+            return _ClosingStream(
+                _sse_events(gen, prepared),
+                on_close=lambda: self._release(gen),
+                media_type="text/event-stream",
+                headers={REPLICA_HEADER: gen.replica, "Cache-Control": "no-cache"},
+            )
+        try:
+            text = await _until_disconnect_or(_collect(gen), http_request)
+        except Exception as exc:
+            raise from_engine_error(exc, self._retry_after_s) from exc
+        finally:
+            await self._release(gen)
+        body = completion_body(prepared.meta, text, gen.finish_reason, gen.final_usage)
+        return JSONResponse(body, headers={REPLICA_HEADER: gen.replica})
+
+    async def _release(self, gen: Generation) -> None:
+        await gen.close()
+        self._admission.leave()
+
+
+async def _collect(gen: Generation) -> str:
+    async with aclosing(gen.deltas()) as deltas:
+        return "".join([d async for d in deltas])
+
+
+async def _until_disconnect_or(work: Coroutine[Any, Any, T], request: Request) -> T:
+    """Run `work`; if the client disconnects first, cancel it (which aborts the request)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+    if task in done:
+        return task.result()
+    with suppress(asyncio.CancelledError):
+        await task
+    raise ApiError(499, "The client closed the connection.", code="client_closed_request")
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class _ClosingStream(StreamingResponse):
+    """A streaming response that runs `on_close` however the stream ends.
+
+    A generator's own `finally` does not run when the client disconnects
+    before its first chunk; this does.
+    """
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        on_close: Callable[[], Awaitable[None]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()
+
+
+async def _sse_events(gen: Generation, prepared: Prepared) -> AsyncIterator[bytes]:
+    meta = prepared.meta
+    try:
+        yield sse(chunk_body(meta, "", first=True))
+        async with aclosing(gen.deltas()) as deltas:
+            async for delta in deltas:
+                yield sse(chunk_body(meta, delta))
+        yield sse(chunk_body(meta, "", gen.finish_reason))
+        if prepared.include_usage:
+            yield sse(usage_chunk_body(meta, gen.final_usage))
+        yield SSE_DONE
+    except Exception as exc:
+        yield sse(from_engine_error(exc, retry_after_s=1).body())

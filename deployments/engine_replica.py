@@ -1,0 +1,119 @@
+"""The engine deployment: one `AsyncEngine` per Ray Serve replica.
+
+Besides `generate`, a replica answers Ray Serve's two hooks:
+
+- `record_routing_stats` -> the session digest the cache-affinity router
+  reads (`router.digest`), pulled by the controller every
+  `request_routing_stats_period_s`;
+- `record_autoscaling_stats` -> the KV pressure signals of
+  `deployments.autoscaling`, averaged by Ray for the autoscaling policy.
+
+Every output carries the replica's id, and the last one its `EngineStats`,
+so the ingress can export per-replica metrics without polling replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import tokenizers
+from ray import serve
+
+from deployments.autoscaling import KvSignals
+from deployments.backend import ReplicaOutput, stream_with_abort
+from penelope_engine.config import EngineConfig
+from penelope_engine.engine import AsyncEngine
+from penelope_engine.model.tokenizer import Tokenizer
+from penelope_engine.protocol import GenerateRequest
+from router.digest import build_digest
+
+log = logging.getLogger(__name__)
+PREFIX_DIGEST_LIMIT = 256
+SESSION_DIGEST_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A tokenizer as plain data, so the ingress uses exactly the engine's."""
+
+    tokenizer_json: str
+    eos_token_ids: tuple[int, ...]
+    chat_template: str | None
+    bos_token: str | None
+    eos_token: str | None
+
+    @classmethod
+    def of(cls, tok: Tokenizer) -> TokenizerSpec:
+        return cls(
+            tok.backend.to_str(),
+            tuple(tok.eos_token_ids),
+            tok.chat_template,
+            tok.bos_token,
+            tok.eos_token,
+        )
+
+    def build(self) -> Tokenizer:
+        backend = tokenizers.Tokenizer.from_str(self.tokenizer_json)
+        return Tokenizer(
+            backend, self.eos_token_ids, self.chat_template, self.bos_token, self.eos_token
+        )
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    model_name: str
+    max_model_len: int
+    tokenizer: TokenizerSpec
+
+
+class EngineReplica:
+    """The user class of the engine deployment (see `deployments.builder`)."""
+
+    def __init__(self, engine_config: EngineConfig, working_set_window_s: float) -> None:
+        self._engine = AsyncEngine(engine_config)
+        self._replica = serve.get_replica_context().replica_tag
+        self._signals = KvSignals(engine_config.cache.page_size, working_set_window_s)
+
+    async def describe(self) -> EngineInfo:
+        e = self._engine
+        return EngineInfo(e.model_name, e.max_model_len, TokenizerSpec.of(e.tokenizer))
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[ReplicaOutput]:
+        async for item in stream_with_abort(self._engine, request, self._replica):
+            yield item
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        # Off the event loop: the engine's lock is held for a whole forward step.
+        return await asyncio.to_thread(self._routing_digest)
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        return await asyncio.to_thread(self._kv_signals)
+
+    def _routing_digest(self) -> dict[str, Any]:
+        stats = self._engine.stats()
+        return build_digest(
+            self._engine.session_digests(SESSION_DIGEST_LIMIT),
+            self._engine.shared_prefix_hashes(PREFIX_DIGEST_LIMIT),
+            limit=SESSION_DIGEST_LIMIT,
+            queue_len=stats.queue_length + stats.running,
+        )
+
+    def _kv_signals(self) -> dict[str, float]:
+        digests = self._engine.session_digests(SESSION_DIGEST_LIMIT)
+        return self._signals.sample(self._engine.stats(), digests)
+
+    async def check_health(self) -> None:
+        if not self._engine.alive:
+            raise RuntimeError("the engine's step thread has stopped")
+
+    async def __del__(self) -> None:
+        # Leaving (downscale, redeploy): hand the sessions' KV to the shared store so
+        # their next turns load it on whichever replica the router picks.
+        written = await asyncio.to_thread(self._engine.drain_to_store)
+        if written:
+            log.info("drained %d KV pages to the store before shutdown", written)
+        await self._engine.shutdown()

@@ -1,0 +1,106 @@
+"""The ingress deployment: the OpenAI app in front of the engine deployment.
+
+The ingress tokenizes (with the engine's own tokenizer, fetched once from a
+replica), validates, and streams each request from an engine replica chosen
+by the cache-affinity router: the handle carries the request's session id
+(`handle.options(session_id=...)`), which is what the router keys on.
+
+Metrics: each engine replica sends its `EngineStats` with the last output of
+every request, and the ingress's `/metrics` exports the latest stats of every
+replica it has talked to, with the same names as standalone mode. So
+`/metrics` on the Serve HTTP port covers the fleet (with one ingress replica,
+exactly; with several, each exports what passed through it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Mapping
+from typing import cast
+
+from fastapi import FastAPI
+from ray import serve
+from ray.exceptions import ActorUnavailableError, RayActorError
+from ray.serve.exceptions import (
+    BackPressureError,
+    DeploymentUnavailableError,
+    ReplicaUnavailableError,
+)
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+
+from deployments.api import create_app
+from deployments.backend import ReplicaOutput
+from deployments.engine_replica import EngineInfo
+from deployments.errors import overloaded, unavailable
+from deployments.settings import ApiSettings, load_api_keys
+from penelope_engine.protocol import EngineStats, GenerateRequest
+
+REPLICA_FAILURES = (
+    RayActorError,
+    ActorUnavailableError,
+    ReplicaUnavailableError,
+    DeploymentUnavailableError,
+)
+
+
+class RayBackend:
+    """`Backend` over a Ray Serve handle to the engine deployment."""
+
+    def __init__(self, handle: DeploymentHandle, info: EngineInfo, retry_after_s: int) -> None:
+        self._handle = handle.options(stream=True, method_name="generate")
+        self._retry_after_s = retry_after_s
+        self._stats: dict[str, EngineStats] = {}
+        self.model_name = info.model_name
+        self.max_model_len = info.max_model_len
+        self.tokenizer = info.tokenizer.build()
+
+    @classmethod
+    async def connect(cls, handle: DeploymentHandle, retry_after_s: int) -> RayBackend:
+        info: EngineInfo = await handle.options(method_name="describe").remote()
+        return cls(handle, info, retry_after_s)
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[ReplicaOutput]:
+        handle = self._handle
+        if request.session_id is not None:
+            handle = handle.options(session_id=request.session)
+        responses = cast(DeploymentResponseGenerator, handle.remote(request))
+        finished = False
+        try:
+            async for item in responses:
+                if item.stats is not None:
+                    self._stats[item.replica] = item.stats
+                finished = item.output.finished
+                yield item
+        except BackPressureError as exc:
+            raise overloaded(f"All engine replicas are busy: {exc}", self._retry_after_s) from exc
+        except REPLICA_FAILURES as exc:
+            raise unavailable(
+                "The engine replica serving this request failed; retry (the session's next "
+                "turn is served from what survives, or recomputed).",
+                self._retry_after_s,
+            ) from exc
+        finally:
+            if not finished:
+                responses.cancel()
+
+    def replica_stats(self) -> Mapping[str, EngineStats]:
+        return dict(self._stats)
+
+    async def close(self) -> None:
+        self._stats.clear()
+
+
+@serve.ingress()
+class PenelopeIngress:
+    """The user class of the ingress deployment (see `deployments.builder`)."""
+
+    def __init__(
+        self, engine: DeploymentHandle, api: ApiSettings, api_keys_file: str | None
+    ) -> None:
+        keys = load_api_keys(api_keys_file)
+        self._settings = dataclasses.replace(api, api_keys=keys)
+        self._engine = engine
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        retry = self._settings.retry_after_s
+        return create_app(lambda: RayBackend.connect(self._engine, retry), self._settings)

@@ -1,0 +1,147 @@
+"""Prometheus metrics, the same names in standalone and Ray mode.
+
+Engine counters and gauges are read from each replica's `EngineStats` at
+scrape time (a custom collector); latencies are observed by the API as the
+client sees them. Every series carries a `replica` label.
+
+| metric                                    | kind      | labels                  |
+|-------------------------------------------|-----------|-------------------------|
+| penelope_tokens_total                     | counter   | replica, source         |
+| penelope_cache_hit_ratio                  | gauge     | replica                 |
+| penelope_recompute_ratio                  | gauge     | replica                 |
+| penelope_pages / penelope_pages_capacity  | gauge     | replica, tier           |
+| penelope_evictions_total                  | counter   | replica, policy, reason |
+| penelope_queue_length / _running_requests | gauge     | replica                 |
+| penelope_ttft_seconds / penelope_itl_seconds | histogram | replica              |
+| penelope_requests_total                   | counter   | route, status           |
+
+`source` is where a prompt token's KV came from: device, host, store,
+recomputed (it was cached, then evicted) or new. The two ratios are
+cumulative since the replica started; the Grafana dashboard computes them
+over time windows from `penelope_tokens_total`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from penelope_engine.protocol import EngineStats
+
+StatsSource = Callable[[], Mapping[str, EngineStats]]
+
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+ITL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
+
+
+def _token_sources(s: EngineStats) -> dict[str, int]:
+    return {
+        "device": s.tokens_device,
+        "host": s.tokens_host,
+        "store": s.tokens_store,
+        "recomputed": s.tokens_recomputed,
+        "new": s.tokens_new,
+    }
+
+
+class EngineStatsCollector(Collector):
+    """Turns the latest `EngineStats` of every replica into metric families."""
+
+    def __init__(self, source: StatsSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        by_replica = dict(self._source())
+        tokens = CounterMetricFamily(
+            "penelope_tokens",
+            "Prompt tokens by where their KV came from.",
+            labels=["replica", "source"],
+        )
+        hit = GaugeMetricFamily(
+            "penelope_cache_hit_ratio",
+            "Cached prompt tokens / prompt tokens, since start.",
+            labels=["replica"],
+        )
+        recompute = GaugeMetricFamily(
+            "penelope_recompute_ratio",
+            "Recomputed (evicted) prompt tokens / prompt tokens.",
+            labels=["replica"],
+        )
+        for replica, s in sorted(by_replica.items()):
+            for source, n in _token_sources(s).items():
+                tokens.add_metric([replica, source], n)
+            hit.add_metric([replica], s.hit_ratio)
+            recompute.add_metric([replica], s.recompute_ratio)
+        yield from (tokens, hit, recompute)
+        yield from _page_families(by_replica)
+        yield from _load_families(by_replica)
+
+
+def _page_families(by_replica: Mapping[str, EngineStats]) -> Iterator[Metric]:
+    used = GaugeMetricFamily("penelope_pages", "KV pages in use.", labels=["replica", "tier"])
+    total = GaugeMetricFamily(
+        "penelope_pages_capacity", "KV pages a tier can hold.", labels=["replica", "tier"]
+    )
+    evictions = CounterMetricFamily(
+        "penelope_evictions", "Evicted KV pages.", labels=["replica", "policy", "reason"]
+    )
+    for replica, s in sorted(by_replica.items()):
+        used.add_metric([replica, "device"], s.pages_device_used)
+        used.add_metric([replica, "host"], s.pages_host_used)
+        total.add_metric([replica, "device"], s.pages_device_total)
+        total.add_metric([replica, "host"], s.pages_host_total)
+        for policy, reason, pages in s.evictions:
+            evictions.add_metric([replica, policy, reason], pages)
+    yield from (used, total, evictions)
+
+
+def _load_families(by_replica: Mapping[str, EngineStats]) -> Iterator[Metric]:
+    queue = GaugeMetricFamily(
+        "penelope_queue_length", "Requests waiting in the engine.", labels=["replica"]
+    )
+    running = GaugeMetricFamily(
+        "penelope_running_requests", "Requests the engine is running.", labels=["replica"]
+    )
+    for replica, s in sorted(by_replica.items()):
+        queue.add_metric([replica], s.queue_length)
+        running.add_metric([replica], s.running)
+    yield from (queue, running)
+
+
+class ApiMetrics:
+    """The app's own registry (not the global one, so apps never collide)."""
+
+    def __init__(self, source: StatsSource) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.ttft = Histogram(
+            "penelope_ttft_seconds",
+            "Time from request arrival to its first token.",
+            ["replica"],
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.itl = Histogram(
+            "penelope_itl_seconds",
+            "Time between consecutive output steps of a request.",
+            ["replica"],
+            buckets=ITL_BUCKETS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "penelope_requests",
+            "Completed HTTP API requests.",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.pending = Gauge(
+            "penelope_api_pending_requests",
+            "Admitted, unfinished requests in this API process.",
+            registry=self.registry,
+        )
+        self.registry.register(EngineStatsCollector(source))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

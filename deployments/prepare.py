@@ -1,0 +1,151 @@
+"""Validated HTTP bodies to engine requests: tokens, sampling, session, tenant.
+
+Everything that can be wrong with a request is found here, before anything
+reaches the engine, so a rejected request changes no cache state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+
+from deployments.backend import Backend
+from deployments.errors import ApiError, invalid
+from deployments.responses import Kind, ResponseMeta
+from deployments.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
+from deployments.settings import ApiSettings
+from penelope_engine.errors import InvalidRequestError
+from penelope_engine.protocol import GenerateRequest, SamplingParams
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent the request: the tenant (from the API key) and the session header."""
+
+    tenant: str
+    session_header: str | None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    meta: ResponseMeta
+    request: GenerateRequest
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+    arrival: float  # time.perf_counter() when the request reached the API
+
+
+def _chat_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    role_of = {"developer": "system"}
+    return [{"role": role_of.get(m.role, m.role), "content": m.text()} for m in messages]
+
+
+async def prepare_chat(
+    body: ChatCompletionRequest, caller: Caller, backend: Backend, settings: ApiSettings
+) -> Prepared:
+    arrival = time.perf_counter()
+    _check_model(body.model, backend)
+    messages = _chat_dicts(body.messages)
+    ids = await asyncio.to_thread(backend.tokenizer.apply_chat_template, messages, True)
+    return _prepared("chat", body, list(ids), caller, backend, settings, arrival)
+
+
+async def prepare_text(
+    body: CompletionRequest, caller: Caller, backend: Backend, settings: ApiSettings
+) -> Prepared:
+    arrival = time.perf_counter()
+    _check_model(body.model, backend)
+    prompt = body.single_prompt()
+    if isinstance(prompt, str):
+        ids = await asyncio.to_thread(backend.tokenizer.encode, prompt)
+    else:
+        ids = list(prompt)
+    return _prepared("text", body, ids, caller, backend, settings, arrival)
+
+
+def _check_model(model: str, backend: Backend) -> None:
+    if model != backend.model_name:
+        raise ApiError(
+            404,
+            f"The model '{model}' does not exist; this server serves '{backend.model_name}'.",
+            param="model",
+            code="model_not_found",
+        )
+
+
+def _prepared(
+    kind: Kind,
+    body: ChatCompletionRequest | CompletionRequest,
+    ids: list[int],
+    caller: Caller,
+    backend: Backend,
+    settings: ApiSettings,
+    arrival: float,
+) -> Prepared:
+    param = "messages" if kind == "chat" else "prompt"
+    if not ids:
+        raise invalid(f"{param} is empty after tokenization", param=param)
+    max_tokens = _max_tokens(body.requested_max_tokens(), len(ids), param, backend, settings)
+    stop = _stop_strings(body.stop_list(), settings)
+    try:
+        sampling = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            seed=body.seed,
+        )
+    except InvalidRequestError as exc:
+        raise invalid(str(exc)) from exc
+    prefix = "chatcmpl" if kind == "chat" else "cmpl"
+    request_id = f"{prefix}-{uuid.uuid4().hex}"
+    request = GenerateRequest(
+        request_id=request_id,
+        prompt_token_ids=tuple(ids),
+        sampling=sampling,
+        session_id=caller.session_header or body.session_id,
+        tenant=caller.tenant,
+    )
+    meta = ResponseMeta(kind, request_id, backend.model_name, int(time.time()))
+    return Prepared(meta, request, stop, body.stream, body.include_usage, arrival)
+
+
+def _max_tokens(
+    requested: int | None, prompt_len: int, param: str, backend: Backend, s: ApiSettings
+) -> int:
+    room = backend.max_model_len - prompt_len
+    if room < 1:
+        raise invalid(
+            f"The prompt has {prompt_len} tokens; this model's context is "
+            f"{backend.max_model_len} tokens, which leaves no room for a completion.",
+            param=param,
+            code="context_length_exceeded",
+        )
+    if requested is None:
+        return min(s.default_max_tokens, room)
+    if requested > s.max_tokens_limit:
+        raise invalid(
+            f"max_tokens is {requested}; this server allows at most {s.max_tokens_limit}.",
+            param="max_tokens",
+        )
+    if requested > room:
+        raise invalid(
+            f"The prompt ({prompt_len} tokens) plus max_tokens ({requested}) exceeds the "
+            f"model's context of {backend.max_model_len} tokens.",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    return requested
+
+
+def _stop_strings(stop: list[str], s: ApiSettings) -> tuple[str, ...]:
+    if len(stop) > s.max_stop_sequences:
+        raise invalid(f"stop has {len(stop)} sequences; at most {s.max_stop_sequences}", "stop")
+    for seq in stop:
+        if not seq or len(seq) > s.max_stop_chars:
+            raise invalid(
+                f"each stop sequence must have 1 to {s.max_stop_chars} characters", "stop"
+            )
+    return tuple(stop)

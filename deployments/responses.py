@@ -1,0 +1,116 @@
+"""OpenAI response bodies and SSE chunks for chat and text completions.
+
+`usage.prompt_tokens_details.cached_tokens` is what OpenAI defines: prompt
+tokens whose KV was reused instead of computed. Penelope adds
+`usage.penelope` with where every prompt token's KV came from:
+
+    prompt_tokens = device + host + store + recomputed + new
+    cached_tokens = device + host + store
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from penelope_engine.protocol import TokenUsage
+
+Kind = Literal["chat", "text"]
+
+
+@dataclass(frozen=True)
+class ResponseMeta:
+    """What every body and chunk of one response repeats."""
+
+    kind: Kind
+    id: str
+    model: str
+    created: int
+
+    @property
+    def object_name(self) -> str:
+        return "chat.completion" if self.kind == "chat" else "text_completion"
+
+    @property
+    def chunk_object_name(self) -> str:
+        return "chat.completion.chunk" if self.kind == "chat" else "text_completion"
+
+
+def usage_body(u: TokenUsage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+        "penelope": {
+            "device_tokens": u.device_tokens,
+            "host_tokens": u.host_tokens,
+            "store_tokens": u.store_tokens,
+            "recomputed_tokens": u.recomputed_tokens,
+            "new_tokens": u.new_tokens,
+        },
+    }
+
+
+def _choice(meta: ResponseMeta, text: str, finish_reason: str | None) -> dict[str, Any]:
+    if meta.kind == "chat":
+        message = {"role": "assistant", "content": text}
+        return {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
+    return {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+
+
+def completion_body(
+    meta: ResponseMeta, text: str, finish_reason: str | None, usage: TokenUsage
+) -> dict[str, Any]:
+    return {
+        "id": meta.id,
+        "object": meta.object_name,
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [_choice(meta, text, finish_reason)],
+        "usage": usage_body(usage),
+    }
+
+
+def _chunk_choice(
+    meta: ResponseMeta, text: str, finish_reason: str | None, first: bool
+) -> dict[str, Any]:
+    if meta.kind == "chat":
+        delta: dict[str, Any] = {"role": "assistant"} if first else {}
+        if text or first:
+            delta["content"] = text
+        return {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+    return {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+
+
+def chunk_body(
+    meta: ResponseMeta, text: str, finish_reason: str | None = None, *, first: bool = False
+) -> dict[str, Any]:
+    return {
+        "id": meta.id,
+        "object": meta.chunk_object_name,
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [_chunk_choice(meta, text, finish_reason, first)],
+    }
+
+
+def usage_chunk_body(meta: ResponseMeta, usage: TokenUsage) -> dict[str, Any]:
+    """The extra last chunk of `stream_options.include_usage`: no choices, only usage."""
+    return {
+        "id": meta.id,
+        "object": meta.chunk_object_name,
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [],
+        "usage": usage_body(usage),
+    }
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()
+
+
+SSE_DONE = sse("[DONE]")

@@ -1,0 +1,149 @@
+"""A real standalone server (uvicorn, 127.0.0.1, a free port) driven by the `openai` client.
+
+Also what needs a real socket: backpressure (429 with Retry-After) and
+client disconnects freeing the request's pages at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from deploy_testkit import MODEL, TINY_ENGINE
+from fastapi import FastAPI
+
+from deployments.settings import ApiSettings
+from deployments.standalone import background_server, standalone_app
+
+SYSTEM = "You are a coding agent. Tools: read_file, write_file, run_tests. " * 4
+LONG = 4096  # a generation that runs for seconds on the tiny model
+
+
+@pytest.fixture(scope="module")
+def app() -> FastAPI:
+    return standalone_app(TINY_ENGINE, ApiSettings(max_pending=1, retry_after_s=2))
+
+
+@pytest.fixture(scope="module")
+def base_url(app: FastAPI) -> Iterator[str]:
+    with background_server(app) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
+
+
+def wait_idle(app: FastAPI, timeout_s: float = 10.0) -> None:
+    """Until the engine runs nothing, then check that no page leaked."""
+    engine = app.state.penelope.backend.engine
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stats = engine.stats()
+        if stats.running == 0 and stats.queue_length == 0:
+            engine.check_integrity()
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"engine still busy: {engine.stats()}")
+
+
+def test_three_turn_session_gets_cached_tokens(client: openai.OpenAI) -> None:
+    messages: list[Any] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Fix the failing test."},
+    ]
+    cached = []
+    for turn in range(3):
+        resp = client.chat.completions.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=6,
+            temperature=0,
+            extra_headers={"x-session-id": "openai-session"},
+        )
+        assert resp.choices[0].message.role == "assistant"
+        assert resp.usage is not None and resp.usage.prompt_tokens_details is not None
+        cached.append(resp.usage.prompt_tokens_details.cached_tokens)
+        breakdown = resp.usage.model_extra["penelope"]
+        assert sum(breakdown.values()) == resp.usage.prompt_tokens
+        messages += [
+            {"role": "assistant", "content": resp.choices[0].message.content},
+            {"role": "user", "content": f"Tool result {turn}: 3 passed."},
+        ]
+    assert cached[0] == 0 and cached[1] > 0 and cached[2] > 0
+
+
+def test_streaming_chat_and_usage_chunk(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Stream please."}],
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finish in (["length"], ["stop"])
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens <= 8
+    plain = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Stream please."}],
+        max_tokens=8,
+        temperature=0,
+    )
+    assert text == plain.choices[0].message.content
+
+
+def test_completions_and_models(client: openai.OpenAI) -> None:
+    resp = client.completions.create(model=MODEL, prompt="def fib(n):", max_tokens=5, temperature=0)
+    assert resp.object == "text_completion" and resp.usage is not None
+    assert resp.usage.completion_tokens <= 5
+    assert [m.id for m in client.models.list()] == [MODEL]
+
+
+def test_errors_raise_the_openai_exceptions(client: openai.OpenAI) -> None:
+    user = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(model=MODEL, messages=user, temperature=5)  # type: ignore[arg-type]
+    assert bad.value.param == "temperature"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(model="gpt-4o", messages=user)  # type: ignore[arg-type]
+    assert missing.value.code == "model_not_found"
+
+
+def test_full_server_answers_429_and_a_closed_stream_frees_its_pages(
+    app: FastAPI, base_url: str
+) -> None:
+    body = {"model": MODEL, "prompt": "Write a long story.", "max_tokens": LONG, "stream": True}
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        with http.stream("POST", "/v1/completions", json=body) as running:
+            assert running.status_code == 200
+            lines = running.iter_lines()
+            next(lines)
+            r = http.post("/v1/completions", json={**body, "stream": False, "max_tokens": 1})
+            if r.status_code != 429:  # the stream ended early: show how
+                pytest.fail(f"{r.status_code} {r.text}; the stream ended with {list(lines)[-3:]}")
+            assert r.headers["retry-after"] == "2"
+            assert r.json()["error"]["type"] == "rate_limit_error"
+        wait_idle(app)
+        r = http.post("/v1/completions", json={**body, "stream": False, "max_tokens": 1})
+        assert r.status_code == 200, r.text
+
+
+def test_a_client_that_gives_up_aborts_its_request(app: FastAPI, base_url: str) -> None:
+    body = {"model": MODEL, "prompt": "Write a long story.", "max_tokens": LONG}
+    with httpx.Client(base_url=base_url, timeout=0.5) as http:
+        with pytest.raises(httpx.ReadTimeout):
+            http.post("/v1/completions", json=body)
+    wait_idle(app)
+    metrics = httpx.get(f"{base_url}/metrics").text
+    assert "penelope_api_pending_requests 0.0" in metrics

@@ -1,0 +1,88 @@
+"""`serve_config.yaml`, its parser and the Ray Serve options the builder derives (no cluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ray.serve.config import AutoscalingConfig, RequestRouterConfig
+
+from deployments.autoscaling_policy import KvAwarePolicy
+from deployments.builder import POLICY_FUNCTION, ROUTER_CLASS, engine_options, ingress_options
+from deployments.serve_config import ServeConfig, parse_serve_config
+from penelope_engine.errors import ConfigError
+from router.ray_router import PenelopeRequestRouter
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def app_args() -> dict:
+    doc = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    assert doc["http_options"]["host"] == "127.0.0.1"
+    (app,) = doc["applications"]
+    assert app["import_path"] == "deployments.builder:build_app"
+    return app["args"]
+
+
+def test_the_shipped_serve_config_parses_into_two_fractional_replicas() -> None:
+    config = parse_serve_config(app_args())
+    assert config.engine.model == "smollm2-135m" and config.engine.device == "cpu"
+    scaling = config.engine_deployment.autoscaling
+    assert scaling is not None and scaling.min_replicas == 2
+    assert 0 < config.engine_deployment.num_cpus < 1
+
+
+def test_engine_options_wire_the_router_and_the_kv_aware_policy() -> None:
+    config = parse_serve_config(app_args())
+    options = engine_options(config)
+    router = options["request_router_config"]
+    assert isinstance(router, RequestRouterConfig)
+    assert router.request_router_class == ROUTER_CLASS
+    assert router.get_request_router_class() is PenelopeRequestRouter
+    assert router.request_router_kwargs == {"policy": "affinity"}
+    scaling = options["autoscaling_config"]
+    assert isinstance(scaling, AutoscalingConfig)
+    assert (scaling.min_replicas, scaling.max_replicas, scaling.target_ongoing_requests) == (
+        2,
+        4,
+        4,
+    )
+    assert scaling.policy.policy_function == POLICY_FUNCTION
+    policy = scaling.policy.get_policy()(**scaling.policy.policy_kwargs)
+    assert isinstance(policy, KvAwarePolicy)
+    assert policy.settings.working_set_target == 0.8
+    assert options["ray_actor_options"] == {"num_cpus": 0.5, "num_gpus": 0.0}
+    assert ingress_options(config)["num_replicas"] == 1
+
+
+def test_a_fixed_replica_count_when_autoscaling_is_off() -> None:
+    config = parse_serve_config({"engine_deployment": {"autoscaling": None, "num_replicas": 3}})
+    options = engine_options(config)
+    assert options["num_replicas"] == 3 and "autoscaling_config" not in options
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            {"engine": {"cache": {"pagesize": 8}}},
+            "unknown key(s) ['pagesize'] in args.engine.cache",
+        ),
+        ({"enigne": {}}, "unknown key(s) ['enigne'] in args"),
+        ({"engine": {"dtype": "int8"}}, "dtype must be"),
+        ({"engine_deployment": {"num_cpus": 0}}, "num_cpus must be positive"),
+        ({"engine_deployment": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}, "max_r"),
+        ({"router": {"policy": "random"}}, "router policy must be one of"),
+        ({"router": {"options": {"overload": 1}}}, "unknown key(s) ['overload']"),
+        ({"api": {"api_keys": {"k" * 8: "t"}}}, "api_keys_file"),
+    ],
+)
+def test_bad_config_names_the_key(args: dict, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_serve_config(args)
+    assert needle in str(err.value)
+
+
+def test_defaults_without_args() -> None:
+    assert parse_serve_config(None) == ServeConfig()
