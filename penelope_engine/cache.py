@@ -115,6 +115,21 @@ class PrefixCache:
             self.tree.lock(node, +1)
         return LockHandle(node)
 
+    def lock_match(self, match: TreeMatch) -> LockHandle:
+        """Pin exactly the matched pages and the path above them (mutates).
+
+        When the match ends inside a node, the node is split there first, so
+        the pages past the match stay evictable: pinning them would hold
+        memory the request does not use.
+        """
+        if match.num_pages == 0:
+            return LockHandle(None)
+        last = match.nodes[-1]
+        used = match.num_pages - last.start
+        if 0 < used < len(last):
+            last = self._split(last, used)
+        return self.lock(last)
+
     def unlock(self, handle: LockHandle) -> None:
         if handle.node is not None:
             self.tree.lock(handle.node, -1)
@@ -199,8 +214,11 @@ class PrefixCache:
 
     def _merge_pages(self, node: Node, pages: np.ndarray) -> None:
         cur = node.device
+        if node.n_device == len(cur) and np.array_equal(cur, pages):
+            return  # the request used the tree's own pages: nothing changes
         holes = np.flatnonzero(cur < 0)
-        self._set_device(node, holes, pages[holes])
+        if len(holes):
+            self._set_device(node, holes, pages[holes])
         dup = (cur >= 0) & (cur != pages)
         if dup.any():
             self.device.free(pages[dup])
@@ -428,6 +446,17 @@ class PrefixCache:
             node = parent
 
     # -- digests and checks ---------------------------------------------------------------
+    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+        """Page ids of shared prefixes held on the device, depth first (router digests)."""
+        out: list[int] = []
+        stack = list(self.tree.root.children.values())
+        while stack and len(out) < limit:
+            node = stack.pop()
+            if node.shared and node.n_device:
+                out.extend(int(h) for h in node.hashes[: limit - len(out)])
+                stack.extend(node.children.values())
+        return out
+
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
         recent = sorted(self.sessions.items(), key=lambda kv: -kv[1].last_access)[:limit]
         out = []

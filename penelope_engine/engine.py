@@ -203,14 +203,7 @@ class Engine:
 
     def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
         """Page ids of shared prefixes this replica holds on the device (router digests)."""
-        out: list[int] = []
-        stack = list(self.cache.tree.root.children.values())
-        while stack and len(out) < limit:
-            node = stack.pop()
-            if node.shared and node.n_device:
-                out.extend(int(h) for h in node.hashes[: limit - len(out)])
-                stack.extend(node.children.values())
-        return out
+        return self.cache.shared_prefix_hashes(limit)
 
     def drain_to_store(self) -> int:
         """Write every cached page the store lacks to it; returns pages written.

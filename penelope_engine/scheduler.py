@@ -141,7 +141,7 @@ class Scheduler:
         n_pages = -(-n_ctx // ps)
         usable = (n_ctx - 1) // ps  # always leave the last token to compute
         match = cache.match(seq.hashes[:usable])
-        lock = cache.lock(match.nodes[-1] if match.num_pages else None)
+        lock = cache.lock_match(match)
         # Pages past the tree's match may still be in a shared store (a session
         # that moved here, or a replica that restarted): take the run found there.
         beyond = self.tiers.store_run(seq.hashes[match.num_pages : usable], seq.req.tenant)

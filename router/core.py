@@ -237,11 +237,19 @@ class AffinityRouter:
     def _new_home(
         self, by_id: Mapping[str, ReplicaView], key: str, prefix_hashes: Sequence[int]
     ) -> tuple[str, str]:
-        if self.config.prefix_affinity and prefix_hashes:
-            holders = self._prefix_holders(by_id.values(), prefix_hashes)
-            if holders:
-                return _pick(key, holders), "prefix"
-        return _pick(key, by_id), "hash"
+        """Two rendezvous choices for the session; the one caching its prefix wins.
+
+        Sending every new session to whichever replica holds the shared prefix
+        piles them onto the first replica to publish it (every agent shares one
+        system prompt). Two hashed choices keep sessions spread evenly and
+        deterministic across routers; the prefix only breaks the tie.
+        """
+        pair = rendezvous_order(key, by_id)[:2]
+        if self.config.prefix_affinity and prefix_hashes and len(pair) == 2:
+            holders = self._prefix_holders((by_id[r] for r in pair), prefix_hashes)
+            if len(holders) == 1:
+                return holders[0], "prefix"
+        return pair[0], "hash"
 
     def _prefix_holders(self, views: Iterable[ReplicaView], hashes: Sequence[int]) -> list[str]:
         """Replicas caching the longest leading run of ``hashes`` (at least the minimum)."""

@@ -1,0 +1,125 @@
+"""What one run measures, and its summary.
+
+Per request: TTFT (arrival to first token, queueing included), the queueing
+part alone (arrival to admission, when its KV pages are allocated), and where its
+prompt tokens came from. Per session: JCT (first arrival to the last turn's
+last token) and LLM time (JCT minus the tool and user time between turns).
+
+    hit_ratio              cached prompt tokens (device + host + store) / prompt tokens
+    recompute_ratio        prompt tokens recomputed because the cache had lost them
+                           (history of the session, not new tokens) / prompt tokens
+    partial_return_ratio   returning requests that found part, not all, of their
+                           private history / returning requests with private history
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    session_id: str
+    turn: int
+    replica: int
+    arrival: float
+    admitted_at: float  # left the queue: its KV pages were allocated
+    first_token_at: float
+    finished_at: float
+    prompt_tokens: int
+    device_tokens: int
+    host_tokens: int
+    store_tokens: int
+    recomputed_tokens: int
+    new_tokens: int
+    history_class: str  # first | full | partial | miss
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token_at - self.arrival
+
+    @property
+    def queue_s(self) -> float:
+        return self.admitted_at - self.arrival
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    session_id: str
+    start: float
+    end: float
+    tool_time_s: float
+
+    @property
+    def jct(self) -> float:
+        return self.end - self.start
+
+    @property
+    def llm_time(self) -> float:
+        return self.jct - self.tool_time_s
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    mean_ttft_s: float
+    p90_ttft_s: float
+    mean_jct_s: float
+    mean_llm_time_s: float
+    mean_queue_s: float  # arrival to admission: waiting for a batch slot or for KV memory
+    hit_ratio: float
+    partial_return_ratio: float
+    recompute_ratio: float
+    requests: int
+    sessions: int
+    failed_requests: int
+    prompt_tokens: int
+    recomputed_tokens: int
+    sim_time_s: float
+    wall_time_s: float
+    ttfts: tuple[float, ...] = field(repr=False, default=())
+
+    def as_dict(self, with_ttfts: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        if not with_ttfts:
+            d.pop("ttfts")
+        return d
+
+
+def summarize(
+    requests: list[RequestRecord],
+    sessions: list[SessionRecord],
+    failed: int,
+    sim_time_s: float,
+    wall_time_s: float,
+) -> RunMetrics:
+    if not requests:
+        raise ValueError("no request finished: nothing to summarize")
+    ttft = np.array([r.ttft for r in requests])
+    prompt = sum(r.prompt_tokens for r in requests)
+    cached = sum(r.device_tokens + r.host_tokens + r.store_tokens for r in requests)
+    recomputed = sum(r.recomputed_tokens for r in requests)
+    returning = [r for r in requests if r.history_class != "first"]
+    partial = sum(r.history_class == "partial" for r in returning)
+    return RunMetrics(
+        mean_ttft_s=float(ttft.mean()),
+        p90_ttft_s=float(np.percentile(ttft, 90)),
+        mean_jct_s=float(np.mean([s.jct for s in sessions])) if sessions else float("nan"),
+        mean_llm_time_s=float(np.mean([s.llm_time for s in sessions]))
+        if sessions
+        else float("nan"),
+        mean_queue_s=float(np.mean([r.queue_s for r in requests])),
+        hit_ratio=cached / prompt,
+        partial_return_ratio=partial / len(returning) if returning else 0.0,
+        recompute_ratio=recomputed / prompt,
+        requests=len(requests),
+        sessions=len(sessions),
+        failed_requests=failed,
+        prompt_tokens=prompt,
+        recomputed_tokens=recomputed,
+        sim_time_s=float(sim_time_s),
+        wall_time_s=wall_time_s,
+        ttfts=tuple(float(t) for t in ttft),
+    )

@@ -1,0 +1,280 @@
+"""Discrete-event simulation of agent sessions on replicas of the Penelope cache.
+
+Sessions start at the workload's times; turn k+1 of a session arrives
+`think_time_s` after turn k's last output token (closed loop), and a subagent
+starts its delay after the parent turn it follows. Each arrival is routed by
+the real routing core (`router.policies`: `pow2` or `affinity`) from live
+queue lengths and digests refreshed every `digest_period_s` (as Ray Serve
+pulls `record_routing_stats`). Each replica runs `bench.simreplica.Replica`
+over the real `PrefixCache`; time comes from a `bench.costmodel` model.
+
+The oracle policy is told, at the end of each turn, when that session's next
+turn will arrive (at any replica), or that it never will.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bench.costmodel import CostModel
+from bench.metrics import RequestRecord, RunMetrics, SessionRecord, summarize
+from bench.simcache import TIERS, CacheSetup, ReplicaCache
+from bench.simreplica import Replica, SimRequest, Step
+from bench.tokens import TokenMap
+from bench.traces import Session
+from bench.workload import Workload
+from penelope_engine.config import SchedulerConfig
+from penelope_engine.pages import PageHasher
+from penelope_engine.policies import check_policy_name
+from router.core import ReplicaView, RouterConfig, RouteRequest
+from router.digest import build_digest, decode_digest
+from router.policies import ROUTING_POLICIES, make_policy
+
+ROUTE_PREFIX_PAGES = 8  # leading page ids a request shows the router
+
+
+def default_scheduler() -> SchedulerConfig:
+    return SchedulerConfig(max_batch_tokens=8192, max_running=64, prefill_chunk=8192)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    policy: str = "lru"
+    tiers: str = "gpu"  # "gpu" or "gpu+cpu"
+    device_budget_tokens: int = 200_000
+    host_budget_tokens: int = 0  # used (and required) with tiers "gpu+cpu"
+    replicas: int = 1
+    router: str = "pow2"
+    prefix_affinity: bool = True  # affinity router: send new sessions where their prefix is
+    page_size: int = 16
+    scheduler: SchedulerConfig = field(default_factory=default_scheduler)
+    max_ongoing: int = 128  # Ray Serve max_ongoing_requests per replica
+    digest_period_s: float = 10.0
+    vocab_size: int = 151936
+
+    def __post_init__(self) -> None:
+        check_policy_name(self.policy)
+        if self.tiers not in TIERS:
+            raise ValueError(f"tiers must be one of {TIERS}, got {self.tiers!r}")
+        if self.router not in ROUTING_POLICIES:
+            raise ValueError(
+                f"router must be one of {sorted(ROUTING_POLICIES)}, got {self.router!r}"
+            )
+        if self.tiers == "gpu+cpu" and self.host_budget_tokens < self.page_size:
+            raise ValueError("tiers 'gpu+cpu' needs host_budget_tokens >= page_size")
+        if self.device_budget_tokens < self.page_size or self.replicas < 1:
+            raise ValueError("device_budget_tokens must be >= page_size and replicas >= 1")
+        if self.digest_period_s <= 0 or self.max_ongoing < 1:
+            raise ValueError("digest_period_s must be > 0 and max_ongoing >= 1")
+
+    def cache_setup(self) -> CacheSetup:
+        host = self.host_budget_tokens // self.page_size if self.tiers == "gpu+cpu" else 0
+        return CacheSetup(
+            self.policy, self.page_size, self.device_budget_tokens // self.page_size, host
+        )
+
+    def describe(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "scheduler"}
+        return {**d, "scheduler": vars(self.scheduler)}
+
+
+@dataclass(eq=False)
+class _SessionState:
+    session: Session
+    start: float | None = None
+    prev_hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+
+
+def _common_pages(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+class Simulator:
+    def __init__(self, workload: Workload, cfg: SimConfig, cost: CostModel, seed: int = 0) -> None:
+        self.cfg, self.cost, self.workload = cfg, cost, workload
+        self.now = 0.0
+        clock: Callable[[], float] = lambda: self.now  # noqa: E731
+        self.replicas = [
+            Replica(i, ReplicaCache(cfg.cache_setup(), cost, clock), cfg.scheduler, cost)
+            for i in range(cfg.replicas)
+        ]
+        self.router = make_policy(
+            cfg.router, RouterConfig(seed=seed, prefix_affinity=cfg.prefix_affinity), clock
+        )
+        self.tokens = TokenMap(cfg.vocab_size)
+        self.hasher = PageHasher(cfg.page_size, "sim")
+        self.states = {s.id: _SessionState(s) for s in workload.all_sessions}
+        self._heap: list[tuple[float, int, str, Any]] = []
+        self._seq = itertools.count()
+        self._digests = [decode_digest({}) for _ in self.replicas]
+        self._digest_at = -math.inf
+        self._wakes: dict[int, float] = {}
+        self.requests: list[RequestRecord] = []
+        self.sessions: list[SessionRecord] = []
+        self.failed = 0
+
+    # -- events ---------------------------------------------------------------------------
+    def _push(self, t: float, kind: str, data: Any) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), kind, data))
+
+    def run(self) -> RunMetrics:
+        wall = time.perf_counter()
+        for s, t in zip(self.workload.sessions, self.workload.starts):
+            self._push(t, "arrive", (s.id, 0))
+            for child in self.workload.children.get(s.id, ()):
+                if child.after_turn < 0:
+                    self._push(t + child.start_delay_s, "arrive", (child.id, 0))
+        handlers = {"arrive": self._arrive, "step": self._step_done, "wake": self._wake}
+        while self._heap:
+            t, _, kind, data = heapq.heappop(self._heap)
+            self.now = t
+            handlers[kind](data)
+        stuck = sum(r.queue_len for r in self.replicas)
+        if stuck:
+            raise RuntimeError(f"simulation ended with {stuck} requests never served")
+        return summarize(
+            self.requests, self.sessions, self.failed, self.now, time.perf_counter() - wall
+        )
+
+    def _horizon(self) -> float:
+        return self._heap[0][0] if self._heap else math.inf
+
+    def _kick(self, rep: Replica) -> None:
+        if rep.busy:
+            return
+        step = rep.plan(self.now, self._horizon())
+        if step is not None:
+            rep.busy = True
+            self._push(step.end, "step", (rep, step))
+            return
+        ready = rep.next_ready()
+        if ready is not None and ready > self.now and self._wakes.get(rep.index) != ready:
+            self._wakes[rep.index] = ready
+            self._push(ready, "wake", rep)
+
+    def _wake(self, rep: Replica) -> None:
+        self._kick(rep)
+
+    def _views(self) -> list[ReplicaView]:
+        """Live queue lengths; digests as of the last `digest_period_s` boundary's refresh.
+
+        A digest is rebuilt when a route needs it and it is a period old, which
+        shows the router what a periodic pull would have shown, give or take
+        one period. `pow2` reads no digest, so none is built for it.
+        """
+        if self.cfg.router != "pow2" and self.now >= self._digest_at + self.cfg.digest_period_s:
+            self._digest_at = self.now
+            for i, rep in enumerate(self.replicas):
+                wire = build_digest(
+                    rep.cache.digests(),
+                    rep.cache.prefix_hashes(),
+                    queue_len=rep.queue_len,
+                    now=self.now,
+                )
+                self._digests[i] = decode_digest(wire)
+        return [
+            ReplicaView(str(r.index), r.queue_len, self.cfg.max_ongoing, self._digests[i])
+            for i, r in enumerate(self.replicas)
+        ]
+
+    # -- a turn arrives -------------------------------------------------------------------
+    def _arrive(self, data: tuple[str, int]) -> None:
+        sid, k = data
+        st = self.states[sid]
+        if st.start is None:
+            st.start = self.now
+        req = self._request(st, k)
+        rep = self.replicas[0]
+        if not rep.cache.fits(req.prompt_len, req.output_len):
+            self.failed += 1
+            self._turn_over(st, k)
+            return
+        views = self._views()
+        prefix = tuple(int(h) for h in req.hashes[:ROUTE_PREFIX_PAGES])
+        choice = self.router.choose(views, RouteRequest(sid, prefix, request_id=f"{sid}:{k}"))
+        rep = self.replicas[int(choice.replica_id)]
+        rep.enqueue(req, self.now)
+        self._kick(rep)
+
+    def _request(self, st: _SessionState, k: int) -> SimRequest:
+        s, turn = st.session, st.session.turns[k]
+        seq = self.tokens.sequence_ids(s, k)
+        hashes = self.hasher.hashes(seq)
+        ps = self.cfg.page_size
+        reusable = _common_pages(st.prev_hashes, hashes[: turn.input_tokens // ps])
+        st.prev_hashes = hashes[: (len(seq) - 1) // ps]
+        return SimRequest(
+            s.id,
+            k,
+            self.now,
+            turn.input_tokens,
+            turn.output_tokens,
+            hashes,
+            reusable,
+            turn.shared_prefix_tokens // ps,
+            turn.stop_reason,
+        )
+
+    # -- a step ends ----------------------------------------------------------------------
+    def _step_done(self, data: tuple[Replica, Step]) -> None:
+        rep, step = data
+        rep.busy = False
+        for req in rep.commit(step, write_through=self.cfg.tiers == "gpu+cpu"):
+            self._record(req)
+            st = self.states[req.session_id]
+            nxt = (
+                st.session.turns[req.turn + 1].think_time_s
+                if req.turn + 1 < len(st.session.turns)
+                else math.inf
+            )
+            rep.cache.cache.set_next_arrival(req.session_id, self.now + nxt)
+            self._turn_over(st, req.turn)
+        self._kick(rep)
+
+    def _record(self, r: SimRequest) -> None:
+        a = r.adm
+        assert a is not None and r.admitted_at is not None and r.first_token_at is not None
+        assert r.finished_at is not None
+        self.requests.append(
+            RequestRecord(
+                r.session_id,
+                r.turn,
+                r.replica,
+                r.arrival,
+                r.admitted_at,
+                r.first_token_at,
+                r.finished_at,
+                r.prompt_len,
+                a.device_tokens,
+                a.host_tokens,
+                a.store_tokens,
+                a.recomputed_tokens,
+                a.new_tokens,
+                a.history_class,
+            )
+        )
+
+    def _turn_over(self, st: _SessionState, k: int) -> None:
+        s = st.session
+        for child in self.workload.children.get(s.id, ()):
+            if child.after_turn == k:
+                self._push(self.now + child.start_delay_s, "arrive", (child.id, 0))
+        if k + 1 < len(s.turns):
+            self._push(self.now + s.turns[k + 1].think_time_s, "arrive", (s.id, k + 1))
+        else:
+            assert st.start is not None
+            self.sessions.append(SessionRecord(s.id, st.start, self.now, s.tool_time_s))
+
+
+def simulate(workload: Workload, cfg: SimConfig, cost: CostModel, seed: int = 0) -> RunMetrics:
+    return Simulator(workload, cfg, cost, seed).run()

@@ -1,0 +1,117 @@
+"""Deterministic token ids for trace turns.
+
+A turn's tokens are a pure function of where they sit:
+
+    position  < shared_prefix_tokens      shared stream[position]       same in every session
+    position in block j of the turn       f(block_scope, block id) xor g(offset in block)
+    beyond the turn's blocks              f(session id, turn index, position)
+
+so equal trace blocks give equal tokens (and equal page hashes), and the
+system-and-tools prefix is one stream that every session starts with (a
+session with a shorter prefix shares the first part of it).
+
+A turn's block list looks one turn ahead when the next turn extends it: the
+partial last block of this input and this turn's output tokens are the next
+input's tokens at those positions, as in a real agent, whose next request
+repeats the model's answer. Otherwise they come from the per-turn stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from bench.traces import Session
+
+_U64 = np.uint64
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+
+
+def _seed(*parts: str) -> np.uint64:
+    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
+    return _U64(int.from_bytes(digest, "little"))
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer (wraps modulo 2^64)."""
+    x = x ^ (x >> _U64(30))
+    x = x * _U64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U64(27))
+    x = x * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+class TokenMap:
+    """Token ids in [low, vocab_size) for the turns of trace sessions."""
+
+    def __init__(self, vocab_size: int, low: int = 0, seed: str = "penelope-bench") -> None:
+        if not 0 <= low < vocab_size <= 1 << 32:
+            raise ValueError(f"need 0 <= low < vocab_size <= 2^32, got {low}, {vocab_size}")
+        self.vocab_size = vocab_size
+        self.low = low
+        self._span = _U64(vocab_size - low)
+        self._seed = seed
+        self._shared = _seed(seed, "shared-prefix")
+        self._stream = np.empty(0, dtype=np.int64)
+        self._offset_tables: dict[int, np.ndarray] = {}
+
+    def _offsets(self, bt: int) -> np.ndarray:
+        table = self._offset_tables.get(bt)
+        if table is None:
+            pos = np.arange(bt, dtype=np.uint64)
+            table = self._offset_tables[bt] = _mix(self._shared ^ _mix(pos + _U64(1)))
+        return table
+
+    def _scale(self, x: np.ndarray) -> np.ndarray:
+        """Random uint64 -> [low, vocab_size) by the high 32 bits (in place)."""
+        x >>= _U64(32)
+        x *= self._span
+        x >>= _U64(32)
+        x += _U64(self.low)
+        return x.view(np.int64)
+
+    def _to_vocab(self, x: np.ndarray) -> np.ndarray:
+        return self._scale(_mix(x))
+
+    def shared_prefix(self, n: int) -> np.ndarray:
+        if len(self._stream) < n:
+            pos = np.arange(max(n, 2 * len(self._stream)), dtype=np.uint64)
+            self._stream = self._to_vocab(self._shared + pos * _GOLDEN)
+        return self._stream[:n]
+
+    def _blocks(self, session: Session, k: int) -> np.ndarray:
+        """Block ids covering turn k's input, extended by the next turn's when it extends k."""
+        turns = session.turns
+        ids = turns[k].block_ids()
+        full = min(len(ids), turns[k].input_tokens // session.block_tokens)
+        if k + 1 < len(turns) and turns[k + 1].num_blocks > full:
+            nxt = turns[k + 1].block_ids()
+            if np.array_equal(nxt[:full], ids[:full]):
+                return np.concatenate([ids[:full], nxt[full:]])
+        return ids
+
+    def sequence_ids(self, session: Session, k: int) -> np.ndarray:
+        """Turn k's input tokens followed by its output tokens."""
+        turn = session.turns[k]
+        n = turn.input_tokens + turn.output_tokens
+        out = np.empty(n, dtype=np.int64)
+        p = min(turn.shared_prefix_tokens, n)
+        out[:p] = self.shared_prefix(p)
+        blocks, bt = self._blocks(session, k), session.block_tokens
+        b = max(p, min(n, len(blocks) * bt))
+        if b > p:  # token = (mix(block id) xor mix(offset)) scaled into the vocabulary
+            first, last = p // bt, -(-b // bt)
+            scope = _seed(self._seed, "block", session.block_scope)
+            grid = _mix(blocks[first:last] ^ scope)[:, None] ^ self._offsets(bt)[None, :]
+            out[p:b] = self._scale(grid.reshape(-1))[p - first * bt : b - first * bt]
+        if n > b:
+            tail = _seed(self._seed, "tail", session.id, str(k))
+            out[b:] = self._to_vocab(tail + np.arange(b, n, dtype=np.uint64) * _GOLDEN)
+        return out
+
+    def input_ids(self, session: Session, k: int) -> np.ndarray:
+        return self.sequence_ids(session, k)[: session.turns[k].input_tokens]
+
+    def output_ids(self, session: Session, k: int) -> np.ndarray:
+        return self.sequence_ids(session, k)[session.turns[k].input_tokens :]

@@ -1,0 +1,113 @@
+"""A seeded workload: which sessions run and when each one starts.
+
+Sessions are drawn from a trace without replacement; asking for more than the
+trace has adds copies whose block ids live in their own namespace (`#2`, `#3`,
+...), so a copy shares only the common prefix with its original. Subagents
+come with their parent. Starts are staggered by a Poisson process
+(`mean_interarrival_s`), or taken from the trace (`arrivals="trace"`,
+Mooncake's real timestamps, shifted so that the first sampled session starts
+at 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench.traces import Session, Trace
+
+ARRIVALS = ("poisson", "trace")
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    sessions: int
+    seed: int = 0
+    mean_interarrival_s: float = 5.0  # Poisson session starts (already in scaled time)
+    arrivals: str = "poisson"
+    include_subagents: bool = True
+
+    def __post_init__(self) -> None:
+        if self.sessions < 1:
+            raise ValueError(f"sessions must be >= 1, got {self.sessions}")
+        if self.mean_interarrival_s < 0:
+            raise ValueError("mean_interarrival_s must be >= 0")
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(f"arrivals must be one of {ARRIVALS}, got {self.arrivals!r}")
+
+
+@dataclass(frozen=True)
+class Workload:
+    sessions: tuple[Session, ...]  # top-level sessions, in start order
+    starts: tuple[float, ...]  # start time of each top-level session
+    children: dict[str, tuple[Session, ...]]  # subagents by parent session id
+    config: WorkloadConfig
+    trace: dict[str, Any]  # Trace.describe(), with the scale factors
+
+    @property
+    def all_sessions(self) -> tuple[Session, ...]:
+        return self.sessions + tuple(c for kids in self.children.values() for c in kids)
+
+
+def _copy_id(name: str, c: int) -> str:
+    return name if c == 0 else f"{name}#{c + 1}"
+
+
+def _copy(s: Session, c: int) -> Session:
+    if c == 0:
+        return s
+    parent = _copy_id(s.parent_id, c) if s.parent_id else None
+    return dataclasses.replace(
+        s, id=_copy_id(s.id, c), block_scope=_copy_id(s.block_scope, c), parent_id=parent
+    )
+
+
+def _starts(chosen: list[Session], cfg: WorkloadConfig, rng: np.random.Generator) -> list[float]:
+    if cfg.arrivals == "trace":
+        t0 = min(s.trace_start_s for s in chosen)
+        return [s.trace_start_s - t0 for s in chosen]
+    gaps = (
+        rng.exponential(cfg.mean_interarrival_s, size=len(chosen))
+        if cfg.mean_interarrival_s > 0
+        else np.zeros(len(chosen))
+    )
+    gaps[0] = 0.0
+    return np.cumsum(gaps).tolist()
+
+
+def sample_workload(trace: Trace, cfg: WorkloadConfig) -> Workload:
+    """Draw `cfg.sessions` top-level sessions with `cfg.seed` and give them start times."""
+    tops = [s for s in trace.sessions if s.parent_id is None]
+    kids: dict[str, list[Session]] = {}
+    for s in trace.sessions:
+        if s.parent_id is not None:
+            kids.setdefault(s.parent_id, []).append(s)
+    rng = np.random.default_rng(cfg.seed)
+    if cfg.sessions <= len(tops):
+        picks = [int(i) for i in rng.permutation(len(tops))[: cfg.sessions]]
+    else:
+        picks = [int(i) for i in rng.permutation(cfg.sessions) % len(tops)]
+    seen: dict[int, int] = {}
+    chosen: list[Session] = []
+    children: dict[str, tuple[Session, ...]] = {}
+    for i in picks:
+        c = seen[i] = seen.get(i, -1) + 1
+        chosen.append(_copy(tops[i], c))
+        stack = [tops[i].id] if cfg.include_subagents else []
+        while stack:  # every descendant, keyed by its direct parent
+            parent = stack.pop()
+            if parent in kids:
+                children[_copy_id(parent, c)] = tuple(_copy(k, c) for k in kids[parent])
+                stack += [k.id for k in kids[parent]]
+    starts = _starts(chosen, cfg, rng)
+    order = sorted(range(len(chosen)), key=lambda j: (starts[j], j))
+    return Workload(
+        tuple(chosen[j] for j in order),
+        tuple(starts[j] for j in order),
+        children,
+        cfg,
+        trace.describe(),
+    )

@@ -1,0 +1,107 @@
+"""The stated cost models: real Qwen3 sizes, roofline sanity, the CPU fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.costmodel import (
+    HARDWARE,
+    QWEN3,
+    CpuCostModel,
+    GpuCostModel,
+    StepLoad,
+    page_cost_fn,
+    param_count,
+    prefill_time,
+)
+
+
+def _gpu(model: str = "qwen3-8b", hw: str = "h200") -> GpuCostModel:
+    return GpuCostModel(QWEN3[model], HARDWARE[hw])
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"), [("qwen3-8b", 8.19), ("qwen3-14b", 14.77), ("qwen3-32b", 32.76)]
+)
+def test_parameter_counts_match_the_published_models(name: str, billions: float) -> None:
+    assert param_count(QWEN3[name]) / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_kv_bytes_and_capacity() -> None:
+    c8 = _gpu()
+    assert c8.kv_bytes_per_token == 2 * 36 * 8 * 128 * 2
+    assert 600_000 < c8.kv_capacity_tokens() < 800_000  # ~107 GB of KV on an H200
+    assert _gpu("qwen3-32b", "h100").kv_capacity_tokens() < 50_000  # few tokens fit
+
+
+def test_attention_crossover_for_qwen3_8b_is_tens_of_k_tokens() -> None:
+    c = _gpu()
+    cross = c.attention_crossover()
+    assert 15_000 < cross < 40_000
+    assert c.token_cost(cross) == pytest.approx(2 * c.token_cost(0), rel=0.01)
+    assert c.token_cost(105_000) > 3 * c.token_cost(0)  # a tail token at 105K
+
+
+def test_attention_dominates_long_prefill() -> None:
+    c = _gpu()
+    short, long = prefill_time(c, 4096, 0), prefill_time(c, 4096, 100_000)
+    assert long > 3 * short
+    front = prefill_time(c, 2048, 20_000)  # rebuild a front vs a tail of the same length
+    tail = prefill_time(c, 2048, 100_000)
+    assert tail > 2 * front
+
+
+def test_decode_is_memory_bound() -> None:
+    c = _gpu("qwen3-8b", "h100")
+    one = c.step_time(StepLoad.of([], [1000]))
+    weights = c.weight_bytes / (c.hw.hbm_bytes_per_s * c.hw.hbm_eff)
+    assert one == pytest.approx(c.hw.step_overhead_s + weights, rel=0.05)
+    long_batch = c.step_time(StepLoad.of([], [100_000] * 32))
+    assert long_batch > 5 * one  # KV reads of long contexts dominate
+    assert _gpu("qwen3-8b", "h200").step_time(StepLoad.of([], [100_000] * 32)) < long_batch
+
+
+def test_step_load_of_chunks() -> None:
+    load = StepLoad.of([(4, 10)], [7])
+    assert load.tokens == 5 and load.sequences == 2 and load.logit_rows == 2
+    assert load.attention_pairs == sum(p + 1 for p in range(10, 14)) + 8
+    assert load.kv_read_tokens == 14 + 8
+    assert _gpu().step_time(StepLoad()) == 0.0
+
+
+def test_copies_and_page_cost() -> None:
+    c = _gpu()
+    assert c.load_time(10_000, "host") < c.load_time(10_000, "store")
+    assert c.load_time(20_000, "host") > c.load_time(10_000, "host")
+    with pytest.raises(ValueError, match="tier"):
+        c.load_time(1, "disk")
+    cost = page_cost_fn(c, 16)
+    assert cost(3) == pytest.approx(sum(c.token_cost(48 + i) for i in range(16)))
+    assert cost(5000) > cost(0)
+
+
+def test_cpu_fit_recovers_known_coefficients() -> None:
+    truth = CpuCostModel(2e-3, 66e-6, 0.041e-6, 1e-4, kv_bytes_per_token=4096)
+    rng = np.random.default_rng(0)
+    samples = []
+    for _ in range(40):
+        chunks = [(int(rng.integers(1, 512)), int(rng.integers(0, 4000)))]
+        decodes = [int(rng.integers(1, 4000)) for _ in range(int(rng.integers(0, 8)))]
+        load = StepLoad.of(chunks, decodes)
+        samples.append((load, truth.step_time(load) * (1 + 0.01 * rng.standard_normal())))
+    fit = CpuCostModel.fit(samples, kv_bytes_per_token=4096)
+    assert fit.c_lin == pytest.approx(truth.c_lin, rel=0.1)
+    assert fit.c_attn == pytest.approx(truth.c_attn, rel=0.1)
+    assert fit.token_cost(1000) == pytest.approx(truth.token_cost(1000), rel=0.1)
+
+
+def test_cpu_fit_never_goes_negative_and_needs_samples() -> None:
+    samples = [(StepLoad.of([(m, 0)], []), 1e-3 + 1e-5 * m) for m in (1, 2, 4, 8, 16)]
+    fit = CpuCostModel.fit(samples, kv_bytes_per_token=1)
+    assert min(fit.c_step, fit.c_lin, fit.c_attn, fit.c_seq) >= 0
+    assert fit.step_time(samples[2][0]) == pytest.approx(samples[2][1], rel=0.05)
+    with pytest.raises(ValueError, match="at least 4"):
+        CpuCostModel.fit(samples[:3], kv_bytes_per_token=1)
+    with pytest.raises(ValueError, match=">= 0"):
+        CpuCostModel(-1.0, 0.0, 0.0, 0.0, kv_bytes_per_token=1)

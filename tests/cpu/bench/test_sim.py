@@ -1,0 +1,160 @@
+"""The discrete-event simulator over the real PrefixCache, policies and routing core."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bench.costmodel import CpuCostModel, StepLoad
+from bench.sim import SimConfig, Simulator
+from bench.simreplica import _chunk_load
+from bench.traces import Scale, Session, Trace, Turn
+from bench.workload import Workload, WorkloadConfig, sample_workload
+from penelope_engine.policies import POLICIES
+
+COST = CpuCostModel(2e-3, 50e-6, 0.05e-6, 1e-4, kv_bytes_per_token=4096, copy_bytes_per_s=4e9)
+PREFIX = 96
+
+
+def _session(i: int, turns: int = 6) -> Session:
+    """A growing history: each turn adds 3 blocks of 32 tokens; tool gaps 1-3 s."""
+    rng = np.random.default_rng(i)
+    out = []
+    for k in range(turns):
+        n_blocks = 4 + 3 * k
+        think = 0.0 if k == 0 else float(rng.uniform(1.0, 3.0))
+        stop = "end_turn" if k == turns - 1 else "tool_use"
+        out.append(Turn(think, 0.0, ((1, n_blocks),), n_blocks * 32 + 5, 6, stop, PREFIX))
+    return Session(f"s{i}", tuple(out), 32, f"s{i}")
+
+
+def _workload(n: int = 6, seed: int = 0) -> Workload:
+    trace = Trace("claude_code", tuple(_session(i) for i in range(n)), Scale(), 64)
+    return sample_workload(trace, WorkloadConfig(n, seed=seed, mean_interarrival_s=0.5))
+
+
+def _cfg(**kw) -> SimConfig:
+    base = dict(policy="lru", device_budget_tokens=20_000, page_size=16)
+    return SimConfig(**{**base, **kw})
+
+
+def _run(cfg: SimConfig, n: int = 6, seed: int = 0) -> Simulator:
+    sim = Simulator(_workload(n, seed), cfg, COST, seed=seed)
+    sim.metrics = sim.run()
+    for rep in sim.replicas:
+        rep.cache.cache.check_integrity(request_pages=0)  # nothing runs any more
+    return sim
+
+
+def _summary(sim: Simulator) -> dict:
+    d = sim.metrics.as_dict(with_ttfts=True)
+    d.pop("wall_time_s")
+    return d
+
+
+def test_same_seed_same_result_and_seeds_differ() -> None:
+    a, b = _run(_cfg(device_budget_tokens=2_500)), _run(_cfg(device_budget_tokens=2_500))
+    assert _summary(a) == _summary(b)
+    c = _run(_cfg(device_budget_tokens=2_500), seed=1)
+    assert _summary(c) != _summary(a)
+
+
+def test_every_turn_is_served_in_a_closed_loop() -> None:
+    sim = _run(_cfg())
+    assert sim.metrics.requests == 36 and sim.metrics.sessions == 6
+    by = {(r.session_id, r.turn): r for r in sim.requests}
+    for s in sim.workload.sessions:
+        for k in range(1, len(s.turns)):
+            gap = by[(s.id, k)].arrival - by[(s.id, k - 1)].finished_at
+            assert gap == pytest.approx(s.turns[k].think_time_s)
+    for r in sim.requests:
+        assert r.arrival < r.first_token_at <= r.finished_at
+        parts = r.device_tokens + r.host_tokens + r.store_tokens
+        assert parts + r.recomputed_tokens + r.new_tokens == r.prompt_tokens
+
+
+def test_roomy_cache_never_recomputes() -> None:
+    m = _run(_cfg(device_budget_tokens=200_000)).metrics
+    assert m.recompute_ratio == 0.0 and m.partial_return_ratio == 0.0
+    assert m.hit_ratio > 0.6
+
+
+def test_tight_cache_recomputes_history() -> None:
+    sim = _run(_cfg(device_budget_tokens=2_000))
+    assert sim.metrics.recompute_ratio > 0.05
+    assert sim.metrics.hit_ratio < _run(_cfg(device_budget_tokens=200_000)).metrics.hit_ratio
+    assert {r.history_class for r in sim.requests} >= {"first", "miss"}
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_runs_tiers_and_keeps_pools_consistent(policy: str) -> None:
+    gpu = _run(_cfg(policy=policy, device_budget_tokens=2_000)).metrics
+    two = _run(
+        _cfg(policy=policy, device_budget_tokens=2_000, tiers="gpu+cpu", host_budget_tokens=50_000)
+    ).metrics
+    assert gpu.requests == two.requests == 36
+    assert two.hit_ratio > gpu.hit_ratio
+
+
+def test_affinity_keeps_sessions_home_and_pow2_scatters_them() -> None:
+    homes, hits = {}, {}
+    for router in ("pow2", "affinity"):
+        sim = _run(_cfg(replicas=3, router=router, device_budget_tokens=3_000), n=8)
+        assert sim.metrics.requests == 48
+        per_session: dict[str, set[int]] = {}
+        for r in sim.requests:
+            per_session.setdefault(r.session_id, set()).add(r.replica)
+        homes[router] = sum(len(h) for h in per_session.values()) / len(per_session)
+        hits[router] = sim.metrics.hit_ratio
+    assert homes["affinity"] <= 1.25 < 2.0 <= homes["pow2"]
+    assert hits["affinity"] > hits["pow2"]
+
+
+def test_a_turn_larger_than_the_device_fails_alone() -> None:
+    wl = _workload(2)
+    big = dataclasses.replace(wl.sessions[0].turns[1], input_tokens=5_000, block_runs=((1, 150),))
+    s0 = dataclasses.replace(
+        wl.sessions[0], turns=(wl.sessions[0].turns[0], big, *wl.sessions[0].turns[2:])
+    )
+    wl = dataclasses.replace(wl, sessions=(s0, *wl.sessions[1:]))
+    m = Simulator(wl, _cfg(device_budget_tokens=3_000), COST).run()
+    assert m.failed_requests == 1 and m.requests == 11
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="tiers"):
+        _cfg(tiers="gpu+ssd")
+    with pytest.raises(ValueError, match="host_budget_tokens"):
+        _cfg(tiers="gpu+cpu")
+    with pytest.raises(ValueError, match="router"):
+        _cfg(router="random")
+    with pytest.raises(KeyError, match="valid"):
+        _cfg(policy="fifo")
+
+
+def test_chunk_load_counts_attention_pairs_over_segments() -> None:
+    todo = [(10, 14), (30, 32)]
+    pairs, keys = _chunk_load(todo, 0, 6)
+    assert pairs == sum(p + 1 for p in (10, 11, 12, 13, 30, 31)) and keys == 32
+    pairs, keys = _chunk_load(todo, 3, 2)
+    assert pairs == (13 + 1) + (30 + 1) and keys == 31
+
+
+def test_times_follow_the_cost_model_for_a_lone_request() -> None:
+    turn = Turn(0.0, 0.0, ((1, 30),), 30 * 32 + 5, 4, "end_turn", PREFIX)
+    trace = Trace("claude_code", (Session("solo", (turn,), 32, "solo"),), Scale(), 64)
+    wl = sample_workload(trace, WorkloadConfig(1))
+    sim = Simulator(wl, _cfg(device_budget_tokens=4_096), COST)
+    m = sim.run()
+    prefill = COST.step_time(StepLoad.of([(965, 0)], []))
+    decodes = sum(COST.step_time(StepLoad.of([], [965 + i])) for i in range(3))
+    assert m.mean_ttft_s == pytest.approx(prefill)
+    assert m.mean_jct_s == pytest.approx(prefill + decodes)
+
+
+def test_router_options_reach_the_routing_core() -> None:
+    sim = Simulator(_workload(2), _cfg(router="affinity", prefix_affinity=False), COST)
+    assert sim.router.name == "affinity" and sim.router.config.prefix_affinity is False
+    assert sim.run().requests == 12

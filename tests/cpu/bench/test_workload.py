@@ -1,0 +1,64 @@
+"""Seeded session sampling and arrivals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.traces import Scale, Session, Trace, Turn
+from bench.workload import WorkloadConfig, sample_workload
+
+
+def _trace(n: int = 6) -> Trace:
+    turn = Turn(0.0, 0.0, ((1, 2),), 128, 4, "tool_use", 10)
+    tops = [Session(f"s{i}", (turn,), 64, f"s{i}", trace_start_s=3.0 * i) for i in range(n)]
+    kid = Session("s0/a1", (turn,), 64, "s0", parent_id="s0", after_turn=0, start_delay_s=2.0)
+    grandkid = Session("s0/a1/b", (turn,), 64, "s0", parent_id="s0/a1", after_turn=0)
+    return Trace("claude_code", (*tops, kid, grandkid), Scale(), 64)
+
+
+def test_same_seed_same_workload() -> None:
+    cfg = WorkloadConfig(sessions=4, seed=3)
+    a, b = sample_workload(_trace(), cfg), sample_workload(_trace(), cfg)
+    assert [s.id for s in a.sessions] == [s.id for s in b.sessions]
+    assert a.starts == b.starts
+    c = sample_workload(_trace(), WorkloadConfig(sessions=4, seed=4))
+    assert ([s.id for s in c.sessions], c.starts) != ([s.id for s in a.sessions], a.starts)
+
+
+def test_poisson_starts_are_staggered() -> None:
+    w = sample_workload(_trace(), WorkloadConfig(sessions=6, seed=0, mean_interarrival_s=5.0))
+    starts = np.array(w.starts)
+    assert starts[0] == 0.0 and (np.diff(starts) >= 0).all() and starts[-1] > 0
+    assert w.trace["time_scale"] == 1.0 and w.trace["length_scale"] == 1.0
+
+
+def test_trace_arrivals_keep_real_offsets() -> None:
+    w = sample_workload(_trace(), WorkloadConfig(sessions=3, seed=1, arrivals="trace"))
+    by_id = dict(zip([s.id for s in w.sessions], w.starts))
+    t0 = min(s.trace_start_s for s in w.sessions)
+    assert all(by_id[s.id] == s.trace_start_s - t0 for s in w.sessions)
+
+
+def test_more_sessions_than_the_trace_makes_namespaced_copies() -> None:
+    w = sample_workload(_trace(3), WorkloadConfig(sessions=7, seed=0))
+    ids = [s.id for s in w.sessions]
+    assert len(set(ids)) == 7
+    copies = [s for s in w.sessions if "#" in s.id]
+    assert copies and all(s.block_scope.endswith(s.id[s.id.index("#") :]) for s in copies)
+
+
+def test_subagents_come_with_their_parent() -> None:
+    w = sample_workload(_trace(1), WorkloadConfig(sessions=1, seed=0))
+    assert [c.id for c in w.children["s0"]] == ["s0/a1"]
+    assert [c.id for c in w.children["s0/a1"]] == ["s0/a1/b"]
+    assert len(w.all_sessions) == 3
+    bare = sample_workload(_trace(1), WorkloadConfig(sessions=1, include_subagents=False))
+    assert bare.children == {} and len(bare.all_sessions) == 1
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="sessions"):
+        WorkloadConfig(sessions=0)
+    with pytest.raises(ValueError, match="arrivals"):
+        WorkloadConfig(sessions=1, arrivals="uniform")
