@@ -15,6 +15,7 @@ so the ingress can export per-replica metrics without polling replicas.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from ray import serve
 
 from deployments.autoscaling import KvSignals
 from deployments.backend import ReplicaOutput, stream_with_abort
+from deployments.serve_config import SGLangSettings
 from penelope_engine.config import EngineConfig
 from penelope_engine.engine import AsyncEngine
 from penelope_engine.model.tokenizer import Tokenizer
@@ -70,13 +72,27 @@ class EngineInfo:
     tokenizer: TokenizerSpec
 
 
+def _sglang_engine(settings: SGLangSettings) -> Any:
+    """SGLang in-process with the penelope backend (needs CUDA and sglang==0.5.23)."""
+    from penelope_engine.sglang.engine import SGLangEngine, SGLangEngineConfig
+
+    return SGLangEngine(SGLangEngineConfig(**dataclasses.asdict(settings)))
+
+
 class EngineReplica:
     """The user class of the engine deployment (see `deployments.builder`)."""
 
-    def __init__(self, engine_config: EngineConfig, working_set_window_s: float) -> None:
-        self._engine = AsyncEngine(engine_config)
+    def __init__(
+        self, engine_config: EngineConfig | SGLangSettings, working_set_window_s: float
+    ) -> None:
+        if isinstance(engine_config, SGLangSettings):
+            self._engine = _sglang_engine(engine_config)
+            page_size = engine_config.page_size
+        else:
+            self._engine = AsyncEngine(engine_config)
+            page_size = engine_config.cache.page_size
         self._replica = serve.get_replica_context().replica_tag
-        self._signals = KvSignals(engine_config.cache.page_size, working_set_window_s)
+        self._signals = KvSignals(page_size, working_set_window_s)
 
     async def describe(self) -> EngineInfo:
         e = self._engine

@@ -6,7 +6,9 @@ edge (and the dataclasses' own checks run), unknown keys are errors that name
 the key, and everything past this point is frozen dataclasses.
 
     args:
-      engine:      penelope_engine.config.EngineConfig (model, cache, scheduler)
+      engine:      penelope_engine.config.EngineConfig (model, cache, scheduler),
+                   or the string "sglang" to run SGLang with the Penelope backend
+      sglang:      SGLangSettings (with engine: sglang; CUDA only)
       api:         deployments.settings.ApiSettings (limits; keys come from a file/env)
       engine_deployment: EngineDeploymentSettings (CPUs, queue bounds, autoscaling)
       ingress:     IngressSettings
@@ -127,6 +129,29 @@ class RouterSettings:
         return {"policy": self.policy, **changed}
 
 
+@dataclass(frozen=True)
+class SGLangSettings:
+    """`engine: sglang`: each replica runs SGLang in-process with the penelope backend.
+
+    The fields are those of `penelope_engine.sglang.engine.SGLangEngineConfig`,
+    which imports SGLang; the replica builds it, so this config parses anywhere.
+    """
+
+    model_path: str
+    page_size: int = 16
+    load_format: str = "auto"
+    dtype: str = "auto"
+    context_length: int | None = None
+    max_total_tokens: int | None = None
+    mem_fraction_static: float | None = None
+    chunked_prefill_size: int | None = None
+    radix_cache_backend: str | None = "penelope"
+
+    def __post_init__(self) -> None:
+        _require(bool(self.model_path), "sglang.model_path must name a model directory")
+        _require(self.page_size >= 1, f"sglang.page_size must be >= 1, got {self.page_size}")
+
+
 def _default_engine() -> EngineConfig:
     return EngineConfig(model=DEFAULT_MODEL, cache=CacheConfig(device_pages=2048))
 
@@ -135,7 +160,8 @@ def _default_engine() -> EngineConfig:
 class ServeConfig:
     """Everything `build_application` needs."""
 
-    engine: EngineConfig = field(default_factory=_default_engine)
+    engine: EngineConfig | typing.Literal["sglang"] = field(default_factory=_default_engine)
+    sglang: SGLangSettings | None = None
     api: ApiSettings = field(default_factory=ApiSettings)
     engine_deployment: EngineDeploymentSettings = field(default_factory=EngineDeploymentSettings)
     ingress: IngressSettings = field(default_factory=IngressSettings)
@@ -143,6 +169,19 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         _require(not self.api.api_keys, "put API keys in ingress.api_keys_file or the env")
+        _require(
+            (self.engine == "sglang") == (self.sglang is not None),
+            "engine: sglang needs an sglang: section (model_path, ...), and sglang: needs "
+            "engine: sglang",
+        )
+
+    @property
+    def replica_engine(self) -> EngineConfig | SGLangSettings:
+        """What each engine replica builds."""
+        if isinstance(self.engine, EngineConfig):
+            return self.engine
+        assert self.sglang is not None
+        return self.sglang
 
 
 def parse_serve_config(args: Mapping[str, Any] | None) -> ServeConfig:

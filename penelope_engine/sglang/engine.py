@@ -14,11 +14,14 @@ refill); the rest of the prompt counts as new tokens.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from penelope_engine.errors import ConfigError, InvalidRequestError
+from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import (
     EngineStats,
     GenerateRequest,
@@ -81,6 +84,12 @@ class SGLangEngineConfig:
         return kwargs
 
 
+def _context_length(model_path: str) -> int:
+    """The model's window from its config.json (SGLang reads the same field)."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    return int(config.get("max_position_embeddings", 32768))
+
+
 def sampling_dict(request: GenerateRequest) -> dict[str, Any]:
     s = request.sampling
     params: dict[str, Any] = {
@@ -123,6 +132,8 @@ class SGLangEngine:
         self.config = config
         self.model_name = model_name or config.model_path
         self._engine = sglang.Engine(**config.engine_kwargs())
+        self.tokenizer = Tokenizer.from_dir(config.model_path)
+        self.max_model_len = config.context_length or _context_length(config.model_path)
         self._prompt_tokens = 0
         self._cached_tokens = 0
         self._running = 0
@@ -179,6 +190,18 @@ class SGLangEngine:
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
         """SGLang keeps no per-session view of its tree: the router falls back to hashing."""
         return []
+
+    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+        """SGLang's tree keys differ from Penelope's page ids: nothing to publish."""
+        return []
+
+    def drain_to_store(self) -> int:
+        """SGLang's own storage backends hold its spilled KV; nothing to hand over here."""
+        return 0
+
+    @property
+    def alive(self) -> bool:
+        return True
 
     async def shutdown(self) -> None:
         self._engine.shutdown()

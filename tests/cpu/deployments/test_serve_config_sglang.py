@@ -1,0 +1,40 @@
+"""`engine: sglang` in serve_config.yaml: parsed anywhere, built only where SGLang runs."""
+
+import pytest
+
+from deployments.serve_config import SGLangSettings, parse_serve_config
+from penelope_engine.errors import ConfigError
+
+
+def test_engine_sglang_selects_the_sglang_settings() -> None:
+    config = parse_serve_config(
+        {"engine": "sglang", "sglang": {"model_path": "/models/qwen3-8b", "page_size": 32}}
+    )
+    assert config.replica_engine == SGLangSettings("/models/qwen3-8b", page_size=32)
+    assert config.replica_engine.radix_cache_backend == "penelope"
+
+
+def test_engine_sglang_without_its_section_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="sglang"):
+        parse_serve_config({"engine": "sglang"})
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_serve_config({"engine": "sglang", "sglang": {"model_path": "m", "nope": 1}})
+
+
+def test_the_default_engine_is_the_torch_engine() -> None:
+    from penelope_engine.config import EngineConfig
+
+    assert isinstance(parse_serve_config({}).replica_engine, EngineConfig)
+
+
+def test_building_an_sglang_replica_without_sglang_says_how_to_install_it() -> None:
+    pytest.importorskip("ray")
+    from deployments.engine_replica import _sglang_engine
+
+    try:
+        import sglang  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="sglang"):
+            _sglang_engine(SGLangSettings("/models/qwen3-8b"))
+    else:  # pragma: no cover - a machine with SGLang
+        pytest.skip("SGLang is installed here; the GPU tests cover the real build")
