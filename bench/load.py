@@ -172,7 +172,7 @@ class Client:
                 if cancel and line.startswith("data: "):
                     return "cancelled"  # leaving the block drops the connection mid-stream
                 last = line or last
-                if '"error"' in line:
+                if line.startswith('data: {"error"'):
                     return "200+error:" + json.loads(line[6:])["error"]["code"]
             return "200" if last == "data: [DONE]" else "200+truncated"
 
@@ -190,11 +190,13 @@ async def drive(cfg: LoadConfig, url: str, vocab: int) -> list[tuple[str, str, f
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as http:
         client = Client(cfg, http, vocab)
         tasks = [asyncio.create_task(client.slot(i, s)) for i, s in enumerate(_slots(cfg))]
-        _, pending = await asyncio.wait(tasks, timeout=cfg.duration_s + cfg.grace_s)
+        done, pending = await asyncio.wait(tasks, timeout=cfg.duration_s + cfg.grace_s)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         client.records += [("any", "unfinished", 0.0)] * len(pending)
+        failed = [t.exception() for t in done if t.exception() is not None]
+        client.records += [("any", f"client_error:{type(e).__name__}", 0.0) for e in failed]
         return client.records
 
 
@@ -243,6 +245,9 @@ class RssSampler:
             "rss_mib_peak": round(max(m for _, m in self.samples), 1),
             "rss_mib_peak_after_warmup": round(max(after), 1),
             "growth_after_warmup_mib": round(growth, 1),
+            "rss_mib_by_quarter_after_warmup": [
+                round(after[min(len(after) - 1, q * len(after) // 4)], 1) for q in range(1, 5)
+            ],
             "samples": len(self.samples),
             "flat": growth <= max(64.0, 0.05 * at_warmup),  # the criterion, stated
         }

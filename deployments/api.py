@@ -12,6 +12,7 @@ its own session.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -23,10 +24,11 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from cache_store import StoreStats
 from deployments.auth import Authenticator
 from deployments.backend import Backend
 from deployments.completions import Runner
-from deployments.errors import ApiError, install_handlers
+from deployments.errors import ApiError, install_handlers, unavailable
 from deployments.metrics import ApiMetrics
 from deployments.middleware import BodySizeLimit, RequestCounter
 from deployments.prepare import Caller, prepare_chat, prepare_text
@@ -83,7 +85,10 @@ def _new_state(settings: ApiSettings) -> AppState:
     def replica_stats() -> Mapping[str, EngineStats]:
         return state.backend.replica_stats() if state.backend is not None else {}
 
-    metrics = ApiMetrics(replica_stats)
+    def store_stats() -> Mapping[str, StoreStats]:
+        return state.backend.store_stats() if state.backend is not None else {}
+
+    metrics = ApiMetrics(replica_stats, store_stats)
     state = AppState(settings, Authenticator(settings.api_keys), metrics, Runner(settings, metrics))
     return state
 
@@ -131,11 +136,14 @@ def _add_routes(app: FastAPI, state: AppState) -> None:
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        state.ready_backend()
+        if not state.ready_backend().healthy:
+            raise unavailable("The engine has stopped.", settings.retry_after_s)
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
         if settings.metrics_require_auth:
             state.auth.tenant(request.headers.get("authorization"))
-        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        # Off the event loop: reading engine stats waits for the engine's current step.
+        body = await asyncio.to_thread(state.metrics.render)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)

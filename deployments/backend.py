@@ -5,16 +5,30 @@ The app never touches an engine directly. A `Backend` streams
 the last output that replica's stats) and reports the latest stats per
 replica for `/metrics`. `LocalBackend` wraps an in-process engine (standalone
 mode, tests); `deployments.ingress.RayBackend` wraps a Ray Serve handle.
+
+An engine whose step loop dies (a fault in a forward pass) must not hang its
+requests: while a request waits for output, the engine's liveness is polled,
+and a dead engine fails the request with 503. `LocalBackend` then builds a
+fresh engine for the next request when it has a factory, as Ray restarts an
+engine replica whose health check fails.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import anyio
+
+from cache_store import StoreStats
+from deployments.errors import unavailable
 from penelope_engine.protocol import EngineStats, GenerateRequest, RequestOutput
+
+log = logging.getLogger(__name__)
+LIVENESS_POLL_S = 0.25  # how often a request waiting for output checks that its engine runs
 
 
 class TokenizerLike(Protocol):
@@ -47,6 +61,9 @@ class ServingEngine(Protocol):
 
     async def shutdown(self) -> None: ...
 
+    @property
+    def alive(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class ReplicaOutput:
@@ -72,28 +89,71 @@ class Backend(Protocol):
 
     def replica_stats(self) -> Mapping[str, EngineStats]: ...
 
+    def store_stats(self) -> Mapping[str, StoreStats]: ...
+
+    @property
+    def healthy(self) -> bool: ...
+
     async def close(self) -> None: ...
 
 
 class LocalBackend:
-    """One engine in this process, reported as a single replica."""
+    """One engine in this process, reported as a single replica.
 
-    def __init__(self, engine: ServingEngine, replica: str = "standalone") -> None:
+    `restart`, when given, builds a replacement engine (in a thread) once the
+    current one has died; without it, requests get 503 until the process is
+    restarted.
+    """
+
+    def __init__(
+        self,
+        engine: ServingEngine,
+        replica: str = "standalone",
+        restart: Callable[[], ServingEngine] | None = None,
+    ) -> None:
         self.engine = engine
         self.replica = replica
         self.model_name = engine.model_name
         self.max_model_len = engine.max_model_len
         self.tokenizer = engine.tokenizer
+        self.restarts = 0
+        self._restart = restart
+        self._restarting = asyncio.Lock()
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[ReplicaOutput]:
-        async for item in stream_with_abort(self.engine, request, self.replica):
+        engine = await self._live_engine()
+        async for item in stream_with_abort(engine, request, self.replica):
             yield item
 
     def replica_stats(self) -> Mapping[str, EngineStats]:
         return {self.replica: self.engine.stats()}
 
+    @property
+    def healthy(self) -> bool:
+        """The engine runs, or a dead one will be replaced by the next request."""
+        return self.engine.alive or self._restart is not None
+
+    def store_stats(self) -> Mapping[str, StoreStats]:
+        """The Arrow store's counters (write and read errors included), if there is a store."""
+        store = getattr(getattr(self.engine, "engine", None), "store", None)
+        return {self.replica: store.stats()} if store is not None else {}
+
     async def close(self) -> None:
         await self.engine.shutdown()
+
+    async def _live_engine(self) -> ServingEngine:
+        if self.engine.alive:
+            return self.engine
+        if self._restart is None:
+            raise unavailable("The engine has stopped; restart the server.", 1)
+        async with self._restarting:
+            if not self.engine.alive:
+                dead = self.engine
+                log.error("the engine's step loop stopped; starting a fresh engine")
+                self.engine = await asyncio.to_thread(self._restart)
+                self.restarts += 1
+                await dead.shutdown()
+        return self.engine
 
 
 async def stream_with_abort(
@@ -101,21 +161,49 @@ async def stream_with_abort(
 ) -> AsyncIterator[ReplicaOutput]:
     """Tag the engine's outputs; abort the request if the consumer stops early.
 
-    A consumer stops early on a stop string or a client disconnect; the abort
-    frees the request's locks and pages at once instead of at garbage
-    collection.
+    A consumer stops early on a stop string, a client disconnect or a timeout;
+    the abort frees the request's locks and pages at once instead of at
+    garbage collection. An engine that dies mid-request raises 503.
+
+    Each output is awaited in its own task (`step`) so that the engine's
+    liveness can be polled meanwhile. A step still pending when this generator
+    ends is cancelled, which ends the engine's stream inside that task.
     """
     finished = False
-    stream = engine.generate(request)
+    stream = aiter(engine.generate(request))
+    step: asyncio.Future[RequestOutput] | None = None
     try:
-        async for out in stream:
+        while not finished:
+            step = asyncio.ensure_future(anext(stream))
+            try:
+                out = await _while_alive(engine, step)
+            except StopAsyncIteration:
+                break
             finished = out.finished
-            yield ReplicaOutput(replica, out, engine.stats() if finished else None)
+            # Off the event loop: the engine holds its lock for a whole forward step.
+            stats = await asyncio.to_thread(engine.stats) if finished else None
+            yield ReplicaOutput(replica, out, stats)
     except (GeneratorExit, asyncio.CancelledError):
         if not finished:
-            await engine.abort(request.request_id)
+            # Shielded: under a cancelled scope (a deadline) the abort must still
+            # complete, so the request's pages are free before the reply goes out.
+            with anyio.CancelScope(shield=True):
+                await engine.abort(request.request_id)
         raise
     finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        if step is not None and not step.done():
+            step.cancel()
+        else:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def _while_alive(engine: ServingEngine, step: asyncio.Future[RequestOutput]) -> RequestOutput:
+    """The step's output, unless the engine dies first (then 503)."""
+    while True:
+        done, _ = await asyncio.wait({step}, timeout=LIVENESS_POLL_S)
+        if done:
+            return step.result()
+        if not engine.alive:
+            raise unavailable("The engine stopped while running this request; retry.", 1)

@@ -3,8 +3,10 @@
 The first engine output is awaited before any response starts, so errors the
 engine raises up front (invalid request, no capacity) become proper HTTP
 errors, and the replica that serves the request is known for the
-`x-penelope-replica` header. A client that disconnects cancels the request,
-which aborts it in the engine and frees its pages.
+`x-penelope-replica` header. A client that disconnects, or a request that
+outlives `api.request_timeout_s`, cancels the request, which aborts it in the
+engine and frees its pages. An error after an SSE stream has started is sent
+as an error event followed by `[DONE]`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from deployments.backend import Backend, ReplicaOutput
+from deployments.deadline import Deadline
 from deployments.errors import ApiError, from_engine_error, overloaded
 from deployments.metrics import ApiMetrics
 from deployments.prepare import Prepared
@@ -145,30 +148,32 @@ class Runner:
         self._metrics = metrics
         self._admission = Admission(settings, metrics)
         self._retry_after_s = settings.retry_after_s
+        self._timeout_s = settings.request_timeout_s
 
     async def run(
         self, prepared: Prepared, backend: Backend, http_request: Request
     ) -> JSONResponse | StreamingResponse:
         self._admission.enter()
         gen = Generation(prepared, backend, self._metrics)
+        deadline = Deadline.after(prepared.arrival, self._timeout_s)
         try:
-            await _until_disconnect_or(gen.start(), http_request)
+            await _until_disconnect_or(gen.start(), http_request, deadline)
         except BaseException as exc:
             await self._release(gen)
             if isinstance(exc, Exception):
-                raise from_engine_error(exc, self._retry_after_s) from exc
+                raise self._error(exc) from exc
             raise
         if prepared.stream:
             return _ClosingStream(
-                _sse_events(gen, prepared),
+                _sse_events(gen, prepared, deadline, self._error),
                 on_close=lambda: self._release(gen),
                 media_type="text/event-stream",
                 headers={REPLICA_HEADER: gen.replica, "Cache-Control": "no-cache"},
             )
         try:
-            text = await _until_disconnect_or(_collect(gen), http_request)
+            text = await _until_disconnect_or(_collect(gen), http_request, deadline)
         except Exception as exc:
-            raise from_engine_error(exc, self._retry_after_s) from exc
+            raise self._error(exc) from exc
         finally:
             await self._release(gen)
         body = completion_body(prepared.meta, text, gen.finish_reason, gen.final_usage)
@@ -178,27 +183,43 @@ class Runner:
         await gen.close()
         self._admission.leave()
 
+    def _error(self, exc: Exception) -> ApiError:
+        err = from_engine_error(exc, self._retry_after_s)
+        if err.status == 504:
+            self._metrics.timeouts.inc()
+        return err
+
 
 async def _collect(gen: Generation) -> str:
     async with aclosing(gen.deltas()) as deltas:
         return "".join([d async for d in deltas])
 
 
-async def _until_disconnect_or(work: Coroutine[Any, Any, T], request: Request) -> T:
-    """Run `work`; if the client disconnects first, cancel it (which aborts the request)."""
+async def _until_disconnect_or(
+    work: Coroutine[Any, Any, T], request: Request, deadline: Deadline
+) -> T:
+    """Run `work`; if the client disconnects or the deadline passes first, cancel it.
+
+    Cancelling `work` aborts the request in the engine; this returns only once
+    that abort has run.
+    """
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {task, watcher}, timeout=deadline.remaining(), return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         watcher.cancel()
         if not task.done():
             task.cancel()
     if task in done:
         return task.result()
-    with suppress(asyncio.CancelledError):
+    with suppress(asyncio.CancelledError, Exception):
         await task
-    raise ApiError(499, "The client closed the connection.", code="client_closed_request")
+    if watcher in done:
+        raise ApiError(499, "The client closed the connection.", code="client_closed_request")
+    raise deadline.error()
 
 
 async def _disconnected(request: Request) -> None:
@@ -229,16 +250,27 @@ class _ClosingStream(StreamingResponse):
             await self._on_close()
 
 
-async def _sse_events(gen: Generation, prepared: Prepared) -> AsyncIterator[bytes]:
+async def _sse_events(
+    gen: Generation,
+    prepared: Prepared,
+    deadline: Deadline,
+    to_error: Callable[[Exception], ApiError],
+) -> AsyncIterator[bytes]:
+    """The SSE body; a failure or a passed deadline ends it with an error event and [DONE]."""
     meta = prepared.meta
     try:
         yield sse(chunk_body(meta, "", first=True))
         async with aclosing(gen.deltas()) as deltas:
-            async for delta in deltas:
+            while True:
+                try:
+                    with deadline.enforced():
+                        delta = await anext(deltas)
+                except StopAsyncIteration:
+                    break
                 yield sse(chunk_body(meta, delta))
         yield sse(chunk_body(meta, "", gen.finish_reason))
         if prepared.include_usage:
             yield sse(usage_chunk_body(meta, gen.final_usage))
-        yield SSE_DONE
     except Exception as exc:
-        yield sse(from_engine_error(exc, retry_after_s=1).body())
+        yield sse(to_error(exc).body())
+    yield SSE_DONE

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from penelope_engine.errors import CapacityError, InvalidRequestError
+from penelope_engine.errors import CapacityError, EngineError, InvalidRequestError
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,15 @@ def from_engine_error(exc: Exception, retry_after_s: int) -> ApiError:
         return invalid(str(exc))
     if isinstance(exc, CapacityError):
         return overloaded(f"The server cannot fit this request now: {exc}", retry_after_s)
+    if isinstance(exc, EngineError):  # a fault while running it; the engine goes on
+        log.error("engine fault: %s", exc)
+        return ApiError(
+            503,
+            f"{exc}; retry the request.",
+            type="server_error",
+            code="engine_error",
+            headers={"Retry-After": str(retry_after_s)},
+        )
     log.exception("request failed", exc_info=exc)
     return ApiError(500, "Internal server error.", type="server_error", code="internal_error")
 

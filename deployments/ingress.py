@@ -28,6 +28,7 @@ from ray.serve.exceptions import (
 )
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
+from cache_store import StoreStats
 from deployments.api import create_app
 from deployments.backend import ReplicaOutput
 from deployments.engine_replica import EngineInfo
@@ -85,6 +86,15 @@ class RayBackend:
 
     def replica_stats(self) -> Mapping[str, EngineStats]:
         return dict(self._stats)
+
+    @property
+    def healthy(self) -> bool:
+        """Ray Serve health-checks the engine replicas and restarts dead ones."""
+        return True
+
+    def store_stats(self) -> Mapping[str, StoreStats]:
+        """Not exported in Ray mode yet: `EngineStats` does not carry the store's counters."""
+        return {}
 
     async def close(self) -> None:
         self._stats.clear()

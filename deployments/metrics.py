@@ -14,6 +14,15 @@ client sees them. Every series carries a `replica` label.
 | penelope_queue_length / _running_requests | gauge     | replica                 |
 | penelope_ttft_seconds / penelope_itl_seconds | histogram | replica              |
 | penelope_requests_total                   | counter   | route, status           |
+| penelope_request_timeouts_total           | counter   |                         |
+| penelope_store_operations_total           | counter   | replica, op             |
+| penelope_store_errors_total               | counter   | replica, kind           |
+| penelope_store_used_bytes                 | gauge     | replica                 |
+
+The store series exist for replicas with an Arrow store (standalone mode):
+`op` is put, hit or miss; `kind` is write (unwritable or full), read (I/O),
+corrupt (quarantined), missing (file gone) or rejected (larger than the
+budget). A store error is never a request error: the pages are recomputed.
 
 `source` is where a prompt token's KV came from: device, host, store,
 recomputed (it was cached, then evicted) or new. The two ratios are
@@ -29,9 +38,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cache_store import StoreStats
 from penelope_engine.protocol import EngineStats
 
 StatsSource = Callable[[], Mapping[str, EngineStats]]
+StoreSource = Callable[[], Mapping[str, StoreStats]]
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
@@ -111,10 +122,44 @@ def _load_families(by_replica: Mapping[str, EngineStats]) -> Iterator[Metric]:
     yield from (queue, running)
 
 
+class StoreStatsCollector(Collector):
+    """The Arrow store's counters of every replica that has one."""
+
+    def __init__(self, source: StoreSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        ops = CounterMetricFamily(
+            "penelope_store_operations", "Arrow store operations.", labels=["replica", "op"]
+        )
+        errors = CounterMetricFamily(
+            "penelope_store_errors",
+            "Arrow store failures (each one recomputes instead of loading or spilling).",
+            labels=["replica", "kind"],
+        )
+        used = GaugeMetricFamily(
+            "penelope_store_used_bytes", "Bytes the Arrow store holds.", labels=["replica"]
+        )
+        for replica, s in sorted(self._source().items()):
+            for op, n in (("put", s.puts), ("hit", s.hits), ("miss", s.misses)):
+                ops.add_metric([replica, op], n)
+            kinds = {
+                "write": s.write_errors,
+                "read": s.read_errors,
+                "corrupt": s.corrupt,
+                "missing": s.missing,
+                "rejected": s.rejected,
+            }
+            for kind, n in kinds.items():
+                errors.add_metric([replica, kind], n)
+            used.add_metric([replica], s.used_bytes)
+        yield from (ops, errors, used)
+
+
 class ApiMetrics:
     """The app's own registry (not the global one, so apps never collide)."""
 
-    def __init__(self, source: StatsSource) -> None:
+    def __init__(self, source: StatsSource, store_source: StoreSource = dict) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.ttft = Histogram(
             "penelope_ttft_seconds",
@@ -136,12 +181,18 @@ class ApiMetrics:
             ["route", "status"],
             registry=self.registry,
         )
+        self.timeouts = Counter(
+            "penelope_request_timeouts",
+            "Requests aborted because they outlived api.request_timeout_s.",
+            registry=self.registry,
+        )
         self.pending = Gauge(
             "penelope_api_pending_requests",
             "Admitted, unfinished requests in this API process.",
             registry=self.registry,
         )
         self.registry.register(EngineStatsCollector(source))
+        self.registry.register(StoreStatsCollector(store_source))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

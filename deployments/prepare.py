@@ -19,6 +19,14 @@ from deployments.settings import ApiSettings
 from penelope_engine.errors import InvalidRequestError
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 
+# Sampling edges the engine's float32 arithmetic cannot take: logits divided by a
+# temperature near zero overflow to inf (NaN probabilities), and a top_p below
+# float32's range keeps no token. Both limits mean "the most likely token", so
+# such values are mapped to exactly that: greedy decoding, or a top_p that
+# still keeps only the top token (any top_p <= 1 / vocabulary size does).
+GREEDY_BELOW_TEMPERATURE = 1e-3
+MIN_TOP_P = 1e-6
+
 
 @dataclass(frozen=True)
 class Caller:
@@ -93,8 +101,8 @@ def _prepared(
     try:
         sampling = SamplingParams(
             max_tokens=max_tokens,
-            temperature=1.0 if body.temperature is None else body.temperature,
-            top_p=1.0 if body.top_p is None else body.top_p,
+            temperature=_temperature(body.temperature),
+            top_p=1.0 if body.top_p is None else max(body.top_p, MIN_TOP_P),
             seed=body.seed,
         )
     except InvalidRequestError as exc:
@@ -110,6 +118,12 @@ def _prepared(
     )
     meta = ResponseMeta(kind, request_id, backend.model_name, int(time.time()))
     return Prepared(meta, request, stop, body.stream, body.include_usage, arrival)
+
+
+def _temperature(requested: float | None) -> float:
+    if requested is None:
+        return 1.0
+    return 0.0 if requested < GREEDY_BELOW_TEMPERATURE else requested
 
 
 def _max_tokens(

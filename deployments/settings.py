@@ -6,6 +6,7 @@ Both the standalone server and the Ray ingress build the same app from one
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ class ApiSettings:
     default_max_tokens: int = 256  # when the client sets none (bounded by the context)
     max_stop_sequences: int = 4
     max_stop_chars: int = 256
+    request_timeout_s: float = 600.0  # from arrival; past it the request is aborted (504)
     replica_name: str = "standalone"  # `replica` label of this process's metrics
 
     def __post_init__(self) -> None:
@@ -51,6 +53,10 @@ class ApiSettings:
         for name in ("max_body_bytes", "max_pending", "max_tokens_limit", "default_max_tokens"):
             _require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         _require(self.retry_after_s >= 0, f"retry_after_s must be >= 0, got {self.retry_after_s}")
+        _require(
+            0 < self.request_timeout_s < math.inf,
+            f"request_timeout_s must be positive and finite, got {self.request_timeout_s}",
+        )
         _require(self.max_stop_sequences >= 0, "max_stop_sequences must be >= 0")
         _require(self.max_stop_chars > 0, "max_stop_chars must be positive")
         _require(

@@ -31,14 +31,21 @@ log = logging.getLogger(__name__)
 
 
 def standalone_app(engine_config: EngineConfig, settings: ApiSettings | None = None) -> FastAPI:
-    """The app over an `AsyncEngine` built (in a thread) when the app starts."""
+    """The app over an `AsyncEngine` built (in a thread) when the app starts.
+
+    An engine whose step loop dies is replaced by a fresh one over the same
+    weights (its cache starts empty; sessions recompute or load from the store).
+    """
     settings = settings or ApiSettings()
 
     async def make_backend() -> LocalBackend:
         from penelope_engine.engine import AsyncEngine
 
         engine = await asyncio.to_thread(AsyncEngine, engine_config)
-        return LocalBackend(engine, settings.replica_name)
+        loaded = engine.engine.loaded
+        return LocalBackend(
+            engine, settings.replica_name, restart=lambda: AsyncEngine(engine_config, loaded)
+        )
 
     return create_app(make_backend, settings)
 

@@ -8,10 +8,13 @@ to its asyncio consumer; cancelling the consumer aborts the request.
 from __future__ import annotations
 
 import asyncio
+import logging
+import queue
 import re
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from itertools import count
 
 import numpy as np
@@ -19,7 +22,7 @@ import numpy as np
 from cache_store import ArrowSegmentStore
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import EngineConfig
-from penelope_engine.errors import CapacityError, InvalidRequestError
+from penelope_engine.errors import CapacityError, EngineError, InvalidRequestError
 from penelope_engine.kv_pool import DTYPES, KVPool
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.pages import PageHasher
@@ -35,6 +38,8 @@ from penelope_engine.runner import BatchItem, ModelRunner
 from penelope_engine.scheduler import Scheduler
 from penelope_engine.sequence import Sequence
 from penelope_engine.tiers import TorchTiers
+
+log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -156,6 +161,20 @@ class Engine:
             start = max(0, int(round(float(pos.mean()) - (m - 1) / 2)))
             self.calibrator.observe_prefill(start, m, seconds)
 
+    def fail_running(self, exc: Exception) -> list[Sequence]:
+        """A step raised: fail the requests it was running, keep the rest queued."""
+        failed = list(self.scheduler.running)
+        for seq in failed:
+            seq.finish_reason = "abort"
+            seq.error = EngineError(f"the engine failed while running this request: {exc}")
+            self._seqs.pop(seq.request_id, None)
+            try:
+                self.scheduler.finish(seq, None, aborted=True)
+            except Exception:  # the failed step may have left this request half-updated
+                log.exception("could not release request %s", seq.request_id)
+                self.scheduler.running = [s for s in self.scheduler.running if s is not seq]
+        return failed
+
     def _break_deadlock(self) -> Sequence | None:
         """Nothing could run: running requests hold every page. Fail the newest one."""
         sched = self.scheduler
@@ -227,6 +246,14 @@ class Engine:
         return written
 
 
+def _settle(future: asyncio.Future, exc: Exception | None, result: object = None) -> None:
+    if not future.done():
+        if exc is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exc)
+
+
 def output_of(seq: Sequence, emitted: int) -> RequestOutput:
     u = seq.usage
     usage = TokenUsage(
@@ -249,8 +276,23 @@ def output_of(seq: Sequence, emitted: int) -> RequestOutput:
     )
 
 
+@dataclass
+class _Listener:
+    """Where the step thread sends one request's outputs (owned by that thread)."""
+
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+    emitted: int  # tokens of the sequence already sent
+
+
 class AsyncEngine:
-    """`EngineProtocol` over `Engine`, with the step loop on a background thread."""
+    """`EngineProtocol` over `Engine`, with the step loop on a background thread.
+
+    Only the step thread touches the engine's requests: `generate` and `abort`
+    post to an inbox, and the thread sends each request's new tokens to its
+    asyncio queue, so the event loop never waits for a forward step. A step
+    that raises fails the requests it was running and the loop goes on.
+    """
 
     def __init__(
         self,
@@ -262,9 +304,10 @@ class AsyncEngine:
         self.model_name = self.engine.model_name
         self.tokenizer = self.engine.tokenizer
         self.max_model_len = self.engine.max_model_len
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the engine, for the step thread and stats readers
         self._wake = threading.Event()
-        self._listeners: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._listeners: dict[str, _Listener] = {}
         self._closed = False
         self._ids = count()
         self._thread = threading.Thread(target=self._loop, name="penelope-engine", daemon=True)
@@ -277,45 +320,82 @@ class AsyncEngine:
     def _loop(self) -> None:
         while not self._closed:
             with self._lock:
+                self._take_inbox()
                 busy = self.engine.has_work()
-                done = self.engine.step() if busy else []
+                try:
+                    done = self.engine.step() if busy else []
+                except Exception as exc:  # a fault must not stop the other requests
+                    log.exception("engine step failed; failing the running requests")
+                    done = self.engine.fail_running(exc)
                 for seq in done:
-                    entry = self._listeners.get(seq.request_id)
-                    if entry is not None:
-                        entry[0].call_soon_threadsafe(entry[1].put_nowait, output_of(seq, 0))
+                    self._emit(seq)
             if not busy:
                 self._wake.wait(0.05)
                 self._wake.clear()
 
+    def _take_inbox(self) -> None:
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if item[0] == "abort":
+                _, request_id, done = item
+                self._listeners.pop(request_id, None)
+                found = self.engine.abort(request_id)
+                if done is not None:
+                    done[0].call_soon_threadsafe(_settle, done[1], None, found)
+                continue
+            _, request, listener, future = item
+            try:
+                self.engine.add_request(request)
+            except Exception as exc:  # invalid or too large: the caller raises it
+                listener.loop.call_soon_threadsafe(_settle, future, exc)
+                continue
+            self._listeners[request.request_id] = listener
+            listener.loop.call_soon_threadsafe(_settle, future, None)
+
+    def _emit(self, seq: Sequence) -> None:
+        listener = self._listeners.get(seq.request_id)
+        if listener is None:
+            return
+        out = output_of(seq, listener.emitted)
+        listener.emitted += len(out.token_ids)
+        if out.finished:
+            del self._listeners[seq.request_id]
+        listener.loop.call_soon_threadsafe(listener.queue.put_nowait, (out, seq.error))
+
     async def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        with self._lock:
-            seq = self.engine.add_request(request)  # raises before anything is queued
-            self._listeners[request.request_id] = (loop, queue)
+        listener = _Listener(loop, asyncio.Queue(), len(request.prompt_token_ids))
+        accepted = loop.create_future()
+        finished = False
+        self._inbox.put(("add", request, listener, accepted))
         self._wake.set()
-        emitted = seq.prompt_len
         try:
+            await accepted  # raises the engine's InvalidRequestError / CapacityError
             while True:
-                await queue.get()
-                if seq.error is not None:
-                    raise seq.error
-                with self._lock:
-                    out = output_of(seq, emitted)
-                emitted += len(out.token_ids)
+                out, error = await listener.queue.get()
+                if error is not None:
+                    finished = True
+                    raise error
                 if out.token_ids or out.finished:
                     yield out
                 if out.finished:
+                    finished = True
                     return
         finally:
-            with self._lock:
-                self._listeners.pop(request.request_id, None)
-                if seq.finish_reason is None:
-                    self.engine.abort(request.request_id)
+            if not finished:  # the consumer left: free the request's pages
+                self._inbox.put(("abort", request.request_id, None))
+                self._wake.set()
 
     async def abort(self, request_id: str) -> bool:
-        with self._lock:
-            return self.engine.abort(request_id)
+        """Abort a request and return once its pages are free; False if it is not here."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self._inbox.put(("abort", request_id, (loop, done)))
+        self._wake.set()
+        return bool(await done)
 
     def stats(self) -> EngineStats:
         with self._lock:

@@ -17,6 +17,10 @@ class CapacityError(PenelopeError):
     """A request cannot fit in the KV cache even after evicting everything unlocked."""
 
 
+class EngineError(PenelopeError):
+    """The engine failed while running a request (a fault, not the request's doing)."""
+
+
 class UnknownNameError(PenelopeError, KeyError):
     """An unknown registry name (model, policy); the message lists the valid ones."""
 

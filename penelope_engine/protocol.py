@@ -38,6 +38,8 @@ class SamplingParams:
             raise InvalidRequestError(f"temperature must be in [0, 2], got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and not (-(2**63) <= self.seed < 2**63):
+            raise InvalidRequestError(f"seed must be a 64-bit integer, got {self.seed}")
 
 
 @dataclass(frozen=True)

@@ -46,12 +46,15 @@ def build_metadata(
     return to(ids), meta
 
 
+GREEDY_BELOW = 1e-3
+
+
 def sample(logits: torch.Tensor, items: list[BatchItem], seed: int) -> list[int]:
     """One token per item from its row of `logits` (greedy, or temperature / top-p)."""
     out = []
     for row, it in zip(logits, items):
         sp = it.seq.req.sampling
-        if sp.temperature == 0.0:
+        if sp.temperature < GREEDY_BELOW:  # near zero, softmax(logits / t) is argmax
             out.append(int(torch.argmax(row)))
             continue
         if it.seq.generator is None:

@@ -169,11 +169,16 @@ class SGLangEngine:
                     usage=usage_of(meta, completion),
                     ttft_s=first_token_at,
                 )
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
             self._engine.tokenizer_manager.abort_request(rid=request.request_id)
             raise
         finally:
             self._running -= 1
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort a request in SGLang's scheduler (its pages are released there)."""
+        self._engine.tokenizer_manager.abort_request(rid=request_id)
+        return True
 
     def _account(self, meta: dict[str, Any]) -> None:
         usage = usage_of(meta, 0)
