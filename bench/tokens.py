@@ -18,28 +18,17 @@ repeats the model's answer. Otherwise they come from the per-turn stream.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from bench.traces import Session
+from penelope_engine.pages import mix64, seed64
 
 _U64 = np.uint64
 _GOLDEN = _U64(0x9E3779B97F4A7C15)
 
 
 def _seed(*parts: str) -> np.uint64:
-    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
-    return _U64(int.from_bytes(digest, "little"))
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer (wraps modulo 2^64)."""
-    x = x ^ (x >> _U64(30))
-    x = x * _U64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> _U64(27))
-    x = x * _U64(0x94D049BB133111EB)
-    return x ^ (x >> _U64(31))
+    return _U64(seed64(*parts))
 
 
 class TokenMap:
@@ -60,7 +49,7 @@ class TokenMap:
         table = self._offset_tables.get(bt)
         if table is None:
             pos = np.arange(bt, dtype=np.uint64)
-            table = self._offset_tables[bt] = _mix(self._shared ^ _mix(pos + _U64(1)))
+            table = self._offset_tables[bt] = mix64(self._shared ^ mix64(pos + _U64(1)))
         return table
 
     def _scale(self, x: np.ndarray) -> np.ndarray:
@@ -72,7 +61,7 @@ class TokenMap:
         return x.view(np.int64)
 
     def _to_vocab(self, x: np.ndarray) -> np.ndarray:
-        return self._scale(_mix(x))
+        return self._scale(mix64(x))
 
     def shared_prefix(self, n: int) -> np.ndarray:
         if len(self._stream) < n:
@@ -103,7 +92,7 @@ class TokenMap:
         if b > p:  # token = (mix(block id) xor mix(offset)) scaled into the vocabulary
             first, last = p // bt, -(-b // bt)
             scope = _seed(self._seed, "block", session.block_scope)
-            grid = _mix(blocks[first:last] ^ scope)[:, None] ^ self._offsets(bt)[None, :]
+            grid = mix64(blocks[first:last] ^ scope)[:, None] ^ self._offsets(bt)[None, :]
             out[p:b] = self._scale(grid.reshape(-1))[p - first * bt : b - first * bt]
         if n > b:
             tail = _seed(self._seed, "tail", session.id, str(k))

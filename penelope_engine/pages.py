@@ -24,12 +24,12 @@ _U64 = np.uint64
 _MASK = (1 << 64) - 1
 
 
-def _seed(*parts: str) -> int:
+def seed64(*parts: str) -> int:
     digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64 finalizer, vectorized (a bijection on uint64)."""
     x = x ^ (x >> _U64(30))
     x = x * _U64(0xBF58476D1CE4E5B9)
@@ -46,9 +46,9 @@ class PageHasher:
             raise ValueError(f"page_size must be positive, got {page_size}")
         self.page_size = page_size
         self.namespace = namespace
-        rng = np.random.default_rng(_seed("penelope-pages", namespace, str(page_size)))
+        rng = np.random.default_rng(seed64("penelope-pages", namespace, str(page_size)))
         self._mult = rng.integers(1, 2**63, size=page_size, dtype=np.uint64) * _U64(2) + _U64(1)
-        r = _seed("penelope-radix", namespace) | 1
+        r = seed64("penelope-radix", namespace) | 1
         self._r = r
         self._r_inv = pow(r, -1, 1 << 64)
         self._pow = np.ones(1, dtype=np.uint64)
@@ -62,10 +62,10 @@ class PageHasher:
             self._pow_inv = np.cumprod(np.full(size, self._r_inv, dtype=np.uint64)) * _U64(self._r)
         return self._pow[:n], self._pow_inv[:n]
 
-    def tenant_seed(self, tenant: str) -> np.uint64:
+    def tenantseed64(self, tenant: str) -> np.uint64:
         seed = self._tenants.get(tenant)
         if seed is None:
-            seed = self._tenants[tenant] = _U64(_seed("penelope-tenant", self.namespace, tenant))
+            seed = self._tenants[tenant] = _U64(seed64("penelope-tenant", self.namespace, tenant))
         return seed
 
     def num_pages(self, num_tokens: int) -> int:
@@ -80,7 +80,7 @@ class PageHasher:
         if n == 0:
             return np.empty(0, dtype=np.uint64)
         pages = tokens[: n * self.page_size].reshape(n, self.page_size).astype(np.uint64)
-        content = _mix((pages * self._mult).sum(axis=1, dtype=np.uint64))
+        content = mix64((pages * self._mult).sum(axis=1, dtype=np.uint64))
         pw, pw_inv = self._powers(n)
-        chain = np.cumsum(content * pw_inv, dtype=np.uint64) + self.tenant_seed(tenant)
-        return _mix(chain * pw)
+        chain = np.cumsum(content * pw_inv, dtype=np.uint64) + self.tenantseed64(tenant)
+        return mix64(chain * pw)
