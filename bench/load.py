@@ -185,7 +185,11 @@ def _slots(cfg: LoadConfig) -> list[list[Session]]:
 
 async def drive(cfg: LoadConfig, url: str, vocab: int) -> list[tuple[str, str, float]]:
     """Run every slot until the deadline, then give in-flight requests `grace_s`."""
-    limits = httpx.Limits(max_connections=2 * cfg.sessions + 8, max_keepalive_connections=None)
+    # Idle connections expire on the client before uvicorn's 5 s keep-alive closes
+    # them, or a request sent on a connection the server is closing fails to read.
+    limits = httpx.Limits(
+        max_connections=2 * cfg.sessions + 8, max_keepalive_connections=None, keepalive_expiry=2.0
+    )
     timeout = httpx.Timeout(cfg.duration_s + cfg.grace_s, connect=30)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as http:
         client = Client(cfg, http, vocab)
