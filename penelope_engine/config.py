@@ -79,6 +79,10 @@ class CacheConfig:
     store_uri: str | None = None  # Arrow store under the host tier (a path or URI); None: none
     store_bytes: int = 8 << 30
     namespace: str = "default"  # model fingerprint; tenants are namespaced inside it
+    # Token sequences an operator declares public (a shared system prompt): a
+    # prompt starting with one shares those pages across tenants; everything
+    # after them stays the tenant's own.
+    public_prefixes: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         _require(self.page_size > 0, f"page_size must be positive, got {self.page_size}")

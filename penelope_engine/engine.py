@@ -119,12 +119,24 @@ class Engine:
                 f"prompt needs {-(-(n + 1) // ps)} pages; the device pool "
                 f"has {self.config.cache.device_pages}"
             )
+        public = self._public_pages(req.prompt_token_ids)
         seq = Sequence(
-            req, self.hasher.hashes(req.prompt_token_ids, req.tenant), list(req.prompt_token_ids)
+            req,
+            self.hasher.hashes(req.prompt_token_ids, req.tenant, public),
+            list(req.prompt_token_ids),
+            public_pages=public,
         )
         self._seqs[req.request_id] = seq
         self.scheduler.add(seq)
         return seq
+
+    def _public_pages(self, prompt: tuple[int, ...]) -> int:
+        """Full pages of the longest declared public prefix the prompt starts with."""
+        ps = self.config.cache.page_size
+        return max(
+            (len(p) // ps for p in self.config.cache.public_prefixes if prompt[: len(p)] == p),
+            default=0,
+        )
 
     def abort(self, request_id: str) -> bool:
         seq = self._seqs.pop(request_id, None)

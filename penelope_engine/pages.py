@@ -21,6 +21,7 @@ import hashlib
 import numpy as np
 
 _U64 = np.uint64
+PUBLIC = "\x00public"  # the tenant name of operator-declared public prefixes
 _MASK = (1 << 64) - 1
 
 
@@ -62,7 +63,7 @@ class PageHasher:
             self._pow_inv = np.cumprod(np.full(size, self._r_inv, dtype=np.uint64)) * _U64(self._r)
         return self._pow[:n], self._pow_inv[:n]
 
-    def tenantseed64(self, tenant: str) -> np.uint64:
+    def tenant_seed(self, tenant: str) -> np.uint64:
         seed = self._tenants.get(tenant)
         if seed is None:
             seed = self._tenants[tenant] = _U64(seed64("penelope-tenant", self.namespace, tenant))
@@ -72,9 +73,16 @@ class PageHasher:
         return num_tokens // self.page_size
 
     def hashes(
-        self, token_ids: np.ndarray | list[int] | tuple[int, ...], tenant: str = "default"
+        self,
+        token_ids: np.ndarray | list[int] | tuple[int, ...],
+        tenant: str = "default",
+        public_pages: int = 0,
     ) -> np.ndarray:
-        """Hashes of every *full* page of `token_ids` (a trailing partial page has none)."""
+        """Hashes of every *full* page of `token_ids` (a trailing partial page has none).
+
+        The first `public_pages` pages (a prefix an operator declared public) are
+        named alike for every tenant; every later page is the tenant's own.
+        """
         tokens = np.asarray(token_ids, dtype=np.int64)
         n = len(tokens) // self.page_size
         if n == 0:
@@ -82,5 +90,8 @@ class PageHasher:
         pages = tokens[: n * self.page_size].reshape(n, self.page_size).astype(np.uint64)
         content = mix64((pages * self._mult).sum(axis=1, dtype=np.uint64))
         pw, pw_inv = self._powers(n)
-        chain = np.cumsum(content * pw_inv, dtype=np.uint64) + self.tenantseed64(tenant)
+        chain = np.cumsum(content * pw_inv, dtype=np.uint64) + self.tenant_seed(tenant)
+        if public_pages > 0:
+            delta = (int(self.tenant_seed(PUBLIC)) - int(self.tenant_seed(tenant))) % (1 << 64)
+            chain[: min(public_pages, n)] += _U64(delta)
         return mix64(chain * pw)

@@ -121,7 +121,7 @@ class Scheduler:
         seq.owned = np.empty(0, bool)
         seq.todo = np.empty(0, np.int64)
         seq.cursor = 0
-        seq.hashes = self.hasher.hashes(seq.tokens, seq.req.tenant)
+        seq.hashes = self.hasher.hashes(seq.tokens, seq.req.tenant, seq.public_pages)
         seq.preemptions += 1
         self.cache.on_arrival(seq.req.session)
         self.waiting.appendleft(seq)
@@ -268,7 +268,9 @@ class Scheduler:
         hashes = (
             seq.hashes[:n]
             if n <= len(seq.hashes)
-            else self.hasher.hashes(seq.tokens[: n * self.page_size], seq.req.tenant)
+            else self.hasher.hashes(
+                seq.tokens[: n * self.page_size], seq.req.tenant, seq.public_pages
+            )
         )
         ps = self.page_size
         tokens = np.asarray(seq.tokens[: n * ps], dtype=np.int32).reshape(n, ps)

@@ -37,6 +37,7 @@ class Sequence:
     finish_reason: str | None = None
     generator: object | None = None  # torch.Generator for sampling, made lazily
     error: Exception | None = None  # set when the engine had to fail the request
+    public_pages: int = 0  # leading pages named alike for every tenant
     preemptions: int = 0  # times the scheduler put it back in the queue to free pages
 
     def __post_init__(self) -> None:

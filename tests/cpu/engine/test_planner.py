@@ -1,0 +1,63 @@
+"""Load or recompute: the planner's choice, its calibration, and what a failed load does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from penelope_engine.engine import Engine
+from penelope_engine.planner import CostCalibrator, CostModel, choose, fit_prefill
+from penelope_engine.protocol import GenerateRequest, SamplingParams
+
+# Loading costs a fixed 2 ms plus bandwidth; recomputing a token costs 10 us plus
+# 1 ns per earlier key.
+COST = CostModel(
+    c_lin=10e-6, c_attn=1e-9, host_bytes_per_s=1e9, load_latency_s=2e-3, kv_bytes_per_token=4096
+)
+
+
+def test_a_short_early_segment_is_recomputed_and_a_long_late_one_loaded() -> None:
+    assert choose(COST, "host", start=0, length=16) == "recompute"  # 0.16 ms < 2.07 ms
+    assert choose(COST, "host", start=60_000, length=4096) == "load"  # 25 ms > 18.8 ms
+
+
+def test_the_prefill_fit_recovers_the_constants_it_was_given() -> None:
+    truth = CostModel(c_lin=70e-6, c_attn=0.05e-6)
+    samples = [(a, m, truth.recompute_s(a, m)) for a in (0, 512, 2048, 8192) for m in (16, 256)]
+    c_lin, c_attn = fit_prefill(samples)
+    assert np.isclose(c_lin, 70e-6, rtol=1e-6) and np.isclose(c_attn, 0.05e-6, rtol=1e-6)
+
+
+def test_the_calibrator_refits_from_observed_steps() -> None:
+    cal = CostCalibrator(CostModel(c_lin=1.0, c_attn=1.0), refit_every=4)
+    truth = CostModel(c_lin=50e-6, c_attn=0.02e-6)
+    for a in (0, 1000, 4000, 9000):
+        cal.observe_prefill(a, 128, truth.recompute_s(a, 128))
+    assert np.isclose(cal.cost.c_lin, 50e-6, rtol=1e-3)
+    cal.observe_copy("host", 10**9, 0.5)
+    assert cal.cost.host_bytes_per_s < CostModel().host_bytes_per_s  # moved towards 2 GB/s
+
+
+def test_a_failed_host_load_is_recomputed_and_generation_stays_exact(
+    make_engine: Callable[..., Engine],
+) -> None:
+    sampling = SamplingParams(max_tokens=2, ignore_eos=True)
+    prompts = [tuple(range(1000 + 100 * i, 1040 + 100 * i)) for i in range(3)]
+
+    def run(engine: Engine) -> list[tuple[int, ...]]:
+        out = []
+        for turn in range(2):
+            for i, p in enumerate(prompts):
+                req = GenerateRequest(f"{i}-{turn}", p, sampling, session_id=f"s{i}")
+                out.append(engine.generate_sync(req).token_ids)
+                engine.check_integrity()
+        return out
+
+    reference = run(make_engine(device_pages=256))
+    engine = make_engine(device_pages=24, host_pages=64)
+    # Without the fault this run serves 84 tokens from the host tier.
+    engine.tiers.host_to_device = lambda host_pages, device_pages: False  # the copy fails
+    assert run(engine) == reference
+    stats = engine.stats()
+    assert stats.tokens_host == 0 and stats.tokens_recomputed > 0
