@@ -27,6 +27,7 @@ import resource
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,10 @@ class LoadConfig:
     cancel_share: float = 0.1
     malformed_share: float = 0.05
     ramp_s: float = 10.0  # slot i starts at i * ramp_s / sessions
-    warmup_s: float = 30.0  # memory is compared between this point and the end
+    # Memory is compared between the end of warm-up and the end of the run. Warm-up
+    # lasts at least this long and until the device pool is first full: the tree
+    # and its page tables grow while the cache fills, then must stay flat.
+    warmup_s: float = 30.0
     grace_s: float = 60.0
     device_pages: int = 8192
     page_size: int = 16
@@ -213,10 +217,16 @@ def _client_process(cfg: LoadConfig, url: str, vocab: int, conn: Any) -> None:
 
 
 class RssSampler:
-    """This process's resident memory, sampled on a thread: (seconds since start, MiB)."""
+    """This process's resident memory, sampled on a thread: (seconds since start, MiB).
 
-    def __init__(self, period_s: float = 0.5) -> None:
+    `pool_full`, when given, is polled with each sample; the first time it is
+    true is recorded as `full_at` (seconds since start).
+    """
+
+    def __init__(self, period_s: float = 0.5, pool_full: Callable[[], bool] | None = None) -> None:
         self.samples: list[tuple[float, float]] = []
+        self.full_at: float | None = None
+        self._pool_full = pool_full
         self._period_s = period_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
@@ -235,11 +245,15 @@ class RssSampler:
         while True:
             with open("/proc/self/statm") as f:
                 rss = int(f.read().split()[1]) * page / 2**20
-            self.samples.append((time.monotonic() - self._t0, rss))
+            now = time.monotonic() - self._t0
+            self.samples.append((now, rss))
+            if self.full_at is None and self._pool_full is not None and self._pool_full():
+                self.full_at = now
             if self._stop.wait(self._period_s):
                 return
 
     def summary(self, warmup_s: float) -> dict[str, Any]:
+        warmup_s = max(warmup_s, self.full_at if self.full_at is not None else 0.0)
         at_warmup = next((m for t, m in self.samples if t >= warmup_s), self.samples[-1][1])
         after = [m for t, m in self.samples if t >= warmup_s] or [at_warmup]
         growth = after[-1] - at_warmup
@@ -253,6 +267,8 @@ class RssSampler:
                 round(after[min(len(after) - 1, q * len(after) // 4)], 1) for q in range(1, 5)
             ],
             "samples": len(self.samples),
+            "warmup_ends_s": round(warmup_s, 1),
+            "device_pool_full_at_s": None if self.full_at is None else round(self.full_at, 1),
             "flat": growth <= max(64.0, 0.05 * at_warmup),  # the criterion, stated
         }
 
@@ -335,8 +351,17 @@ def run_load(cfg: LoadConfig) -> dict[str, Any]:
     settings = ApiSettings(max_pending=4 * cfg.sessions, max_body_bytes=256 << 10)
     app = standalone_app(engine_config, settings)
     t0 = time.monotonic()
-    with background_server(app) as url, RssSampler() as rss:
+    backend_ref: list[Any] = []
+
+    def pool_full() -> bool:
+        if not backend_ref:
+            return False
+        stats = backend_ref[0].engine.stats()
+        return stats.pages_device_used >= 0.95 * stats.pages_device_total
+
+    with background_server(app) as url, RssSampler(pool_full=pool_full) as rss:
         backend = app.state.penelope.backend
+        backend_ref.append(backend)
         vocab = backend.engine.engine.loaded.config.vocab_size
         spawn = mp.get_context("spawn")
         parent, child = spawn.Pipe(duplex=False)
