@@ -103,7 +103,8 @@ class StepLoad(NamedTuple):
 
 
 class CostModel(Protocol):
-    kv_bytes_per_token: int
+    @property
+    def kv_bytes_per_token(self) -> int: ...
 
     def step_time(self, load: StepLoad) -> float:
         """Seconds of one step; attention_pairs and kv_read_tokens may be numpy arrays."""
@@ -120,8 +121,9 @@ class CostModel(Protocol):
 def decode_run(cost: CostModel, first: StepLoad, n: int) -> np.ndarray:
     """Durations of n decode-only steps from `first`, every request one key longer each step."""
     grown = np.arange(n, dtype=np.int64) * first.sequences
-    load = first._replace(
-        attention_pairs=first.attention_pairs + grown, kv_read_tokens=first.kv_read_tokens + grown
+    load = first._replace(  # array fields: step_time broadcasts over the n steps
+        attention_pairs=first.attention_pairs + grown,  # type: ignore[arg-type]
+        kv_read_tokens=first.kv_read_tokens + grown,  # type: ignore[arg-type]
     )
     return np.broadcast_to(np.asarray(cost.step_time(load), dtype=float), (n,))
 
@@ -229,7 +231,13 @@ class GpuCostModel:
 
 @dataclass(frozen=True)
 class CpuCostModel:
-    """step = c_step + c_lin * tokens + c_attn * attention_pairs + c_seq * sequences."""
+    """step = c_step + c_lin * tokens + c_attn * attention_pairs + c_seq * sequences
+    + c_row * logit_rows.
+
+    `c_row` is the output projection of one sampled row (vocab x hidden: for
+    the tiny Qwen3 it costs as much as a dozen prefill tokens), paid by every
+    decode and by the last chunk of a prefill only.
+    """
 
     c_step: float
     c_lin: float
@@ -237,10 +245,18 @@ class CpuCostModel:
     c_seq: float
     kv_bytes_per_token: int
     copy_bytes_per_s: float = 5e9  # host <-> device pool copies (both in CPU memory)
+    c_row: float = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.c_step, self.c_lin, self.c_attn, self.c_seq) < 0:
+        if min(self.c_step, self.c_lin, self.c_attn, self.c_seq, self.c_row) < 0:
             raise ValueError(f"cost coefficients must be >= 0, got {self}")
+        if self.copy_bytes_per_s <= 0 or self.kv_bytes_per_token < 1:
+            raise ValueError("copy_bytes_per_s must be > 0 and kv_bytes_per_token >= 1")
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> CpuCostModel:
+        """From `describe()` or `asdict()` output (the `kind` key is ignored)."""
+        return CpuCostModel(**{k: v for k, v in d.items() if k != "kind"})
 
     def step_time(self, load: StepLoad) -> float:
         if load.sequences == 0:
@@ -250,6 +266,7 @@ class CpuCostModel:
             + self.c_lin * load.tokens
             + self.c_attn * load.attention_pairs
             + self.c_seq * load.sequences
+            + self.c_row * load.logit_rows
         )
 
     def token_cost(self, position: int) -> float:
@@ -270,18 +287,29 @@ class CpuCostModel:
         kv_bytes_per_token: int,
         copy_bytes_per_s: float = 5e9,
     ) -> CpuCostModel:
-        """Non-negative least squares over (step load, measured seconds) samples."""
-        if len(samples) < 4:
+        """Non-negative least squares over (step load, measured seconds) samples.
+
+        Each sample is weighted by 1 / seconds, so the fit minimises relative
+        error: short decode steps count as much as long prefills.
+        """
+        if len(samples) < 5:
             raise ValueError(
-                f"need at least 4 timing samples to fit 4 coefficients, got {len(samples)}"
+                f"need at least 5 timing samples to fit 5 coefficients, got {len(samples)}"
             )
-        x = np.array([[1.0, s.tokens, s.attention_pairs, s.sequences] for s, _ in samples])
+        x = np.array(
+            [[1.0, s.tokens, s.attention_pairs, s.sequences, s.logit_rows] for s, _ in samples]
+        )
         y = np.array([t for _, t in samples])
-        coef = _nnls(x, y)
+        w = 1.0 / np.maximum(y, 1e-9)
+        c_step, c_lin, c_attn, c_seq, c_row = (float(c) for c in _nnls(x * w[:, None], y * w))
         return CpuCostModel(
-            *(float(c) for c in coef),
+            c_step,
+            c_lin,
+            c_attn,
+            c_seq,
             kv_bytes_per_token=kv_bytes_per_token,
             copy_bytes_per_s=copy_bytes_per_s,
+            c_row=c_row,
         )
 
 

@@ -44,6 +44,7 @@ def row(setup: dict[str, Any], runs: Sequence[RunMetrics]) -> dict[str, Any]:
         out[name] = float(np.mean(vals))
         if name in SPREAD:
             out[f"{name}_spread"] = [float(min(vals)), float(max(vals))]
+    out["requests"] = sum(r.requests for r in runs)
     out["failed_requests"] = sum(r.failed_requests for r in runs)
     out["per_seed"] = {name: [getattr(r, name) for r in runs] for name in SPREAD}
     return out
@@ -155,8 +156,8 @@ def plot(
     paths = []
     fig, ax = plt.subplots(figsize=(6, 4))
     for setup, values in ttfts:
-        xs = np.sort(np.asarray(values))
-        ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), label=_label(setup))
+        vals = np.sort(np.asarray(values))
+        ax.plot(vals, np.arange(1, len(vals) + 1) / len(vals), label=_label(setup))
     ax.set(xscale="log", xlabel="TTFT (s)", ylabel="fraction of requests", title="TTFT CDF")
     ax.legend(fontsize=7)
     paths.append(_save(fig, out / "ttft_cdf.png"))

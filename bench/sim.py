@@ -134,7 +134,11 @@ class Simulator:
             for child in self.workload.children.get(s.id, ()):
                 if child.after_turn < 0:
                     self._push(t + child.start_delay_s, "arrive", (child.id, 0))
-        handlers = {"arrive": self._arrive, "step": self._step_done, "wake": self._wake}
+        handlers: dict[str, Callable[[Any], None]] = {
+            "arrive": self._arrive,
+            "step": self._step_done,
+            "wake": self._wake,
+        }
         while self._heap:
             t, _, kind, data = heapq.heappop(self._heap)
             self.now = t

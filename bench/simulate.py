@@ -76,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--host-budget-tokens",
         type=int,
         default=None,
-        help="per replica with gpu+cpu (default: 4x the device budget)",
+        help="per replica with gpu+cpu (default: --host-budget-factor x the device budget)",
     )
+    ap.add_argument("--host-budget-factor", type=float, default=4.0)
     ap.add_argument("--model", choices=sorted(QWEN3), default="qwen3-8b")
     ap.add_argument("--gpu", choices=sorted(HARDWARE), default="h200")
     ap.add_argument(
@@ -136,6 +137,7 @@ def _config(args: argparse.Namespace, trace: Trace, cost: CostModel, budgets: li
         "max_batch_tokens": args.max_batch_tokens,
         "max_running": args.max_running,
         "device_budgets": budgets,
+        "host_budget": args.host_budget_tokens or f"{args.host_budget_factor} x device",
         "cost_model": cost.describe(),
     }
 
@@ -156,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     setups = list(itertools.product(args.policies, args.tiers, args.router, budgets))
     rows, cdfs = [], []
     for i, (policy, tiers, router, budget) in enumerate(setups):
-        host = (args.host_budget_tokens or 4 * budget) if tiers == "gpu+cpu" else 0
+        host = args.host_budget_tokens or int(args.host_budget_factor * budget)
+        host = host if tiers == "gpu+cpu" else 0
         cfg = SimConfig(
             policy=policy,
             tiers=tiers,

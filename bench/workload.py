@@ -6,12 +6,14 @@ trace has adds copies whose block ids live in their own namespace (`#2`, `#3`,
 come with their parent. Starts are staggered by a Poisson process
 (`mean_interarrival_s`), or taken from the trace (`arrivals="trace"`,
 Mooncake's real timestamps, shifted so that the first sampled session starts
-at 0).
+at 0). `clip_workload` cuts every session to its first turns and caps the
+output lengths, for replays on a small engine.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,4 +112,49 @@ def sample_workload(trace: Trace, cfg: WorkloadConfig) -> Workload:
         children,
         cfg,
         trace.describe(),
+    )
+
+
+def _clip(s: Session, max_turns: int, max_output_tokens: int, max_think_s: float) -> Session:
+    turns = tuple(
+        dataclasses.replace(
+            t,
+            output_tokens=min(t.output_tokens, max_output_tokens),
+            think_time_s=min(t.think_time_s, max_think_s),
+        )
+        for t in s.turns[:max_turns]
+    )
+    return dataclasses.replace(s, turns=turns)
+
+
+def clip_workload(
+    wl: Workload, max_turns: int, max_output_tokens: int, max_think_s: float = math.inf
+) -> Workload:
+    """The same sessions and starts, each cut to its first `max_turns` turns, outputs capped
+    at `max_output_tokens` and gaps between turns at `max_think_s`.
+
+    A subagent is kept only when the turn it follows is kept (and so are its
+    own subagents); the parent's tool time shrinks with its turns.
+    """
+    if max_turns < 1 or max_output_tokens < 1:
+        raise ValueError(
+            f"need max_turns >= 1 and max_output_tokens >= 1, got {max_turns}, {max_output_tokens}"
+        )
+    kept = {s.id for s in wl.sessions}
+    children: dict[str, tuple[Session, ...]] = {}
+    stack = list(kept)
+    while stack:
+        parent = stack.pop()
+        kids = tuple(
+            _clip(k, max_turns, max_output_tokens, max_think_s)
+            for k in wl.children.get(parent, ())
+            if k.after_turn < max_turns
+        )
+        if kids:
+            children[parent] = kids
+            stack += [k.id for k in kids]
+    return dataclasses.replace(
+        wl,
+        sessions=tuple(_clip(s, max_turns, max_output_tokens, max_think_s) for s in wl.sessions),
+        children=children,
     )

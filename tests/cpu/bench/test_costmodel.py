@@ -92,8 +92,21 @@ def test_cpu_fit_recovers_known_coefficients() -> None:
         samples.append((load, truth.step_time(load) * (1 + 0.01 * rng.standard_normal())))
     fit = CpuCostModel.fit(samples, kv_bytes_per_token=4096)
     assert fit.c_lin == pytest.approx(truth.c_lin, rel=0.1)
+    # every sequence here samples a row: only the sum of the two per-sequence terms is defined
+    assert fit.c_seq + fit.c_row == pytest.approx(truth.c_seq, rel=0.2)
     assert fit.c_attn == pytest.approx(truth.c_attn, rel=0.1)
     assert fit.token_cost(1000) == pytest.approx(truth.token_cost(1000), rel=0.1)
+
+
+def test_cpu_fit_separates_logit_rows_from_tokens() -> None:
+    truth = CpuCostModel(1e-3, 60e-6, 0.04e-6, 2e-5, kv_bytes_per_token=4096, c_row=8e-4)
+    loads = [StepLoad.of([], [c] * b) for c in (100, 2000) for b in (1, 4, 16)]
+    loads += [StepLoad.of([(m, a)], []) for m in (16, 256, 1024) for a in (0, 3000)]
+    loads += [StepLoad(m, 0, m * (m + 1) // 2, m, 1) for m in (512, 1024)]  # mid-prompt chunks
+    fit = CpuCostModel.fit([(x, truth.step_time(x)) for x in loads], kv_bytes_per_token=4096)
+    for x in loads:
+        assert fit.step_time(x) == pytest.approx(truth.step_time(x), rel=0.02)
+    assert CpuCostModel.from_dict(fit.describe()) == fit
 
 
 def test_cpu_fit_never_goes_negative_and_needs_samples() -> None:
@@ -101,7 +114,7 @@ def test_cpu_fit_never_goes_negative_and_needs_samples() -> None:
     fit = CpuCostModel.fit(samples, kv_bytes_per_token=1)
     assert min(fit.c_step, fit.c_lin, fit.c_attn, fit.c_seq) >= 0
     assert fit.step_time(samples[2][0]) == pytest.approx(samples[2][1], rel=0.05)
-    with pytest.raises(ValueError, match="at least 4"):
-        CpuCostModel.fit(samples[:3], kv_bytes_per_token=1)
+    with pytest.raises(ValueError, match="at least 5"):
+        CpuCostModel.fit(samples[:4], kv_bytes_per_token=1)
     with pytest.raises(ValueError, match=">= 0"):
         CpuCostModel(-1.0, 0.0, 0.0, 0.0, kv_bytes_per_token=1)

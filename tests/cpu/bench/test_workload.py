@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bench.traces import Scale, Session, Trace, Turn
-from bench.workload import WorkloadConfig, sample_workload
+from bench.workload import WorkloadConfig, clip_workload, sample_workload
 
 
 def _trace(n: int = 6) -> Trace:
@@ -62,3 +62,21 @@ def test_config_is_validated() -> None:
         WorkloadConfig(sessions=0)
     with pytest.raises(ValueError, match="arrivals"):
         WorkloadConfig(sessions=1, arrivals="uniform")
+
+
+def test_clip_keeps_first_turns_caps_outputs_and_gaps() -> None:
+    turns = tuple(
+        Turn(5.0 * k, 0.0, ((1, 2 + k),), 128 + 64 * k, 40, "tool_use", 10) for k in range(4)
+    )
+    s = Session("s0", turns, 64, "s0")
+    late = Session("s0/late", turns[:1], 64, "s0", parent_id="s0", after_turn=3)
+    early = Session("s0/early", turns, 64, "s0", parent_id="s0", after_turn=1)
+    trace = Trace("claude_code", (s, late, early), Scale(), 64)
+    w = clip_workload(sample_workload(trace, WorkloadConfig(sessions=1)), 2, 8, max_think_s=4.0)
+    (top,) = w.sessions
+    assert len(top.turns) == 2 and all(t.output_tokens == 8 for t in top.turns)
+    assert [t.think_time_s for t in top.turns] == [0.0, 4.0] and top.tool_time_s == 4.0
+    assert [c.id for c in w.children["s0"]] == ["s0/early"]  # the one after turn 3 is gone
+    assert len(w.children["s0"][0].turns) == 2 and w.starts == (0.0,)
+    with pytest.raises(ValueError, match="max_turns"):
+        clip_workload(w, 0, 8)
