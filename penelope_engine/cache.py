@@ -339,7 +339,11 @@ class PrefixCache:
         done = 0
         while done < need and heap:
             key, _, node = heapq.heappop(heap)
-            if not self._is_candidate(node, tier) or self.policy.key(node, tier, self) != key:
+            if not self._is_candidate(node, tier):
+                continue
+            # A stale entry of the lazy heap (static keys only: a time-dependent key
+            # moves between ranking and popping, and the heap was ranked just now).
+            if self.policy.static_keys and self.policy.key(node, tier, self) != key:
                 continue
             idx = self._tier_idx(node, tier)
             take = idx[: need - done] if self.policy.front_first(node) else idx[-(need - done) :]
