@@ -17,11 +17,8 @@ this loop ignores them).
 
 The cache reads the time through a clock this loop sets before each pass
 (`time.monotonic()` then), so the time stands still within an engine step,
-as it does within an event of the simulator. Reading the live clock there
-breaks eviction for the time-dependent policies (`return_aware`, `oracle`):
-`PrefixCache._evict_from` skips a victim whose key changed since it was
-ranked, and with a live clock every overdue or running session's key has,
-so nothing is evicted and the engine fails requests for want of pages.
+as it does within an event of the simulator: the time-dependent policies
+(`return_aware`, `oracle`) then rank victims as the simulator does.
 """
 
 from __future__ import annotations
