@@ -3,7 +3,8 @@
     penelope demo                 a three-turn agent session on the embedded engine
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               fused recompute == full prefill on your model
-    penelope bench NAME           recompute | cache-ops | store | tiers | replay | simulate | load | ablation
+    penelope bench NAME           recompute | cache-ops | store | tiers | replay | simulate
+                                  | load | ablation
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks.
