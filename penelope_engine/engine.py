@@ -13,7 +13,8 @@ import queue
 import re
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import count
 
@@ -320,6 +321,7 @@ class AsyncEngine:
         self._wake = threading.Event()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._listeners: dict[str, _Listener] = {}
+        self._readers = 0  # threads waiting to read the engine; the loop yields to them
         self._closed = False
         self._ids = count()
         self._thread = threading.Thread(target=self._loop, name="penelope-engine", daemon=True)
@@ -341,9 +343,21 @@ class AsyncEngine:
                     done = self.engine.fail_running(exc)
                 for seq in done:
                     self._emit(seq)
+            if self._readers:  # let a stats reader in between two steps
+                time.sleep(0.0005)
             if not busy:
                 self._wake.wait(0.05)
                 self._wake.clear()
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """The engine's lock for a reader; the step loop would otherwise re-take it at once."""
+        self._readers += 1
+        try:
+            with self._lock:
+                yield
+        finally:
+            self._readers -= 1
 
     def _take_inbox(self) -> None:
         while True:
@@ -410,19 +424,19 @@ class AsyncEngine:
         return bool(await done)
 
     def stats(self) -> EngineStats:
-        with self._lock:
+        with self._reading():
             return self.engine.stats()
 
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
-        with self._lock:
+        with self._reading():
             return self.engine.session_digests(limit)
 
     def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
-        with self._lock:
+        with self._reading():
             return self.engine.shared_prefix_hashes(limit)
 
     def drain_to_store(self) -> int:
-        with self._lock:
+        with self._reading():
             return self.engine.drain_to_store()
 
     @property
@@ -431,7 +445,7 @@ class AsyncEngine:
         return self._thread.is_alive() and not self._closed
 
     def check_integrity(self) -> None:
-        with self._lock:
+        with self._reading():
             self.engine.check_integrity()
 
     async def shutdown(self) -> None:
