@@ -70,12 +70,12 @@ def overloaded(message: str, retry_after_s: int) -> ApiError:
     )
 
 
-def unavailable(message: str, retry_after_s: int) -> ApiError:
+def unavailable(message: str, retry_after_s: int, code: str = "engine_unavailable") -> ApiError:
     return ApiError(
         503,
         message,
         type="server_error",
-        code="engine_unavailable",
+        code=code,
         headers={"Retry-After": str(retry_after_s)},
     )
 
@@ -99,13 +99,7 @@ def from_engine_error(exc: Exception, retry_after_s: int) -> ApiError:
         return overloaded(f"The server cannot fit this request now: {exc}", retry_after_s)
     if isinstance(exc, EngineError):  # a fault while running it; the engine goes on
         log.error("engine fault: %s", exc)
-        return ApiError(
-            503,
-            f"{exc}; retry the request.",
-            type="server_error",
-            code="engine_error",
-            headers={"Retry-After": str(retry_after_s)},
-        )
+        return unavailable(f"{exc}; retry the request.", retry_after_s, code="engine_error")
     log.exception("request failed", exc_info=exc)
     return ApiError(500, "Internal server error.", type="server_error", code="internal_error")
 

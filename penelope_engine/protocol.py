@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Protocol
 
 from penelope_engine.errors import InvalidRequestError
@@ -79,6 +79,9 @@ class TokenUsage:
     @property
     def cached_tokens(self) -> int:
         return self.device_tokens + self.host_tokens + self.store_tokens
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
 
 @dataclass(frozen=True)

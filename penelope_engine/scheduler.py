@@ -219,17 +219,7 @@ class Scheduler:
             recomputed_tokens=recomputed,
             new_tokens=len(seq.todo) - recomputed,
         )
-        t = self.totals
-        u = seq.usage
-        self.totals = TokenUsage(
-            t.prompt_tokens + u.prompt_tokens,
-            0,
-            t.device_tokens + u.device_tokens,
-            t.host_tokens + u.host_tokens,
-            t.store_tokens + u.store_tokens,
-            t.recomputed_tokens + u.recomputed_tokens,
-            t.new_tokens + u.new_tokens,
-        )
+        self.totals += seq.usage
 
     # -- results -----------------------------------------------------------------
     def commit(self, items: list[BatchItem], tokens: list[int | None]) -> list[Sequence]:
