@@ -296,7 +296,8 @@ class PrefixCache:
         return node.n_device if tier == DEVICE_TIER else node.n_host
 
     def first_page(self, node: Node, tier: str) -> int:
-        return node.start + int(self._tier_idx(node, tier)[0])
+        s = node.summary
+        return node.start + (s.first_device if tier == DEVICE_TIER else s.first_host)
 
     def _tier_idx(self, node: Node, tier: str) -> np.ndarray:
         arr = node.device if tier == DEVICE_TIER else node.host
@@ -404,6 +405,7 @@ class PrefixCache:
             spill = idx[~node.stored[idx]]
             if self.has_store and len(spill) and self.io is not None and self.io.spill(node, spill):
                 node.stored[spill] = True
+                node.recount()
                 self.evictions[(name, "spill")] += len(spill)
             self.evictions[(name, "host_drop")] += len(idx)
             self._set_host(node, idx, np.full(len(idx), -1, dtype=np.int32))
@@ -413,12 +415,12 @@ class PrefixCache:
     # -- structure helpers ------------------------------------------------------------
     def _set_device(self, node: Node, idx: np.ndarray, pages: np.ndarray) -> None:
         node.device[idx] = pages
-        node.n_device = int((node.device >= 0).sum())
+        node.recount()
         self._track(node)
 
     def _set_host(self, node: Node, idx: np.ndarray, pages: np.ndarray) -> None:
         node.host[idx] = pages
-        node.n_host = int((node.host >= 0).sum())
+        node.recount()
         self._track(node)
 
     def _track(self, node: Node) -> None:
@@ -468,9 +470,10 @@ class PrefixCache:
             dev = host = store = 0
             node = info.leaf
             while node is not None and node.parent is not None:
+                summary = node.summary
                 dev += node.n_device
-                host += int(((node.host >= 0) & (node.device < 0)).sum())
-                store += int((node.stored & (node.device < 0) & (node.host < 0)).sum())
+                host += summary.host_only
+                store += summary.store_only
                 node = node.parent
             ps = self.page_size
             out.append(SessionDigest(sid, dev * ps, host * ps, store * ps, info.last_access))
@@ -485,6 +488,7 @@ class PrefixCache:
             assert node.lock >= 0
             assert node.n_device == int((node.device >= 0).sum()), "stale device count"
             assert node.n_host == int((node.host >= 0).sum()), "stale host count"
+            assert node.summary_is_fresh(), "stale node summary (an array changed without recount)"
             assert (node.id in self._holders[DEVICE_TIER]) == (node.n_device > 0)
             assert (node.id in self._holders[HOST_TIER]) == (node.n_host > 0)
             assert len(node) > 0 and all(c.parent is node for c in node.children.values())

@@ -255,6 +255,7 @@ class Engine:
                     and self.tiers.write_segments(pool, slots, node, idx)
                 ):
                     node.stored[idx] = True
+                    node.recount()
                     written += len(idx)
         return written
 

@@ -29,6 +29,14 @@ WHERE_NAMES = ("device", "host", "store", "hole")
 _ids = count()
 
 
+@dataclass(frozen=True)
+class NodeSummary:
+    host_only: int  # pages on the host and not on the device
+    store_only: int  # pages only in the store
+    first_device: int  # index of the first device page, -1 if none
+    first_host: int
+
+
 class Node:
     __slots__ = (
         "id",
@@ -46,6 +54,7 @@ class Node:
         "gd_base",
         "n_device",
         "n_host",
+        "_summary",
         "tokens",
         "tenant",
     )
@@ -69,10 +78,33 @@ class Node:
         self.gd_base = 0.0  # GreedyDual clock value at last access
         self.n_device = 0  # pages with device >= 0, kept by PrefixCache
         self.n_host = 0
+        self._summary: NodeSummary | None = None
 
     def recount(self) -> None:
+        """Call after changing `device`, `host` or `stored`: refreshes the counts."""
         self.n_device = int((self.device >= 0).sum())
         self.n_host = int((self.host >= 0).sum())
+        self._summary = None
+
+    @property
+    def summary(self) -> NodeSummary:
+        """Per-tier facts derived from the arrays, cached until the next `recount`."""
+        if self._summary is None:
+            self._summary = self.fresh_summary()
+        return self._summary
+
+    def fresh_summary(self) -> NodeSummary:
+        on_device = self.device >= 0
+        on_host = self.host >= 0
+        return NodeSummary(
+            host_only=int((on_host & ~on_device).sum()),
+            store_only=int((self.stored & ~on_device & ~on_host).sum()),
+            first_device=int(on_device.argmax()) if on_device.any() else -1,
+            first_host=int(on_host.argmax()) if on_host.any() else -1,
+        )
+
+    def summary_is_fresh(self) -> bool:
+        return self._summary is None or self._summary == self.fresh_summary()
 
     def __len__(self) -> int:
         return len(self.hashes)
