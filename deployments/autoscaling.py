@@ -27,7 +27,6 @@ evicted history while full is, and so is a live set larger than the fleet.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,9 +70,9 @@ class KvSignals:
         self._prev: EngineStats | None = None
 
     def sample(
-        self, stats: EngineStats, digests: Sequence[SessionDigest], now: float | None = None
+        self, stats: EngineStats, digests: Sequence[SessionDigest], now: float
     ) -> dict[str, float]:
-        now = time.time() if now is None else now
+        """`now` is in the clock of the digests' `last_access` (the engine's `clock()`)."""
         capacity_pages = max(stats.pages_device_total, 1)
         live = sum(d.device_tokens for d in digests if now - d.last_access <= self._window_s)
         prev, self._prev = self._prev, stats

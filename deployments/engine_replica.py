@@ -116,11 +116,12 @@ class EngineReplica:
             self._engine.shared_prefix_hashes(PREFIX_DIGEST_LIMIT),
             limit=SESSION_DIGEST_LIMIT,
             queue_len=stats.queue_length + stats.running,
+            now=self._engine.clock(),  # the clock of the sessions' last_access
         )
 
     def _kv_signals(self) -> dict[str, float]:
         digests = self._engine.session_digests(SESSION_DIGEST_LIMIT)
-        return self._signals.sample(self._engine.stats(), digests)
+        return self._signals.sample(self._engine.stats(), digests, now=self._engine.clock())
 
     async def check_health(self) -> None:
         if not self._engine.alive:

@@ -230,6 +230,10 @@ class Engine:
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
         return self.cache.session_digests(limit)
 
+    def clock(self) -> float:
+        """Now, in the cache's clock (the one `SessionDigest.last_access` uses)."""
+        return self.cache.now
+
     def check_integrity(self) -> None:
         self.cache.check_integrity(request_pages=self.scheduler.request_pages())
 
@@ -431,6 +435,9 @@ class AsyncEngine:
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
         with self._reading():
             return self.engine.session_digests(limit)
+
+    def clock(self) -> float:
+        return self.engine.clock()  # a clock read: no need to wait for the step
 
     def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
         with self._reading():

@@ -137,7 +137,7 @@ class SessionDigest:
     device_tokens: int
     host_tokens: int
     store_tokens: int
-    last_access: float
+    last_access: float  # in the engine's `clock()`, not wall time
 
 
 class EngineProtocol(Protocol):
@@ -148,5 +148,9 @@ class EngineProtocol(Protocol):
     def stats(self) -> EngineStats: ...
 
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]: ...
+
+    def clock(self) -> float:
+        """Now, in the clock that `SessionDigest.last_access` uses."""
+        ...
 
     async def shutdown(self) -> None: ...

@@ -50,6 +50,10 @@ class AssignmentTable:
         self._rehomed.pop(session_id, None)
         _trim(self._live, self._capacity)
 
+    def pending(self, now: float) -> list[tuple[str, str]]:
+        """(session, replica) of every unexpired entry, oldest first."""
+        return [(sid, a.replica_id) for sid, a in self._live.items() if now - a.at <= self._ttl_s]
+
     def drop(self, session_id: str) -> None:
         self._live.pop(session_id, None)
 

@@ -11,9 +11,12 @@ Policy (``AffinityRouter``)::
     returning session ─┬─ assigned here, not yet in a digest ─> that replica
                        └─ else the replica retaining the most of it
                           (device > host > store tokens, weighted)
-    new session ───────┬─ replicas caching the longest run of its first pages
-                       │  ─> rendezvous pick among them
-                       └─ else rendezvous pick among all replicas
+    new session ───────── two rendezvous choices drawn from the session id:
+                          the one clearly lighter in active load (tokens of
+                          sessions used within active_window_s, and of those
+                          sent there and not yet reported); if neither is,
+                          the one caching the longer run of its first pages;
+                          else the first
     home overloaded ───── queue_len >= overload_ratio * max_ongoing:
                           the less loaded of two choices drawn from the session
                           id (rendezvous with another salt), then the rest
@@ -55,6 +58,8 @@ class RouterConfig:
     min_holder_tokens: int = 1  # retained tokens that make a replica a session's holder
     prefix_affinity: bool = True
     min_prefix_pages: int = 1  # leading pages a replica must cache to attract a new session
+    active_window_s: float = 300.0  # a session used this recently counts toward a replica's load
+    balance_slack: float = 0.1  # new sessions go to the lighter choice if lighter by this share
     assignment_ttl_s: float = 300.0  # how long an unreported assignment sticks
     max_assignments: int = 100_000
     seed: int | None = None  # random draws (sessionless requests, pow2)
@@ -77,6 +82,13 @@ class RouterConfig:
         _require(
             self.min_prefix_pages >= 1,
             f"min_prefix_pages must be >= 1, got {self.min_prefix_pages}",
+        )
+        _require(
+            self.active_window_s > 0, f"active_window_s must be > 0, got {self.active_window_s}"
+        )
+        _require(
+            0.0 <= self.balance_slack < 1.0,
+            f"balance_slack must be in [0, 1), got {self.balance_slack}",
         )
         _require(
             self.assignment_ttl_s > 0, f"assignment_ttl_s must be > 0, got {self.assignment_ttl_s}"
@@ -123,7 +135,7 @@ class RouteDecision:
     """Ranked candidate groups, most preferred first, and why."""
 
     ranks: tuple[tuple[str, ...], ...]
-    reason: str  # "assigned" | "holder" | "prefix" | "hash" | "pow2" | "no_replicas"
+    reason: str  # "assigned" | "holder" | "balance" | "prefix" | "hash" | "pow2" | "no_replicas"
     overloaded: bool = False  # the preferred home was over the threshold
     rehomed_from: str | None = None  # the vanished replica this session lived on
 
@@ -237,19 +249,47 @@ class AffinityRouter:
     def _new_home(
         self, by_id: Mapping[str, ReplicaView], key: str, prefix_hashes: Sequence[int]
     ) -> tuple[str, str]:
-        """Two rendezvous choices for the session; the one caching its prefix wins.
+        """Two rendezvous choices for the session; the lighter one, then the prefix, wins.
 
+        A session stays where it starts, so a new session is the router's one
+        chance to balance: the choice with fewer active sessions takes it.
         Sending every new session to whichever replica holds the shared prefix
-        piles them onto the first replica to publish it (every agent shares one
-        system prompt). Two hashed choices keep sessions spread evenly and
-        deterministic across routers; the prefix only breaks the tie.
+        would pile them onto the first replica to publish it (every agent
+        shares one system prompt), so the prefix only breaks a tie.
         """
         pair = rendezvous_order(key, by_id)[:2]
-        if self.config.prefix_affinity and prefix_hashes and len(pair) == 2:
+        if len(pair) < 2:
+            return pair[0], "hash"
+        load = self.active_load(by_id.values())
+        a, b = pair
+        light, heavy = (a, b) if load[a] <= load[b] else (b, a)
+        if load[light] < (1.0 - self.config.balance_slack) * load[heavy]:
+            return light, "balance"
+        if self.config.prefix_affinity and prefix_hashes:
             holders = self._prefix_holders((by_id[r] for r in pair), prefix_hashes)
             if len(holders) == 1:
                 return holders[0], "prefix"
-        return pair[0], "hash"
+        return a, "hash"
+
+    def active_load(self, views: Iterable[ReplicaView]) -> dict[str, float]:
+        """Per replica: tokens retained for sessions its digest shows used within the
+        active window (in the replica's own clock), plus, for each session sent there
+        that its digest does not show yet, the mean active session's tokens."""
+        window = self.config.active_window_s
+        load: dict[str, float] = {}
+        digests: dict[str, ReplicaDigest] = {}
+        n = total = 0
+        for v in views:
+            d = v.digest
+            digests[v.replica_id] = d
+            active = [h.total_tokens for h in d.sessions.values() if d.ts - h.last_access <= window]
+            load[v.replica_id] = float(sum(active))
+            n, total = n + len(active), total + sum(active)
+        mean = total / n if n else 1.0
+        for sid, rid in self._assignments.pending(self._clock()):
+            if rid in load and sid not in digests[rid].sessions:
+                load[rid] += mean
+        return load
 
     def _prefix_holders(self, views: Iterable[ReplicaView], hashes: Sequence[int]) -> list[str]:
         """Replicas caching the longest leading run of ``hashes`` (at least the minimum)."""

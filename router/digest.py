@@ -7,7 +7,9 @@ JSON-friendly) and small. The wire format, version 1::
 
     {
       "v": 1,
-      "ts": 1718000000.0,              # when the replica built it (its wall clock)
+      "ts": 81234.5,                   # when the replica built it, in the clock of
+                                       # last_access (the engine's monotonic clock):
+                                       # only differences within one digest mean anything
       "queue_len": 3,                  # optional: ongoing requests at that time
       "sessions": {                    # the `limit` most recently used sessions
         "<session id>": [device_tokens, host_tokens, store_tokens, last_access],

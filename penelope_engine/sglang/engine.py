@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,6 +196,9 @@ class SGLangEngine:
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
         """SGLang keeps no per-session view of its tree: the router falls back to hashing."""
         return []
+
+    def clock(self) -> float:
+        return time.monotonic()
 
     def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
         """SGLang's tree keys differ from Penelope's page ids: nothing to publish."""

@@ -126,6 +126,8 @@ def test_replica_hooks_answer_inside_a_real_replica(base_url: str) -> None:
     assert all(0.0 <= v <= 1.0 for v in signals.values())
     digest = decode_digest(engine.options(method_name="record_routing_stats").remote().result())
     assert all(s.startswith("session-") for s in digest.sessions)
+    # ts and last_access share one clock: the sessions served above are minutes old at most
+    assert all(0 <= digest.ts - h.last_access < 600 for h in digest.sessions.values())
 
 
 def test_health_models_and_errors_through_the_proxy(base_url: str) -> None:

@@ -17,6 +17,7 @@ from router import (
     SessionHolding,
     make_policy,
     pick_replica,
+    rendezvous_order,
     rendezvous_pick,
 )
 
@@ -128,6 +129,61 @@ def test_one_prefix_holder_does_not_attract_every_new_session() -> None:
     assert homes["r1"] == max(homes.values())  # about 200: in half of the pairs
 
 
+def active(tokens: int, ts: float = 1000.0, age: float = 0.0) -> SessionHolding:
+    return SessionHolding(tokens, 0, 0, last_access=ts - age)
+
+
+def loaded_view(rid: str, sessions: dict[str, SessionHolding], ts: float = 1000.0) -> ReplicaView:
+    return ReplicaView(rid, 0, 10, ReplicaDigest(sessions=sessions, ts=ts))
+
+
+def test_new_session_takes_the_lighter_of_its_two_choices() -> None:
+    sid = "new-session"
+    first, second = rendezvous_order(sid, IDS)[:2]
+    heavy = {first: {"a": active(50_000), "b": active(40_000)}, second: {"c": active(10_000)}}
+    views = [loaded_view(r, heavy.get(r, {})) for r in IDS]
+    decision = AffinityRouter().rank(views, RouteRequest(sid))
+    assert (decision.ranks[0], decision.reason) == ((second,), "balance")
+    # the same tokens, idle for longer than the active window, weigh nothing
+    idle = {
+        r: {k: active(v.device_tokens, age=301.0) for k, v in s.items()} for r, s in heavy.items()
+    }
+    views = [loaded_view(r, idle.get(r, {})) for r in IDS]
+    assert AffinityRouter().rank(views, RouteRequest(sid)).ranks[0] == (first,)
+
+
+def test_near_equal_loads_leave_the_choice_to_the_prefix() -> None:
+    sid = "new-session"
+    first, second = rendezvous_order(sid, IDS)[:2]
+    sessions = {first: {"a": active(10_000)}, second: {"b": active(10_500)}}
+    views = [
+        ReplicaView(
+            r,
+            0,
+            10,
+            ReplicaDigest(
+                sessions=sessions.get(r, {}),
+                ts=1000.0,
+                prefix_hashes=frozenset({7}) if r == second else frozenset(),
+            ),
+        )
+        for r in IDS
+    ]
+    decision = AffinityRouter().rank(views, RouteRequest(sid, prefix_hashes=(7, 8)))
+    assert (decision.ranks[0], decision.reason) == ((second,), "prefix")
+
+
+def test_sessions_in_flight_count_before_any_digest_shows_them() -> None:
+    clock = FakeClock()
+    router = AffinityRouter(clock=clock)
+    views = idle_views()
+    homes = Counter(router.choose(views, RouteRequest(f"n{i}")).replica_id for i in range(40))
+    # hashing alone puts 14 of these 40 on r2 and 8 on r0; in-flight assignments
+    # count as load, so the two-choice pick keeps the shares within two of each other
+    assert max(homes.values()) - min(homes.values()) <= 2, homes
+    assert router.active_load(views) == {r: float(n) for r, n in homes.items()}
+
+
 def test_two_router_instances_agree_without_talking() -> None:
     a, b = AffinityRouter(), AffinityRouter()
     views = idle_views()
@@ -196,8 +252,9 @@ def test_removed_replica_rehomes_its_sessions_and_only_them() -> None:
     choice = router.choose(survivors, RouteRequest(sid))
     assert choice.replica_id != "r1" and choice.decision.rehomed_from == "r1"
     assert router.rank(survivors, RouteRequest(sid)).rehomed_from is None  # settled again
+    fresh = AffinityRouter()  # no sessions in flight: new homes are the rendezvous picks
     for sid_n, home in homes.items():
-        new_home = router.rank(survivors, RouteRequest(sid_n)).ranks[0][0]
+        new_home = fresh.rank(survivors, RouteRequest(sid_n)).ranks[0][0]
         assert new_home == home or home == "r1"
 
 
@@ -260,6 +317,9 @@ def test_policy_registry_names_the_valid_choices() -> None:
         {"min_prefix_pages": 0},
         {"assignment_ttl_s": 0},
         {"max_assignments": 0},
+        {"active_window_s": 0},
+        {"balance_slack": 1.0},
+        {"balance_slack": -0.1},
     ],
 )
 def test_config_rejects_bad_values(kwargs: dict[str, float]) -> None:
