@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.report import FLOOR
 from bench.report import METRICS as REPORT_METRICS
 
 METRICS = (("mean_ttft_s", "TTFT"), ("mean_llm_time_s", "LLM time"), ("mean_jct_s", "JCT"))
@@ -89,6 +90,18 @@ def ratio(a: dict[str, Any], b: dict[str, Any], metric: str) -> tuple[float, flo
 
 def _fmt(r: tuple[float, float, float]) -> str:
     return f"{r[0]:.2f} [{r[1]:.2f}-{r[2]:.2f}]"
+
+
+def floor_line(base: dict[str, Any]) -> str:
+    """How low any cache could bring LLM time on these seeds, as a ratio to the baseline's."""
+    if FLOOR not in base["per_seed"]:
+        return ""
+    per = np.array(base["per_seed"][FLOOR]) / np.array(base["per_seed"]["mean_llm_time_s"])
+    r = (float(per.mean()), float(per.min()), float(per.max()))
+    return (
+        f"LLM-time floor: no cache can go below {_fmt(r)} of the baseline's LLM time "
+        "(each turn's never-seen tokens prefilled and its output decoded alone).\n\n"
+    )
 
 
 def best_policy(by: dict[Key, dict[str, Any]], tiers: str, router: str) -> str:
@@ -166,6 +179,7 @@ def report(rows: list[dict[str, Any]]) -> tuple[str, dict[Key, dict[str, Any]], 
             f"### {rep} replicas, device budget {dev} tokens, host budget {host} tokens\n\n"
             f"Every set-up against the baseline (lru, gpu, pow2), per-seed ratio, "
             f"mean [min-max] over {base['seeds']} seeds:\n\n{setups_table(by, base)}\n\n"
+            f"{floor_line(base)}"
             f"Levers (best deployable policy with every lever on: {best}):\n\n"
             f"{levers_table(by, best)}\n"
         )

@@ -52,6 +52,9 @@ class SessionRecord:
     start: float
     end: float
     tool_time_s: float
+    # The least LLM time any cache could give this session: prefill of the tokens it
+    # never sent before and decode alone on the replica (simulator only; None: unknown).
+    llm_floor_s: float | None = None
 
     @property
     def jct(self) -> float:
@@ -80,6 +83,7 @@ class RunMetrics:
     sim_time_s: float
     wall_time_s: float
     ttfts: tuple[float, ...] = field(repr=False, default=())
+    mean_llm_floor_s: float | None = None  # see SessionRecord.llm_floor_s
 
     def as_dict(self, with_ttfts: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -103,6 +107,8 @@ def summarize(
     recomputed = sum(r.recomputed_tokens for r in requests)
     returning = [r for r in requests if r.history_class != "first"]
     partial = sum(r.history_class == "partial" for r in returning)
+    floors = [s.llm_floor_s for s in sessions]
+    known = bool(floors) and all(f is not None for f in floors)
     return RunMetrics(
         mean_ttft_s=float(ttft.mean()),
         p90_ttft_s=float(np.percentile(ttft, 90)),
@@ -122,4 +128,5 @@ def summarize(
         sim_time_s=float(sim_time_s),
         wall_time_s=wall_time_s,
         ttfts=tuple(float(t) for t in ttft),
+        mean_llm_floor_s=float(np.mean(floors)) if known else None,
     )

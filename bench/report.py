@@ -28,6 +28,7 @@ METRICS = (
     "recompute_ratio",
 )
 SPREAD = ("mean_ttft_s", "mean_jct_s", "mean_llm_time_s")
+FLOOR = "mean_llm_floor_s"  # simulator only: the least LLM time any cache could give
 SETUP = ("policy", "tiers", "router", "replicas", "device_budget_tokens")
 BASELINE = {"policy": "lru", "tiers": "gpu", "router": "pow2"}
 
@@ -47,6 +48,10 @@ def row(setup: dict[str, Any], runs: Sequence[RunMetrics]) -> dict[str, Any]:
     out["requests"] = sum(r.requests for r in runs)
     out["failed_requests"] = sum(r.failed_requests for r in runs)
     out["per_seed"] = {name: [getattr(r, name) for r in runs] for name in SPREAD}
+    floors = [r.mean_llm_floor_s for r in runs]
+    if all(f is not None for f in floors):
+        out[FLOOR] = float(np.mean(floors))
+        out["per_seed"][FLOOR] = floors
     return out
 
 
@@ -67,6 +72,10 @@ def ratios(rows: Sequence[dict[str, Any]], baseline: dict[str, Any] = BASELINE) 
             per = np.array(r["per_seed"][name]) / np.array(b["per_seed"][name])
             entry[f"{name}_ratio"] = float(per.mean())
             entry[f"{name}_ratio_spread"] = [float(per.min()), float(per.max())]
+        if FLOOR in b["per_seed"]:  # how far below the baseline's LLM time any cache could go
+            floor = np.array(b["per_seed"][FLOOR]) / np.array(b["per_seed"]["mean_llm_time_s"])
+            entry["llm_time_floor_ratio"] = float(floor.mean())
+            entry["llm_time_floor_ratio_spread"] = [float(floor.min()), float(floor.max())]
         out.append(entry)
     return out
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.costmodel import CostModel
+from bench.costmodel import CostModel, StepLoad, decode_run, prefill_time
 from bench.metrics import RequestRecord, RunMetrics, SessionRecord, summarize
 from bench.simcache import TIERS, CacheSetup, ReplicaCache
 from bench.simreplica import Replica, SimRequest, Step
@@ -119,6 +119,7 @@ class Simulator:
         self._digests = [decode_digest({}) for _ in self.replicas]
         self._digest_at = -math.inf
         self._wakes: dict[int, float] = {}
+        self._floors: dict[str, float] = {}
         self.requests: list[RequestRecord] = []
         self.sessions: list[SessionRecord] = []
         self.failed = 0
@@ -245,10 +246,21 @@ class Simulator:
             self._turn_over(st, req.turn)
         self._kick(rep)
 
+    def _floor(self, r: SimRequest) -> float:
+        """Least time of this turn on any cache: the tokens neither its session nor the
+        shared prefix had before, prefilled in one step, then its other output tokens
+        decoded alone (chunking and batching only add time)."""
+        known = max(r.reusable_pages, r.shared_pages) * self.cfg.page_size
+        new = max(r.prompt_len - known, 1)
+        decode = decode_run(self.cost, StepLoad.of([], [r.prompt_len]), r.output_len - 1)
+        return prefill_time(self.cost, new, r.prompt_len - new) + float(decode.sum())
+
     def _record(self, r: SimRequest) -> None:
         a = r.adm
         assert a is not None and r.admitted_at is not None and r.first_token_at is not None
         assert r.finished_at is not None
+        floor = self._floor(r)
+        self._floors[r.session_id] = self._floors.get(r.session_id, 0.0) + floor
         self.requests.append(
             RequestRecord(
                 r.session_id,
@@ -277,7 +289,8 @@ class Simulator:
             self._push(self.now + s.turns[k + 1].think_time_s, "arrive", (s.id, k + 1))
         else:
             assert st.start is not None
-            self.sessions.append(SessionRecord(s.id, st.start, self.now, s.tool_time_s))
+            floor = self._floors.pop(s.id, 0.0)
+            self.sessions.append(SessionRecord(s.id, st.start, self.now, s.tool_time_s, floor))
 
 
 def simulate(workload: Workload, cfg: SimConfig, cost: CostModel, seed: int = 0) -> RunMetrics:

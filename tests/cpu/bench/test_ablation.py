@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from bench.ablation import best_policy, lever_rows, load_rows, main, ratio, report
+from bench.ablation import best_policy, floor_line, lever_rows, load_rows, main, ratio, report
 from bench.metrics import RunMetrics
 from bench.report import row, write_json
 
@@ -82,3 +83,12 @@ def test_cli_merges_files_and_refuses_other_seeds(tmp_path: Path, capsys) -> Non
     write_json(c, {"seeds": [2, 3], "sessions": 3}, ROWS[:1])
     with pytest.raises(ValueError, match="sessions differs"):
         load_rows([a, c])
+
+
+def test_floor_line_reports_the_floor_against_the_baseline_seed_by_seed() -> None:
+    assert floor_line(ROWS[0]) == ""  # replay runs know no floor: nothing is claimed
+    setup = {"policy": "lru", "tiers": "gpu", "router": "pow2", "replicas": 4}
+    setup |= {"device_budget_tokens": 1000, "host_budget_tokens": 0}
+    runs = [dataclasses.replace(_m(t), mean_llm_floor_s=f) for t, f in ((10.0, 5.0), (20.0, 5.0))]
+    line = floor_line(row(setup, runs))
+    assert "0.38 [0.25-0.50]" in line  # 5/10 and 5/20 (LLM time = TTFT in these rows)

@@ -158,3 +158,31 @@ def test_router_options_reach_the_routing_core() -> None:
     sim = Simulator(_workload(2), _cfg(router="affinity", prefix_affinity=False), COST)
     assert sim.router.name == "affinity" and sim.router.config.prefix_affinity is False
     assert sim.run().requests == 12
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(device_budget_tokens=2_000),
+        dict(device_budget_tokens=2_000, tiers="gpu+cpu", host_budget_tokens=50_000),
+        dict(device_budget_tokens=200_000, policy="greedydual"),
+        dict(device_budget_tokens=3_000, replicas=2, router="pow2"),
+    ],
+)
+def test_llm_time_floor_bounds_every_session_and_is_the_same_in_every_setup(kw: dict) -> None:
+    sim = _run(_cfg(**kw))
+    for s in sim.sessions:
+        assert s.llm_floor_s is not None and 0 < s.llm_floor_s <= s.llm_time + 1e-12
+    roomy = _run(_cfg(device_budget_tokens=200_000))
+    assert sim.metrics.mean_llm_floor_s == pytest.approx(roomy.metrics.mean_llm_floor_s)
+
+
+def test_llm_time_floor_is_nearly_reached_by_a_lone_session_with_room() -> None:
+    trace = Trace("claude_code", (_session(0),), Scale(), 64)
+    sim = Simulator(
+        sample_workload(trace, WorkloadConfig(1)), _cfg(device_budget_tokens=200_000), COST
+    )
+    m = sim.run()
+    # left above the floor: the first turn's shared prefix (nothing cached it yet)
+    # and each turn's last partial page, recomputed
+    assert m.mean_llm_floor_s < m.mean_llm_time_s < 1.1 * m.mean_llm_floor_s
