@@ -29,16 +29,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
 from bench.tokens import TokenMap
-from bench.traces import CLAUDE_BLOCK, Scale, Session, load_claude_code
+from bench.traces import CLAUDE_BLOCK, DEFAULT_TRACE, Scale, Session, load_claude_code
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/claude_code_sessions.jsonl.gz"
 MODEL = "tiny-qwen3"
 SERVER_ERROR_CODES = ("internal_error", "engine_unavailable", "request_timeout")
 

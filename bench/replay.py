@@ -31,9 +31,9 @@ from bench.metrics import RunMetrics
 from bench.replayloop import EngineReplay
 from bench.report import plot, row, table, write_json
 from bench.sim import SimConfig
-from bench.simulate import DEFAULT_TRACE, _list
+from bench.simulate import _list
 from bench.tokens import TokenMap
-from bench.traces import Scale, load_trace
+from bench.traces import DEFAULT_TRACE, Scale, load_trace
 from bench.workload import ARRIVALS, Workload, WorkloadConfig, clip_workload, sample_workload
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from penelope_engine.engine import Engine

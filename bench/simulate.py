@@ -23,13 +23,11 @@ from bench.costmodel import HARDWARE, QWEN3, CostModel, CpuCostModel, GpuCostMod
 from bench.metrics import RunMetrics
 from bench.report import plot, row, table, write_json
 from bench.sim import SimConfig, simulate
-from bench.traces import Scale, Trace, load_trace
+from bench.traces import DEFAULT_TRACE, Scale, Trace, load_trace
 from bench.workload import ARRIVALS, Workload, WorkloadConfig, sample_workload
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.policies import POLICIES
 from router.policies import ROUTING_POLICIES
-
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/claude_code_sessions.jsonl.gz"
 
 
 def _list(kind: type, choices: Any = None):

@@ -18,13 +18,11 @@ from pathlib import Path
 import torch
 
 from bench.tokens import TokenMap
-from bench.traces import Scale, load_claude_code
+from bench.traces import DEFAULT_TRACE, Scale, load_claude_code
 from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.engine import Engine
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest, SamplingParams
-
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/claude_code_sessions.jsonl.gz"
 
 
 def trace_prompts(

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+# The real Claude Code sessions in the team's shared folder, next to this checkout.
+DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/claude_code_sessions.jsonl.gz"
 CLAUDE_BLOCK = 64
 MOONCAKE_BLOCK = 512
 
