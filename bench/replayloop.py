@@ -9,7 +9,10 @@ step waits for that step to end, as a request reaching a busy server does, and
 its TTFT is counted from when it was due.
 
 Turn k's prompt is the trace's tokens (`bench.tokens`), its output length the
-trace's (capped by the caller), decoded greedily with EOS ignored; the stop
+trace's (capped by the caller), decoded greedily with EOS ignored. When turn
+k+1 extends turn k (it starts with turn k's prompt), the positions of turn k's
+output carry the tokens the model generated, as an agent repeats the answer it
+got; the cache then finds them, as the simulator's does. The stop
 reason of the trace is the request's `stop_reason_hint`. After a turn ends the
 cache is told when the session's next turn will be due (only the `oracle`
 policy reads it). Subagents are not replayed (`clip_workload` keeps them;
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from bench.metrics import RequestRecord, RunMetrics, SessionRecord, summarize
 from bench.steptimer import StepTimer
 from bench.tokens import TokenMap
+from bench.traces import Session
 from bench.workload import Workload
 from penelope_engine.engine import Engine
 from penelope_engine.errors import PenelopeError
@@ -77,9 +81,13 @@ class EngineReplay:
         self._order = itertools.count()
         self._pending: dict[str, _Pending] = {}
         self._starts: dict[str, float] = {}
+        self._last: dict[str, tuple[int, list[int]]] = {}  # prompt length, prompt + output
         self.requests: list[RequestRecord] = []
         self.session_records: list[SessionRecord] = []
         self.failed = 0
+        self.step_s = 0.0  # inside Engine.step
+        self.idle_s = 0.0  # asleep, waiting for the next turn
+        self.busy_s = 0.0  # the whole loop minus the sleeps
         self.t0 = 0.0
         self._clock = time.monotonic()
         engine.cache.time_fn = lambda: self._clock
@@ -101,16 +109,20 @@ class EngineReplay:
             if self.engine.has_work():
                 self._step()
             elif self._heap:
+                t = time.perf_counter()
                 time.sleep(max(0.0, min(self._heap[0][0] - self._now(), 0.05)))
+                self.idle_s += time.perf_counter() - t
             elif self._pending:
                 raise RuntimeError(f"engine idle with {len(self._pending)} requests unfinished")
-        return summarize(
-            self.requests,
-            self.session_records,
-            self.failed,
-            self._now(),
-            time.perf_counter() - wall,
-        )
+        wall = time.perf_counter() - wall
+        self.busy_s = wall - self.idle_s
+        return summarize(self.requests, self.session_records, self.failed, self._now(), wall)
+
+    @property
+    def outside_steps_s(self) -> float:
+        """Busy time not inside an engine step: submitting turns, tracking admissions.
+        The simulator charges none of it."""
+        return self.busy_s - self.step_s
 
     def _push(self, due: float, sid: str, k: int) -> None:
         heapq.heappush(self._heap, (due, next(self._order), sid, k))
@@ -120,7 +132,7 @@ class EngineReplay:
         self._starts.setdefault(sid, due)
         req = GenerateRequest(
             f"{sid}:{k}",
-            tuple(int(t) for t in self.tokens.input_ids(s, k)),
+            self._prompt(sid, s, k),
             SamplingParams(max_tokens=turn.output_tokens, ignore_eos=True),
             session_id=sid,
             stop_reason_hint=turn.stop_reason or None,
@@ -133,10 +145,22 @@ class EngineReplay:
             return
         self._pending[req.request_id] = _Pending(sid, k, due, seq)
 
+    def _prompt(self, sid: str, s: Session, k: int) -> tuple[int, ...]:
+        """The trace's input for turn k, with the previous turn's answer as generated."""
+        ids = [int(t) for t in self.tokens.input_ids(s, k)]
+        last = self._last.get(sid)
+        if last is not None:
+            p, seq = last
+            if len(ids) > p and ids[:p] == seq[:p]:
+                m = min(len(seq), len(ids)) - p
+                ids[p : p + m] = seq[p : p + m]
+        return tuple(ids)
+
     def _step(self) -> None:
         started = self._now()
         out = self.timer.step()
         ended = self._now()
+        self.step_s += ended - started
         waiting = set(map(id, self.engine.scheduler.waiting))
         for p in self._pending.values():
             if p.admitted_at is None and id(p.seq) not in waiting:
@@ -150,6 +174,7 @@ class EngineReplay:
         if seq.error is not None or seq.first_token_at is None:
             self.failed += 1
         else:
+            self._last[p.session_id] = (seq.prompt_len, list(seq.tokens))
             u = seq.usage
             self.requests.append(
                 RequestRecord(

@@ -60,6 +60,27 @@ def test_every_turn_completes_in_order_with_its_tool_gap(tiny_qwen3: LoadedModel
     assert rep.timer.samples and all(t > 0 for _, t in rep.timer.samples)
 
 
+def test_next_turn_repeats_the_generated_answer_and_finds_it_cached(
+    tiny_qwen3: LoadedModel,
+) -> None:
+    turns = tuple(
+        Turn(THINK if k else 0.0, 0.0, ((1, 4 + 4 * k),), (4 + 4 * k) * 32 + 5, 16, "tool_use", 64)
+        for k in range(2)
+    )
+    trace = Trace("claude_code", (Session("s0", turns, 32, "s0"),), Scale(), 32)
+    engine = Engine(EngineConfig(cache=CacheConfig(PS, 256, 0, "lru")), loaded=tiny_qwen3)
+    rep = EngineReplay(
+        engine, sample_workload(trace, WorkloadConfig(1)), TokenMap(tiny_qwen3.config.vocab_size)
+    )
+    rep.run()
+    first, second = rep.requests
+    # turn 1 ran 133 prompt + 15 fed-back output tokens: 9 full pages, and turn 2's
+    # prompt repeats the generated answer, so it finds all 9 (the trace's own output
+    # tokens would have matched only the 8 pages of turn 1's prompt)
+    assert (first.prompt_tokens, second.device_tokens) == (133, 9 * PS)
+    engine.check_integrity()
+
+
 @pytest.mark.parametrize("policy", ["lru", "return_aware", "oracle"])
 def test_forced_eviction_recomputes_gpu_only_and_loads_with_a_host_tier(
     tiny_qwen3: LoadedModel, policy: str
