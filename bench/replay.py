@@ -158,7 +158,11 @@ def _replay_once(
     m = rep.run()
     engine.check_integrity()
     outside = rep.outside_steps_s / max(m.requests, 1)
-    print(f"  outside engine steps: {1e3 * outside:.2f} ms per request", file=sys.stderr)
+    print(
+        f"  outside engine steps: {1e3 * outside:.2f} ms per request; "
+        f"preemptions: {rep.preemptions}",
+        file=sys.stderr,
+    )
     return m, rep.timer.samples
 
 

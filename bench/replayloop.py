@@ -85,6 +85,7 @@ class EngineReplay:
         self.requests: list[RequestRecord] = []
         self.session_records: list[SessionRecord] = []
         self.failed = 0
+        self.preemptions = 0  # times the engine put a running request back in the queue
         self.step_s = 0.0  # inside Engine.step
         self.idle_s = 0.0  # asleep, waiting for the next turn
         self.busy_s = 0.0  # the whole loop minus the sleeps
@@ -171,6 +172,7 @@ class EngineReplay:
 
     def _finish(self, p: _Pending, ended: float) -> None:
         seq, turn = p.seq, self.sessions[p.session_id].turns[p.turn]
+        self.preemptions += seq.preemptions
         if seq.error is not None or seq.first_token_at is None:
             self.failed += 1
         else:
