@@ -92,11 +92,18 @@ def _fmt(r: tuple[float, float, float]) -> str:
     return f"{r[0]:.2f} [{r[1]:.2f}-{r[2]:.2f}]"
 
 
-def floor_line(base: dict[str, Any]) -> str:
-    """How low any cache could bring LLM time on these seeds, as a ratio to the baseline's."""
-    if FLOOR not in base["per_seed"]:
+def floor_line(base: dict[str, Any], rows: Sequence[dict[str, Any]] = ()) -> str:
+    """How low any cache could bring LLM time on these seeds, as a ratio to the baseline's.
+
+    The floor is a property of the workload (the same in every set-up on the same
+    seeds), so any row of the group that carries it will do.
+    """
+    source = next((r for r in (base, *rows) if FLOOR in r["per_seed"]), None)
+    if source is None:
         return ""
-    per = np.array(base["per_seed"][FLOOR]) / np.array(base["per_seed"]["mean_llm_time_s"])
+    if source.get("seed_list", base.get("seed_list")) != base.get("seed_list"):
+        raise ValueError("the floor's row ran on other seeds than the baseline")
+    per = np.array(source["per_seed"][FLOOR]) / np.array(base["per_seed"]["mean_llm_time_s"])
     r = (float(per.mean()), float(per.min()), float(per.max()))
     return (
         f"LLM-time floor: no cache can go below {_fmt(r)} of the baseline's LLM time "
@@ -179,7 +186,7 @@ def report(rows: list[dict[str, Any]]) -> tuple[str, dict[Key, dict[str, Any]], 
             f"### {rep} replicas, device budget {dev} tokens, host budget {host} tokens\n\n"
             f"Every set-up against the baseline (lru, gpu, pow2), per-seed ratio, "
             f"mean [min-max] over {base['seeds']} seeds:\n\n{setups_table(by, base)}\n\n"
-            f"{floor_line(base)}"
+            f"{floor_line(base, list(by.values()))}"
             f"Levers (best deployable policy with every lever on: {best}):\n\n"
             f"{levers_table(by, best)}\n"
         )

@@ -92,3 +92,5 @@ def test_floor_line_reports_the_floor_against_the_baseline_seed_by_seed() -> Non
     runs = [dataclasses.replace(_m(t), mean_llm_floor_s=f) for t, f in ((10.0, 5.0), (20.0, 5.0))]
     line = floor_line(row(setup, runs))
     assert "0.38 [0.25-0.50]" in line  # 5/10 and 5/20 (LLM time = TTFT in these rows)
+    # a baseline run without floors takes them from another set-up on the same seeds
+    assert floor_line(ROWS[0], [ROWS[3], row(setup, runs)]) == line
