@@ -12,6 +12,12 @@ Markdown tables:
   reported as headroom, never chosen).
 
     python -m bench.ablation sim_pow2.json sim_affinity.json --markdown ablation.md --plot a.png
+
+With `--by-sessions`, files of several loads (each with the baseline and some
+full-system set-ups, `sessions` read from each file) give one table row per
+load and full-system set-up: TTFT and LLM-time ratios and the LLM-time floor.
+
+    python -m bench.ablation --by-sessions base_64.json full_64.json base_128.json ...
 """
 
 from __future__ import annotations
@@ -92,19 +98,28 @@ def _fmt(r: tuple[float, float, float]) -> str:
     return f"{r[0]:.2f} [{r[1]:.2f}-{r[2]:.2f}]"
 
 
-def floor_line(base: dict[str, Any], rows: Sequence[dict[str, Any]] = ()) -> str:
-    """How low any cache could bring LLM time on these seeds, as a ratio to the baseline's.
+def floor_ratio(
+    base: dict[str, Any], rows: Sequence[dict[str, Any]] = ()
+) -> tuple[float, float, float] | None:
+    """How low any cache could bring LLM time on these seeds, per seed as a ratio to
+    the baseline's: (mean, min, max), or None if no row carries the floor.
 
     The floor is a property of the workload (the same in every set-up on the same
     seeds), so any row of the group that carries it will do.
     """
     source = next((r for r in (base, *rows) if FLOOR in r["per_seed"]), None)
     if source is None:
-        return ""
+        return None
     if source.get("seed_list", base.get("seed_list")) != base.get("seed_list"):
         raise ValueError("the floor's row ran on other seeds than the baseline")
     per = np.array(source["per_seed"][FLOOR]) / np.array(base["per_seed"]["mean_llm_time_s"])
-    r = (float(per.mean()), float(per.min()), float(per.max()))
+    return float(per.mean()), float(per.min()), float(per.max())
+
+
+def floor_line(base: dict[str, Any], rows: Sequence[dict[str, Any]] = ()) -> str:
+    r = floor_ratio(base, rows)
+    if r is None:
+        return ""
     return (
         f"LLM-time floor: no cache can go below {_fmt(r)} of the baseline's LLM time "
         "(each turn's never-seen tokens prefilled and its output decoded alone).\n\n"
@@ -194,6 +209,34 @@ def report(rows: list[dict[str, Any]]) -> tuple[str, dict[Key, dict[str, Any]], 
     return "\n".join(parts), last_by, last_best
 
 
+def load_sweep_table(paths: Sequence[Path]) -> str:
+    """One row per (sessions, full-system set-up) against that load's baseline."""
+    by_load: dict[int, list[Path]] = {}
+    for p in paths:
+        by_load.setdefault(json.loads(Path(p).read_text())["config"]["sessions"], []).append(p)
+    lines = [
+        "| sessions | set-up | baseline TTFT s | baseline LLM time s | TTFT ratio "
+        "| LLM-time ratio | LLM-time floor |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for n, files in sorted(by_load.items()):
+        rows, _ = load_rows(files)
+        for _, by in sorted(_groups(rows).items()):
+            base = by.get(("lru", "gpu", "pow2"))
+            if base is None:
+                continue
+            floor = floor_ratio(base, list(by.values()))
+            floor_cell = _fmt(floor) if floor is not None else "-"
+            for k, r in sorted(by.items()):
+                if k[1:] != ("gpu+cpu", "affinity"):
+                    continue
+                cells = [str(n), "/".join(k), f"{base['mean_ttft_s']:.3g}"]
+                cells += [f"{base['mean_llm_time_s']:.4g}"]
+                cells += [_fmt(ratio(r, base, m)) for m, _ in METRICS[:2]]
+                lines.append("| " + " | ".join([*cells, floor_cell]) + " |")
+    return "\n".join(lines)
+
+
 def plot_levers(path: Path, by: dict[Key, dict[str, Any]], title: str = "") -> Path:
     """Bars of mean TTFT and LLM time, as ratios to the baseline, with the seeds' spread."""
     import matplotlib
@@ -229,7 +272,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--title", default="", help="of the plot")
+    ap.add_argument(
+        "--by-sessions", action="store_true", help="files of several loads: one row per load"
+    )
     args = ap.parse_args(argv)
+    if args.by_sessions:
+        text = load_sweep_table(args.files)
+        print(text)
+        if args.markdown is not None:
+            args.markdown.write_text(text)
+        return 0
     rows, _ = load_rows(args.files)
     text, by, _ = report(rows)
     if not text:

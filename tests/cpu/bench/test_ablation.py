@@ -94,3 +94,21 @@ def test_floor_line_reports_the_floor_against_the_baseline_seed_by_seed() -> Non
     assert "0.38 [0.25-0.50]" in line  # 5/10 and 5/20 (LLM time = TTFT in these rows)
     # a baseline run without floors takes them from another set-up on the same seeds
     assert floor_line(ROWS[0], [ROWS[3], row(setup, runs)]) == line
+
+
+def test_by_sessions_gives_one_row_per_load_and_full_system_setup(tmp_path: Path, capsys) -> None:
+    light, heavy = tmp_path / "light.json", tmp_path / "heavy.json"
+    write_json(light, {"seeds": [0, 1], "sessions": 8}, [ROWS[0], ROWS[5]])
+    write_json(heavy, {"seeds": [0, 1], "sessions": 16}, [ROWS[0], ROWS[4], ROWS[5]])
+    assert main(["--by-sessions", str(heavy), str(light)]) == 0
+    lines = [
+        ln
+        for ln in capsys.readouterr().out.splitlines()
+        if ln.startswith("| 8") or ln.startswith("| 16")
+    ]
+    assert [ln.split(" | ")[:2] for ln in lines] == [
+        ["| 8", "return_aware/gpu+cpu/affinity"],
+        ["| 16", "lru/gpu+cpu/affinity"],
+        ["| 16", "return_aware/gpu+cpu/affinity"],
+    ]
+    assert "0.15 [0.10-0.20]" in lines[0] and lines[0].endswith("| - |")  # no floor in replay rows
