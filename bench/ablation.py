@@ -154,6 +154,8 @@ def lever_rows(by: dict[Key, dict[str, Any]], best: str) -> list[tuple[str, Key,
     for p in sorted({k[0] for k in by} - {"lru"}):
         out.append((f"policy {p} alone", (p, "gpu", "pow2"), base))
         out.append((f"policy {p} last", (p, "gpu+cpu", "affinity"), ("lru", "gpu+cpu", "affinity")))
+        sticky = (p, "gpu", "affinity"), ("lru", "gpu", "affinity")
+        out.append((f"policy {p}, sticky routing, GPU only", *sticky))
     out.append(("host tier alone", ("lru", "gpu+cpu", "pow2"), base))
     out.append(("host tier last", full, (best, "gpu", "affinity")))
     out.append(("affinity router alone", ("lru", "gpu", "affinity"), base))
