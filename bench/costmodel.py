@@ -20,6 +20,7 @@ to step timings of the real engine (`fit`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple, Protocol
@@ -237,6 +238,12 @@ class CpuCostModel:
     `c_row` is the output projection of one sampled row (vocab x hidden: for
     the tiny Qwen3 it costs as much as a dozen prefill tokens), paid by every
     decode and by the last chunk of a prefill only.
+
+    `row_costs`, when given, replaces `c_row * logit_rows`: the measured seconds
+    of the output projection for 1, 2, ... rows (linear past the table). On a
+    CPU it is not linear: torch's GEMM over the 151,669 x 256 projection of the
+    tiny Qwen3 takes about 19, 38, 57 and 30 ms for 1, 2, 3 and 4 rows on one
+    thread, so two or three decoding sequences cost more than four.
     """
 
     c_step: float
@@ -246,9 +253,11 @@ class CpuCostModel:
     kv_bytes_per_token: int
     copy_bytes_per_s: float = 5e9  # host <-> device pool copies (both in CPU memory)
     c_row: float = 0.0
+    row_costs: tuple[float, ...] = ()  # seconds for 1, 2, ... sampled rows; overrides c_row
 
     def __post_init__(self) -> None:
-        if min(self.c_step, self.c_lin, self.c_attn, self.c_seq, self.c_row) < 0:
+        object.__setattr__(self, "row_costs", tuple(float(c) for c in self.row_costs))
+        if min(self.c_step, self.c_lin, self.c_attn, self.c_seq, self.c_row, *self.row_costs) < 0:
             raise ValueError(f"cost coefficients must be >= 0, got {self}")
         if self.copy_bytes_per_s <= 0 or self.kv_bytes_per_token < 1:
             raise ValueError("copy_bytes_per_s must be > 0 and kv_bytes_per_token >= 1")
@@ -266,8 +275,20 @@ class CpuCostModel:
             + self.c_lin * load.tokens
             + self.c_attn * load.attention_pairs
             + self.c_seq * load.sequences
-            + self.c_row * load.logit_rows
+            + self.rows_time(load.logit_rows)
         )
+
+    def rows_time(self, rows: int) -> float:
+        """Seconds of the output projection for `rows` sampled rows."""
+        table = self.row_costs
+        if not table:
+            return self.c_row * rows
+        if rows <= 0:
+            return 0.0
+        if rows <= len(table):
+            return table[rows - 1]
+        slope = table[-1] - table[-2] if len(table) >= 2 else table[-1]
+        return table[-1] + max(slope, 0.0) * (rows - len(table))
 
     def token_cost(self, position: int) -> float:
         return self.c_lin + self.c_attn * (position + 1)
@@ -286,12 +307,34 @@ class CpuCostModel:
         samples: Sequence[tuple[StepLoad, float]],
         kv_bytes_per_token: int,
         copy_bytes_per_s: float = 5e9,
+        row_costs: Sequence[float] = (),
     ) -> CpuCostModel:
         """Non-negative least squares over (step load, measured seconds) samples.
 
         Each sample is weighted by 1 / seconds, so the fit minimises relative
-        error: short decode steps count as much as long prefills.
+        error: short decode steps count as much as long prefills. With measured
+        `row_costs` the output projection's time is taken from them and the
+        other coefficients are fit to what is left.
         """
+        if row_costs:
+            known = CpuCostModel(0, 0, 0, 0, kv_bytes_per_token, row_costs=tuple(row_costs))
+            rest = [(s, t - known.rows_time(s.logit_rows)) for s, t in samples]
+            part = CpuCostModel._fit_linear(rest, [t for _, t in samples], False)
+            return dataclasses.replace(
+                part,
+                kv_bytes_per_token=kv_bytes_per_token,
+                copy_bytes_per_s=copy_bytes_per_s,
+                row_costs=known.row_costs,
+            )
+        part = CpuCostModel._fit_linear(samples, [t for _, t in samples], True)
+        return dataclasses.replace(
+            part, kv_bytes_per_token=kv_bytes_per_token, copy_bytes_per_s=copy_bytes_per_s
+        )
+
+    @staticmethod
+    def _fit_linear(
+        samples: Sequence[tuple[StepLoad, float]], weights_from: Sequence[float], with_rows: bool
+    ) -> CpuCostModel:
         if len(samples) < 5:
             raise ValueError(
                 f"need at least 5 timing samples to fit 5 coefficients, got {len(samples)}"
@@ -299,17 +342,14 @@ class CpuCostModel:
         x = np.array(
             [[1.0, s.tokens, s.attention_pairs, s.sequences, s.logit_rows] for s, _ in samples]
         )
+        if not with_rows:
+            x = x[:, :4]
         y = np.array([t for _, t in samples])
-        w = 1.0 / np.maximum(y, 1e-9)
-        c_step, c_lin, c_attn, c_seq, c_row = (float(c) for c in _nnls(x * w[:, None], y * w))
+        w = 1.0 / np.maximum(np.array(weights_from), 1e-9)
+        coef = [float(c) for c in _nnls(x * w[:, None], y * w)]
+        c_step, c_lin, c_attn, c_seq = coef[:4]
         return CpuCostModel(
-            c_step,
-            c_lin,
-            c_attn,
-            c_seq,
-            kv_bytes_per_token=kv_bytes_per_token,
-            copy_bytes_per_s=copy_bytes_per_s,
-            c_row=c_row,
+            c_step, c_lin, c_attn, c_seq, kv_bytes_per_token=1, c_row=coef[4] if with_rows else 0.0
         )
 
 

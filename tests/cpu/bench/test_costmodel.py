@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -118,3 +120,31 @@ def test_cpu_fit_never_goes_negative_and_needs_samples() -> None:
         CpuCostModel.fit(samples[:4], kv_bytes_per_token=1)
     with pytest.raises(ValueError, match=">= 0"):
         CpuCostModel(-1.0, 0.0, 0.0, 0.0, kv_bytes_per_token=1)
+
+
+def test_measured_row_costs_replace_the_linear_row_term_and_extrapolate() -> None:
+    table = (19e-3, 38e-3, 57e-3, 30e-3)  # torch CPU GEMM: 2-3 rows cost more than 4
+    cost = CpuCostModel(1e-3, 0.0, 0.0, 0.0, kv_bytes_per_token=1, c_row=1.0, row_costs=table)
+    assert [cost.rows_time(k) for k in (0, 1, 3, 4)] == [0.0, 19e-3, 57e-3, 30e-3]
+    assert cost.rows_time(6) == pytest.approx(30e-3 + 2 * 0.0)  # falling slope: flat past it
+    rising = CpuCostModel(0, 0, 0, 0, kv_bytes_per_token=1, row_costs=(10e-3, 12e-3))
+    assert rising.rows_time(5) == pytest.approx(18e-3)
+    assert cost.step_time(StepLoad.of([], [10, 10, 10])) == pytest.approx(1e-3 + 57e-3)
+    assert CpuCostModel.from_dict(json.loads(json.dumps(cost.describe()))) == cost
+
+
+def test_cpu_fit_with_measured_row_costs_recovers_the_rest() -> None:
+    table = (19e-3, 38e-3, 57e-3, 30e-3, 31e-3)
+    truth = CpuCostModel(2e-3, 66e-6, 0.041e-6, 1e-4, kv_bytes_per_token=4096, row_costs=table)
+    loads = [StepLoad.of([], [c] * b) for c in (100, 2000) for b in (1, 2, 3, 4, 5)]
+    loads += [StepLoad.of([(m, a)], []) for m in (16, 256, 1024) for a in (0, 3000)]
+    fit = CpuCostModel.fit(
+        [(x, truth.step_time(x)) for x in loads], kv_bytes_per_token=4096, row_costs=table
+    )
+    assert fit.row_costs == table and fit.c_row == 0.0
+    for x in loads:
+        assert fit.step_time(x) == pytest.approx(truth.step_time(x), rel=0.02)
+    # the linear model without the table misses the 2-3 row steps
+    linear = CpuCostModel.fit([(x, truth.step_time(x)) for x in loads], kv_bytes_per_token=4096)
+    worst = max(abs(linear.step_time(x) / truth.step_time(x) - 1) for x in loads)
+    assert worst > 0.1
