@@ -230,9 +230,7 @@ def calibration_report(
     cost = fit_cpu_cost(sweep, kv_bytes_per_token, row_costs)
     comparison = compare(rows, workloads, cost, base)
     sim_rows = [{**r, "mean_ttft_s": c["sim_mean_ttft_s"]} for r, c in zip(rows, comparison)]
-    own = fit_cpu_cost(replay_steps, kv_bytes_per_token, row_costs)
-    in_sample = compare(rows, workloads, own, base)
-    return {
+    report: dict[str, Any] = {
         "cost_model": cost.describe(),
         "sweep_fit_error": relative_errors(cost, sweep),
         "replay_step_error": relative_errors(cost, replay_steps),
@@ -241,13 +239,17 @@ def calibration_report(
         "mean_abs_ttft_error": _mean(abs(c["error"]) for c in comparison),
         "replay_order": orderings(rows, "mean_ttft_s"),
         "sim_order": orderings(sim_rows, "mean_ttft_s"),
-        "in_sample": {
+    }
+    if len(replay_steps) >= 5:  # a recalibration from a saved replay has no steps
+        own = fit_cpu_cost(replay_steps, kv_bytes_per_token, row_costs)
+        in_sample = compare(rows, workloads, own, base)
+        report["in_sample"] = {
             "cost_model": own.describe(),
             "replay_step_error": relative_errors(own, replay_steps),
             "setups": in_sample,
             "mean_ttft_error": _mean(c["error"] for c in in_sample),
-        },
-    }
+        }
+    return report
 
 
 def _mean(xs: Iterable[float]) -> float:
@@ -263,14 +265,17 @@ def format_calibration(cal: dict[str, Any]) -> str:
             f"{c['replay_mean_ttft_s']:.3f}s  sim {c['sim_mean_ttft_s']:.3f}s  "
             f"error {100 * c['error']:+.1f}%"
         )
-    own = cal["in_sample"]
-    lines += [
+    lines.append(
         f"  mean TTFT error {100 * cal['mean_ttft_error']:+.1f}% "
         f"(mean |error| {100 * cal['mean_abs_ttft_error']:.1f}%); step-time error on the "
-        f"replay's steps: median {100 * cal['replay_step_error'].get('median', 0):.1f}%",
-        f"  with a model fit to the replay's own steps: mean TTFT error "
-        f"{100 * own['mean_ttft_error']:+.1f}% (step error median "
-        f"{100 * own['replay_step_error'].get('median', 0):.1f}%)",
-        f"  order by mean TTFT: replay {cal['replay_order']}  sim {cal['sim_order']}",
-    ]
+        f"replay's steps: median {100 * cal['replay_step_error'].get('median', 0):.1f}%"
+    )
+    own = cal.get("in_sample")
+    if own is not None:
+        lines.append(
+            f"  with a model fit to the replay's own steps: mean TTFT error "
+            f"{100 * own['mean_ttft_error']:+.1f}% (step error median "
+            f"{100 * own['replay_step_error'].get('median', 0):.1f}%)"
+        )
+    lines.append(f"  order by mean TTFT: replay {cal['replay_order']}  sim {cal['sim_order']}")
     return "\n".join(lines)

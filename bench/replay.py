@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import os
 import sys
@@ -84,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats", type=int, default=1, help="runs per set-up and seed; the median is kept"
     )
     ap.add_argument("--calibrate", action="store_true", help="fit the CPU cost model, compare")
+    ap.add_argument(
+        "--recalibrate",
+        type=Path,
+        default=None,
+        metavar="REPLAY_JSON",
+        help="no replay: calibrate against the measured TTFTs of a saved replay (its settings)",
+    )
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
     return ap
@@ -197,9 +205,57 @@ def replay_all(
     return runs, steps
 
 
+def saved_replay_argv(config: dict[str, Any]) -> list[str]:
+    """The options that reproduce the workloads, engine and scheduler of a saved replay."""
+    seeds, sched, engine = config["seeds"], config["scheduler"], config["engine"]
+    opts = {
+        "--trace-file": config["trace_file"],
+        "--sessions": config["sessions"],
+        "--seed-base": seeds[0],
+        "--seeds": len(seeds),
+        "--turns": config["turns_per_session"],
+        "--max-output-tokens": config["max_output_tokens"],
+        "--length-scale": config["length_scale"],
+        "--time-scale": config["time_scale"],
+        "--mean-interarrival-s": config["mean_interarrival_s"],
+        "--page-size": config["page_size"],
+        "--max-batch-tokens": sched["max_batch_tokens"],
+        "--max-running": sched["max_running"],
+        "--prefill-chunk": sched["prefill_chunk"],
+        "--model": engine["model"],
+        "--device": engine["device"],
+        "--dtype": engine["dtype"],
+        "--threads": config["torch_threads"],
+    }
+    if config.get("max_think_s") is not None:
+        opts["--max-think-s"] = config["max_think_s"]
+    return [str(x) for kv in opts.items() for x in kv]
+
+
+def recalibrate(path: Path, out: Path | None) -> int:
+    """Calibrate the simulator against a saved replay's measured TTFTs (no new replay)."""
+    doc = json.loads(path.read_text())
+    args = build_parser().parse_args(saved_replay_argv(doc["config"]))
+    torch.set_num_threads(args.threads)
+    wls, _ = workloads(args)
+    lm = load_model(args.model, args.dtype, args.device)
+    kv_bytes = lm.config.kv_bytes_per_token(DTYPES[args.dtype].itemsize)
+    base = SimConfig(
+        page_size=args.page_size, scheduler=_scheduler(args), vocab_size=lm.config.vocab_size
+    )
+    cal = calibrate.calibration_report(lm, doc["runs"], wls, [], base, kv_bytes)
+    print(calibrate.format_calibration(cal))
+    if out is not None:
+        doc["config"]["calibration"] = cal
+        out.write_text(json.dumps(doc, indent=1))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.recalibrate is not None:
+        return recalibrate(args.recalibrate, args.json)
     if args.repeats < 1 or args.threads < 1 or args.sessions < 1 or args.seeds < 1:
         parser.error("--repeats, --threads, --sessions and --seeds must be >= 1")
     torch.set_num_threads(args.threads)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench import calibrate
-from bench.replay import main
+from bench.replay import build_parser, main, saved_replay_argv, workloads
 from bench.replayloop import EngineReplay
 from bench.report import row
 from bench.sim import SimConfig
@@ -135,3 +135,8 @@ def test_cli_replays_claude_code_sessions_into_the_issue_schema(tmp_path: Path, 
         assert len(r["mean_ttft_s_spread"]) == 2 and r["failed_requests"] == 0
         assert r["requests"] == doc["runs"][0]["requests"] > 0
     assert "policy" in capsys.readouterr().out  # the table
+    # --recalibrate rebuilds the same workloads from the saved settings
+    again = build_parser().parse_args(saved_replay_argv(cfg))
+    first = build_parser().parse_args(argv)
+    assert workloads(again)[0][1].sessions == workloads(first)[0][1].sessions
+    assert (again.turns, again.time_scale, again.seed_base) == (2, 0.01, 1)
