@@ -265,10 +265,15 @@ def format_calibration(cal: dict[str, Any]) -> str:
             f"{c['replay_mean_ttft_s']:.3f}s  sim {c['sim_mean_ttft_s']:.3f}s  "
             f"error {100 * c['error']:+.1f}%"
         )
+    steps = cal["replay_step_error"]
     lines.append(
         f"  mean TTFT error {100 * cal['mean_ttft_error']:+.1f}% "
-        f"(mean |error| {100 * cal['mean_abs_ttft_error']:.1f}%); step-time error on the "
-        f"replay's steps: median {100 * cal['replay_step_error'].get('median', 0):.1f}%"
+        f"(mean |error| {100 * cal['mean_abs_ttft_error']:.1f}%)"
+        + (
+            f"; step-time error on the replay's steps: median {100 * steps['median']:.1f}%"
+            if steps.get("steps")
+            else ""
+        )
     )
     own = cal.get("in_sample")
     if own is not None:
