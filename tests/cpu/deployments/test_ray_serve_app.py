@@ -4,6 +4,8 @@
 session stays on one replica (the cache-affinity router), turns 2 and 3 report
 cached tokens, and the ingress's /metrics shows every replica's ratios. The
 engine deployment runs the KV-aware autoscaling policy (pinned at 2 replicas).
+Last, a replica is killed while it streams: the client gets an error event and
+[DONE], and the session's next turn is served by a live replica.
 """
 
 from __future__ import annotations
@@ -147,3 +149,49 @@ def _gauge(text: str, name: str, replica: str) -> float:
     prefix = f'{name}{{replica="{replica}"}} '
     line = next(ln for ln in text.splitlines() if ln.startswith(prefix))
     return float(line[len(prefix) :])
+
+
+def _replica_actor(tag: str) -> Any:
+    """The Ray actor of the engine replica whose tag the ingress reported."""
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith("SERVE_REPLICA::") and a["name"].endswith(tag)
+    ]
+    assert len(names) == 1, names
+    return ray.get_actor(names[0], namespace="serve")
+
+
+def test_replica_killed_mid_stream_ends_the_stream_cleanly_and_the_session_goes_on(
+    base_url: str,
+) -> None:
+    sid = "session-killed"
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Task: write a long report."},
+    ]
+    body = {"model": MODEL, "messages": messages, "max_tokens": 2000, "stream": True}
+    headers = {"x-session-id": sid}
+    events: list[str] = []
+    with httpx.Client(base_url=base_url, timeout=120) as client:
+        with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+            assert r.status_code == 200
+            victim = r.headers["x-penelope-replica"]
+            lines = r.iter_lines()
+            for line in lines:  # wait until tokens flow, then kill the replica serving them
+                if line.startswith("data: ") and '"content"' in line:
+                    break
+            ray.kill(_replica_actor(victim), no_restart=True)
+            events = [ln for ln in lines if ln.startswith("data: ")]
+        # the stream ends with an error event and [DONE], not a dropped connection
+        assert events and events[-1] == "data: [DONE]", events[-3:]
+        assert '"error"' in events[-2] and "replica" in events[-2], events[-2]
+        # the session's next turn is served (by a live replica), recomputing what was lost
+        body = {"model": MODEL, "messages": messages, "max_tokens": 4, "temperature": 0}
+        for _ in range(60):
+            r = client.post("/v1/chat/completions", json=body, headers=headers)
+            if r.status_code == 200:
+                break
+            assert r.status_code == 503, r.text  # while Serve notices the dead replica
+        assert r.status_code == 200, r.text
+        assert r.headers["x-penelope-replica"] != victim
