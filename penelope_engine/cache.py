@@ -404,8 +404,7 @@ class PrefixCache:
             pages = node.host[idx].copy()
             spill = idx[~node.stored[idx]]
             if self.has_store and len(spill) and self.io is not None and self.io.spill(node, spill):
-                node.stored[spill] = True
-                node.recount()
+                self.mark_stored(node, spill)
                 self.evictions[(name, "spill")] += len(spill)
             self.evictions[(name, "host_drop")] += len(idx)
             self._set_host(node, idx, np.full(len(idx), -1, dtype=np.int32))
@@ -417,6 +416,11 @@ class PrefixCache:
         node.device[idx] = pages
         node.recount()
         self._track(node)
+
+    def mark_stored(self, node: Node, idx: np.ndarray) -> None:
+        """The store now holds pages `idx` of `node` (spilled or drained)."""
+        node.stored[idx] = True
+        node.recount()
 
     def _set_host(self, node: Node, idx: np.ndarray, pages: np.ndarray) -> None:
         node.host[idx] = pages

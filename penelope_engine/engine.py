@@ -258,8 +258,7 @@ class Engine:
                     and len(idx)
                     and self.tiers.write_segments(pool, slots, node, idx)
                 ):
-                    node.stored[idx] = True
-                    node.recount()
+                    self.cache.mark_stored(node, idx)
                     written += len(idx)
         return written
 
