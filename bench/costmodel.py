@@ -20,7 +20,6 @@ to step timings of the real engine (`fit`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple, Protocol
@@ -280,15 +279,7 @@ class CpuCostModel:
 
     def rows_time(self, rows: int) -> float:
         """Seconds of the output projection for `rows` sampled rows."""
-        table = self.row_costs
-        if not table:
-            return self.c_row * rows
-        if rows <= 0:
-            return 0.0
-        if rows <= len(table):
-            return table[rows - 1]
-        slope = table[-1] - table[-2] if len(table) >= 2 else table[-1]
-        return table[-1] + max(slope, 0.0) * (rows - len(table))
+        return _table_time(self.row_costs, rows) if self.row_costs else self.c_row * rows
 
     def token_cost(self, position: int) -> float:
         return self.c_lin + self.c_attn * (position + 1)
@@ -316,41 +307,39 @@ class CpuCostModel:
         `row_costs` the output projection's time is taken from them and the
         other coefficients are fit to what is left.
         """
-        if row_costs:
-            known = CpuCostModel(0, 0, 0, 0, kv_bytes_per_token, row_costs=tuple(row_costs))
-            rest = [(s, t - known.rows_time(s.logit_rows)) for s, t in samples]
-            part = CpuCostModel._fit_linear(rest, [t for _, t in samples], False)
-            return dataclasses.replace(
-                part,
-                kv_bytes_per_token=kv_bytes_per_token,
-                copy_bytes_per_s=copy_bytes_per_s,
-                row_costs=known.row_costs,
-            )
-        part = CpuCostModel._fit_linear(samples, [t for _, t in samples], True)
-        return dataclasses.replace(
-            part, kv_bytes_per_token=kv_bytes_per_token, copy_bytes_per_s=copy_bytes_per_s
-        )
-
-    @staticmethod
-    def _fit_linear(
-        samples: Sequence[tuple[StepLoad, float]], weights_from: Sequence[float], with_rows: bool
-    ) -> CpuCostModel:
         if len(samples) < 5:
             raise ValueError(
                 f"need at least 5 timing samples to fit 5 coefficients, got {len(samples)}"
             )
+        table = tuple(float(c) for c in row_costs)
         x = np.array(
             [[1.0, s.tokens, s.attention_pairs, s.sequences, s.logit_rows] for s, _ in samples]
         )
-        if not with_rows:
-            x = x[:, :4]
         y = np.array([t for _, t in samples])
-        w = 1.0 / np.maximum(np.array(weights_from), 1e-9)
-        coef = [float(c) for c in _nnls(x * w[:, None], y * w)]
-        c_step, c_lin, c_attn, c_seq = coef[:4]
+        if table:  # the rows' time is known: fit the other four coefficients to the rest
+            x = x[:, :4]
+            known = np.array([_table_time(table, s.logit_rows) for s, _ in samples])
+        else:
+            known = np.zeros(len(y))
+        w = 1.0 / np.maximum(y, 1e-9)
+        coef = [float(c) for c in _nnls(x * w[:, None], (y - known) * w)]
         return CpuCostModel(
-            c_step, c_lin, c_attn, c_seq, kv_bytes_per_token=1, c_row=coef[4] if with_rows else 0.0
+            *coef[:4],
+            kv_bytes_per_token=kv_bytes_per_token,
+            copy_bytes_per_s=copy_bytes_per_s,
+            c_row=0.0 if table else coef[4],
+            row_costs=table,
         )
+
+
+def _table_time(table: tuple[float, ...], rows: int) -> float:
+    """Seconds for `rows` from measured times of 1, 2, ... rows; linear past the table."""
+    if rows <= 0:
+        return 0.0
+    if rows <= len(table):
+        return table[rows - 1]
+    slope = table[-1] - table[-2] if len(table) >= 2 else table[-1]
+    return table[-1] + max(slope, 0.0) * (rows - len(table))
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
