@@ -232,6 +232,17 @@ def saved_replay_argv(config: dict[str, Any]) -> list[str]:
     return [str(x) for kv in opts.items() for x in kv]
 
 
+def _calibration(
+    args: argparse.Namespace, lm: LoadedModel, rows: list, wls: dict[int, Workload], steps: list
+) -> dict[str, Any]:
+    """`calibrate.calibration_report` with this replay's page size, scheduler and model."""
+    kv_bytes = lm.config.kv_bytes_per_token(DTYPES[args.dtype].itemsize)
+    base = SimConfig(
+        page_size=args.page_size, scheduler=_scheduler(args), vocab_size=lm.config.vocab_size
+    )
+    return calibrate.calibration_report(lm, rows, wls, steps, base, kv_bytes)
+
+
 def recalibrate(path: Path, out: Path | None) -> int:
     """Calibrate the simulator against a saved replay's measured TTFTs (no new replay)."""
     doc = json.loads(path.read_text())
@@ -239,11 +250,7 @@ def recalibrate(path: Path, out: Path | None) -> int:
     torch.set_num_threads(args.threads)
     wls, _ = workloads(args)
     lm = load_model(args.model, args.dtype, args.device)
-    kv_bytes = lm.config.kv_bytes_per_token(DTYPES[args.dtype].itemsize)
-    base = SimConfig(
-        page_size=args.page_size, scheduler=_scheduler(args), vocab_size=lm.config.vocab_size
-    )
-    cal = calibrate.calibration_report(lm, doc["runs"], wls, [], base, kv_bytes)
+    cal = _calibration(args, lm, doc["runs"], wls, [])
     print(calibrate.format_calibration(cal))
     if out is not None:
         doc["config"]["calibration"] = cal
@@ -289,11 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     if args.calibrate:
         print("calibrating: timing the engine's steps ...", file=sys.stderr, flush=True)
-        kv_bytes = lm.config.kv_bytes_per_token(DTYPES[args.dtype].itemsize)
-        base = SimConfig(
-            page_size=args.page_size, scheduler=_scheduler(args), vocab_size=lm.config.vocab_size
-        )
-        cal = calibrate.calibration_report(lm, rows, wls, steps, base, kv_bytes)
+        cal = _calibration(args, lm, rows, wls, steps)
         config["calibration"] = cal
         print(calibrate.format_calibration(cal))
     if args.json is not None:
