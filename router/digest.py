@@ -23,7 +23,6 @@ empty digest. Anything else that does not match raises ``DigestError``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -77,9 +76,12 @@ def build_digest(
     *,
     prefix_limit: int = DEFAULT_PREFIX_LIMIT,
     queue_len: int | None = None,
-    now: float | None = None,
+    now: float,
 ) -> dict[str, Any]:
     """The wire digest of a replica, from the engine's ``SessionDigest`` objects.
+
+    ``now`` is in the clock of their ``last_access`` (the engine's ``clock()``):
+    the router compares the two to tell active sessions from idle ones.
 
     Keeps the ``limit`` most recently used sessions that retain any tokens, and
     the first ``prefix_limit`` prefix hashes in the order given.
@@ -100,7 +102,7 @@ def build_digest(
     digest = ReplicaDigest(
         sessions=sessions,
         prefix_hashes=frozenset(hashes),
-        ts=time.time() if now is None else now,
+        ts=now,
         queue_len=queue_len,
     )
     return encode_digest(digest)

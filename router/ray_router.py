@@ -38,7 +38,8 @@ Wiring a deployment::
     class EngineDeployment:
         async def record_routing_stats(self) -> dict:  # sync or async, no arguments
             return build_digest(self.engine.session_digests(1024), self.prefix_hashes(),
-                                limit=1024, queue_len=self.engine.stats().queue_length)
+                                limit=1024, queue_len=self.engine.stats().queue_length,
+                                now=self.engine.clock())
 
 ``request_router_kwargs`` must be JSON-serializable: ``policy`` ("affinity" or
 "pow2") plus any ``RouterConfig`` field. The class is pickled by value but

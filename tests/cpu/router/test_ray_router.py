@@ -68,7 +68,9 @@ class FakeReplica(RunningReplica):
 
 
 def holding(session: str, tokens: int, queue_len: int | None = None) -> dict[str, Any]:
-    return build_digest([SessionDigest(session, tokens, 0, 0, 1.0)], limit=16, queue_len=queue_len)
+    return build_digest(
+        [SessionDigest(session, tokens, 0, 0, 1.0)], limit=16, queue_len=queue_len, now=1.0
+    )
 
 
 def pending(header_session: str = "", *args: Any, **kwargs: Any) -> PendingRequest:
@@ -160,7 +162,7 @@ def test_two_router_instances_agree_on_new_sessions() -> None:
 def test_new_session_goes_to_the_shared_prefix_holder_at_equal_load() -> None:
     async def body() -> None:
         router = make_router()
-        prefix = build_digest([], prefix_hashes=[101, 202])
+        prefix = build_digest([], prefix_hashes=[101, 202], now=0.0)
         router.update_replicas([FakeReplica("r0"), FakeReplica("r1", stats=prefix)])
         await settle()
         hashes = np.array([101, 202, 303], dtype=np.uint64)

@@ -44,7 +44,7 @@ def test_build_digest_keeps_the_most_recently_used_sessions() -> None:
 
 
 def test_build_digest_with_zero_limit_is_empty_but_valid() -> None:
-    wire = build_digest([SessionDigest("s", 16, 0, 0, 1.0)], limit=0)
+    wire = build_digest([SessionDigest("s", 16, 0, 0, 1.0)], limit=0, now=1.0)
     assert decode_digest(wire).sessions == {}
 
 
@@ -73,4 +73,4 @@ def test_malformed_digests_raise_a_clear_error(payload: dict[str, Any], match: s
 
 def test_negative_limits_are_rejected() -> None:
     with pytest.raises(DigestError, match="limit"):
-        build_digest([], limit=-1)
+        build_digest([], limit=-1, now=0.0)
