@@ -42,8 +42,9 @@ def view(
     sessions: dict[str, SessionHolding] | None = None,
     prefix: tuple[int, ...] = (),
     max_ongoing: int = 10,
+    ts: float = 0.0,
 ) -> ReplicaView:
-    digest = ReplicaDigest(sessions=sessions or {}, prefix_hashes=frozenset(prefix))
+    digest = ReplicaDigest(sessions=sessions or {}, prefix_hashes=frozenset(prefix), ts=ts)
     return ReplicaView(rid, queue, max_ongoing, digest)
 
 
@@ -133,22 +134,18 @@ def active(tokens: int, ts: float = 1000.0, age: float = 0.0) -> SessionHolding:
     return SessionHolding(tokens, 0, 0, last_access=ts - age)
 
 
-def loaded_view(rid: str, sessions: dict[str, SessionHolding], ts: float = 1000.0) -> ReplicaView:
-    return ReplicaView(rid, 0, 10, ReplicaDigest(sessions=sessions, ts=ts))
-
-
 def test_new_session_takes_the_lighter_of_its_two_choices() -> None:
     sid = "new-session"
     first, second = rendezvous_order(sid, IDS)[:2]
     heavy = {first: {"a": active(50_000), "b": active(40_000)}, second: {"c": active(10_000)}}
-    views = [loaded_view(r, heavy.get(r, {})) for r in IDS]
+    views = [view(r, sessions=heavy.get(r, {}), ts=1000.0) for r in IDS]
     decision = AffinityRouter().rank(views, RouteRequest(sid))
     assert (decision.ranks[0], decision.reason) == ((second,), "balance")
     # the same tokens, idle for longer than the active window, weigh nothing
     idle = {
         r: {k: active(v.device_tokens, age=301.0) for k, v in s.items()} for r, s in heavy.items()
     }
-    views = [loaded_view(r, idle.get(r, {})) for r in IDS]
+    views = [view(r, sessions=idle.get(r, {}), ts=1000.0) for r in IDS]
     assert AffinityRouter().rank(views, RouteRequest(sid)).ranks[0] == (first,)
 
 
@@ -156,19 +153,8 @@ def test_near_equal_loads_leave_the_choice_to_the_prefix() -> None:
     sid = "new-session"
     first, second = rendezvous_order(sid, IDS)[:2]
     sessions = {first: {"a": active(10_000)}, second: {"b": active(10_500)}}
-    views = [
-        ReplicaView(
-            r,
-            0,
-            10,
-            ReplicaDigest(
-                sessions=sessions.get(r, {}),
-                ts=1000.0,
-                prefix_hashes=frozenset({7}) if r == second else frozenset(),
-            ),
-        )
-        for r in IDS
-    ]
+    prefix = {second: (7,)}
+    views = [view(r, sessions=sessions.get(r), prefix=prefix.get(r, ()), ts=1000.0) for r in IDS]
     decision = AffinityRouter().rank(views, RouteRequest(sid, prefix_hashes=(7, 8)))
     assert (decision.ranks[0], decision.reason) == ((second,), "prefix")
 
