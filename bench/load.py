@@ -4,7 +4,7 @@
 
 This process serves the OpenAI API (tiny Qwen3, 127.0.0.1, a free port) and
 samples its own resident memory; a spawned client process replays Claude Code
-sessions from ../shared/traces, each turn a `/v1/completions` request whose
+sessions from data/traces, each turn a `/v1/completions` request whose
 prompt is the turn's token ids (`bench.tokens.TokenMap`). Turns wait their
 session's scaled tool time. A share of turns is cancelled mid-stream (the
 client disconnects after the first chunk) and a share of extra requests is
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import random
 import resource
 import sys
@@ -34,11 +33,13 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.child import run_child
 from bench.tokens import TokenMap
 from bench.traces import CLAUDE_BLOCK, DEFAULT_TRACE, Scale, Session, load_claude_code
 
 MODEL = "tiny-qwen3"
 SERVER_ERROR_CODES = ("internal_error", "engine_unavailable", "request_timeout")
+CLIENT_STARTUP_S = 60.0  # a spawned interpreter importing httpx, numpy and the trace
 
 
 @dataclass(frozen=True)
@@ -206,9 +207,14 @@ async def drive(cfg: LoadConfig, url: str, vocab: int) -> list[tuple[str, str, f
         return client.records
 
 
-def _client_process(cfg: LoadConfig, url: str, vocab: int, conn: Any) -> None:
-    conn.send(asyncio.run(drive(cfg, url, vocab)))
-    conn.close()
+def client_main(cfg: LoadConfig, url: str, vocab: int) -> list[tuple[str, str, float]]:
+    """The client process's body: replay the sessions, return the records."""
+    return asyncio.run(drive(cfg, url, vocab))
+
+
+def client_deadline_s(cfg: LoadConfig) -> float:
+    """How long the client may take: its run, the in-flight grace, start-up and a margin."""
+    return cfg.duration_s + cfg.ramp_s + cfg.grace_s + CLIENT_STARTUP_S
 
 
 # -- the server side (this process) ---------------------------------------------------
@@ -361,12 +367,9 @@ def run_load(cfg: LoadConfig) -> dict[str, Any]:
         backend = app.state.penelope.backend
         backend_ref.append(backend)
         vocab = backend.engine.engine.loaded.config.vocab_size
-        spawn = mp.get_context("spawn")
-        parent, child = spawn.Pipe(duplex=False)
-        proc = spawn.Process(target=_client_process, args=(cfg, url, vocab, child))
-        proc.start()
-        records = parent.recv()
-        proc.join()
+        records = run_child(
+            client_main, (cfg, url, vocab), timeout_s=client_deadline_s(cfg), name="load-client"
+        )
         idle = wait_idle(backend.engine, 60.0)
         pages = page_report(backend.engine)
     requests = summarize(records)

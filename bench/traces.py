@@ -1,6 +1,6 @@
 """Agent traces -> one typed representation: `Session`s of `Turn`s, already scaled.
 
-Two formats (../shared/traces/README.md):
+Two formats (data/traces/README.md):
 
 * **Claude Code sessions** (`*.jsonl.gz`, one session per line, 64-token blocks,
   block ids local to the session). Every request starts with the session's
@@ -38,8 +38,10 @@ from typing import Any
 
 import numpy as np
 
-# The real Claude Code sessions in the team's shared folder, next to this checkout.
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/claude_code_sessions.jsonl.gz"
+# The real traces vendored into the repository (data/traces, Apache-2.0, with their licence).
+TRACE_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
+DEFAULT_TRACE = TRACE_DIR / "claude_code_sessions.jsonl.gz"
+MOONCAKE_TRACE = TRACE_DIR / "mooncake_conversation_trace.jsonl"
 CLAUDE_BLOCK = 64
 MOONCAKE_BLOCK = 512
 

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
 
 import pytest
 
-from bench.load import LoadConfig, summarize
+from bench.child import ChildFailed
+from bench.load import LoadConfig, run_load, summarize
 from penelope_engine.cli import main
 
 
@@ -68,3 +74,34 @@ def test_length_scales_below_one_token_per_block_keep_every_kth_token() -> None:
     assert LoadConfig(length_scale=1 / 64).stride == 1
     assert LoadConfig(length_scale=1 / 256).stride == 4
     assert LoadConfig(length_scale=1 / 16).stride == 1
+
+
+def test_a_killed_client_fails_the_run_within_seconds_with_its_exit_code() -> None:
+    """The hang this guards against: the parent waited forever on a dead client's pipe."""
+    outcome: dict[str, BaseException | dict] = {}
+    cfg = LoadConfig(sessions=4, duration_s=300, warmup_s=1, ramp_s=0.5, device_pages=512)
+
+    def run() -> None:
+        try:
+            outcome["result"] = run_load(cfg)
+        except BaseException as e:  # noqa: BLE001 (handed to the test thread)
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    client = None
+    while client is None and time.monotonic() < deadline and thread.is_alive():
+        client = next((p for p in mp.active_children() if p.name == "load-client"), None)
+        time.sleep(0.1)
+    assert client is not None, outcome
+    time.sleep(1.0)  # let it start sending requests
+    os.kill(client.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "run_load still waits on a dead client"
+    assert time.monotonic() - killed_at < 30
+    error = outcome.get("error")
+    assert isinstance(error, ChildFailed), outcome
+    assert error.exitcode == -signal.SIGKILL
+    assert "load-client" in str(error) and "exit code -9" in str(error)

@@ -19,7 +19,6 @@ from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from penelope_engine.engine import Engine
 from penelope_engine.model.registry import LoadedModel
 
-REAL_CLAUDE = Path(__file__).parents[4] / "shared/traces/claude_code_sessions.jsonl.gz"
 PS = 16
 THINK = 0.15
 
@@ -115,7 +114,6 @@ def test_calibration_fits_the_engine_and_predicts_the_replay(tiny_qwen3: LoadedM
     assert cmp["sim_mean_ttft_s"] > 0 and abs(cmp["error"]) < 5
 
 
-@pytest.mark.skipif(not REAL_CLAUDE.exists(), reason="shared Claude Code trace not present")
 def test_cli_replays_claude_code_sessions_into_the_issue_schema(tmp_path: Path, capsys) -> None:
     out = tmp_path / "replay.json"
     argv = ["--sessions", "2", "--turns", "2", "--seed-base", "1"]  # seed 1: two short sessions

@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.traces import Scale, load_claude_code, load_mooncake, load_trace, runs_of
+from bench.traces import (
+    DEFAULT_TRACE,
+    MOONCAKE_TRACE,
+    Scale,
+    load_claude_code,
+    load_mooncake,
+    load_trace,
+    runs_of,
+)
 
-REAL_CLAUDE = Path(__file__).parents[4] / "shared/traces/claude_code_sessions.jsonl.gz"
-REAL_MOONCAKE = Path(__file__).parents[4] / "shared/traces/mooncake_conversation_trace.jsonl"
 
 
 def _req(t, n_in, out, runs, stop="tool_use", think=None, kind="n", api=1.0):
@@ -157,9 +163,8 @@ def test_runs_of() -> None:
     assert runs_of([]) == ()
 
 
-@pytest.mark.skipif(not REAL_CLAUDE.exists(), reason="shared Claude Code trace not present")
 def test_real_claude_code_head() -> None:
-    trace = load_claude_code(REAL_CLAUDE, limit=5)
+    trace = load_claude_code(DEFAULT_TRACE, limit=5)
     tops = [s for s in trace.sessions if s.parent_id is None]
     assert len(tops) == 5
     for s in tops:
@@ -168,9 +173,8 @@ def test_real_claude_code_head() -> None:
             assert t.stop_reason in ("tool_use", "end_turn", "")
 
 
-@pytest.mark.skipif(not REAL_MOONCAKE.exists(), reason="shared Mooncake trace not present")
 def test_real_mooncake_about_a_third_continue() -> None:
-    trace = load_mooncake(REAL_MOONCAKE)
+    trace = load_mooncake(MOONCAKE_TRACE)
     requests = sum(len(s.turns) for s in trace.sessions)
     continued = requests - len(trace.sessions)
     assert requests == 12031

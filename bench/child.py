@@ -1,0 +1,111 @@
+"""A spawned child process that returns one result, or fails clearly, within a deadline.
+
+`run_child(target, args, timeout_s=...)` runs `target(*args)` in a fresh
+(spawned) interpreter and returns what it returned. Nothing waits forever: if
+the child dies before answering, or has not answered by the deadline, the
+parent kills it and raises `ChildFailed` with its exit code and the last lines
+of its stderr (the child's file descriptor 2 goes to a temporary file, so a
+crash in native code is captured too). On success the child's stderr is copied
+to this process's stderr.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+POLL_S = 0.1
+KILL_GRACE_S = 5.0
+TAIL_LINES = 20
+
+
+class ChildFailed(RuntimeError):
+    """The child exited, crashed or overran its deadline without returning a result."""
+
+    def __init__(self, message: str, exitcode: int | None, stderr_tail: str) -> None:
+        super().__init__(message)
+        self.exitcode = exitcode
+        self.stderr_tail = stderr_tail
+
+
+def _trampoline(target: Callable[..., Any], args: tuple[Any, ...], conn: Any, err: str) -> None:
+    fd = os.open(err, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 (lives as long as we do)
+    try:
+        result = target(*args)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        raise
+    conn.send(result)
+    conn.close()
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _stop(proc: Any) -> None:
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(KILL_GRACE_S)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(KILL_GRACE_S)
+
+
+def run_child(
+    target: Callable[..., Any], args: tuple[Any, ...], *, timeout_s: float, name: str
+) -> Any:
+    """`target(*args)` in a spawned process; its result, or `ChildFailed` within the deadline."""
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    ctx = mp.get_context("spawn")
+    fd, err_name = tempfile.mkstemp(prefix=f"penelope-{name}-", suffix=".stderr")
+    os.close(fd)
+    err = Path(err_name)
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_trampoline, args=(target, args, child, err_name), name=name)
+    try:
+        proc.start()
+        child.close()  # only the child holds the sending end: its death reads as EOF here
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if parent.poll(POLL_S):
+                try:
+                    result = parent.recv()
+                except EOFError:
+                    proc.join(KILL_GRACE_S)
+                    raise _failed(name, "exited before sending its result", proc, err) from None
+                proc.join(KILL_GRACE_S)
+                sys.stderr.write(err.read_text(errors="replace"))
+                return result
+            if not proc.is_alive() and not parent.poll(0):
+                raise _failed(name, "exited before sending its result", proc, err)
+            if time.monotonic() > deadline:
+                _stop(proc)
+                raise _failed(name, f"sent no result within {timeout_s:g} s; killed", proc, err)
+    finally:
+        _stop(proc)
+        parent.close()
+        err.unlink(missing_ok=True)
+
+
+def _failed(name: str, what: str, proc: Any, err: Path) -> ChildFailed:
+    tail = _tail(err)
+    shown = ("; last lines of its stderr:\n" + tail) if tail else "; its stderr was empty"
+    message = f"{name} (pid {proc.pid}) {what}: exit code {proc.exitcode}{shown}"
+    return ChildFailed(message, proc.exitcode, tail)
