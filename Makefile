@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.penelope-setup
 
-.PHONY: setup test test-sglang run lint
+.PHONY: setup test test-sglang run lint typecheck
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -21,7 +21,11 @@ $(STAMP): pyproject.toml
 lint: setup
 	$(VENV)/bin/ruff check penelope_engine cache_store router deployments bench tests
 
-test: setup lint test-sglang
+# mypy over every package of ours; part of `make test`.
+typecheck: setup
+	$(PY) -m mypy penelope_engine cache_store router deployments bench
+
+test: setup lint typecheck test-sglang
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
 # The SGLang backend's tests run on CPU against SGLang's real classes, in their own

@@ -323,8 +323,12 @@ class CpuCostModel:
             known = np.zeros(len(y))
         w = 1.0 / np.maximum(y, 1e-9)
         coef = [float(c) for c in _nnls(x * w[:, None], (y - known) * w)]
+        c_step, c_lin, c_attn, c_seq = coef[:4]
         return CpuCostModel(
-            *coef[:4],
+            c_step=c_step,
+            c_lin=c_lin,
+            c_attn=c_attn,
+            c_seq=c_seq,
             kv_bytes_per_token=kv_bytes_per_token,
             copy_bytes_per_s=copy_bytes_per_s,
             c_row=0.0 if table else coef[4],

@@ -107,8 +107,8 @@ def summarize(
     recomputed = sum(r.recomputed_tokens for r in requests)
     returning = [r for r in requests if r.history_class != "first"]
     partial = sum(r.history_class == "partial" for r in returning)
-    floors = [s.llm_floor_s for s in sessions]
-    known = bool(floors) and all(f is not None for f in floors)
+    floors = [s.llm_floor_s for s in sessions if s.llm_floor_s is not None]
+    known = bool(sessions) and len(floors) == len(sessions)
     return RunMetrics(
         mean_ttft_s=float(ttft.mean()),
         p90_ttft_s=float(np.percentile(ttft, 90)),

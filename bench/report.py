@@ -48,8 +48,8 @@ def row(setup: dict[str, Any], runs: Sequence[RunMetrics]) -> dict[str, Any]:
     out["requests"] = sum(r.requests for r in runs)
     out["failed_requests"] = sum(r.failed_requests for r in runs)
     out["per_seed"] = {name: [getattr(r, name) for r in runs] for name in SPREAD}
-    floors = [r.mean_llm_floor_s for r in runs]
-    if all(f is not None for f in floors):
+    floors = [r.mean_llm_floor_s for r in runs if r.mean_llm_floor_s is not None]
+    if len(floors) == len(runs):
         out[FLOOR] = float(np.mean(floors))
         out["per_seed"][FLOOR] = floors
     return out

@@ -59,8 +59,9 @@ class PageHasher:
     def _powers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         if len(self._pow) < n:
             size = max(n, 2 * len(self._pow))
-            self._pow = np.cumprod(np.full(size, self._r, dtype=np.uint64)) * _U64(self._r_inv)
-            self._pow_inv = np.cumprod(np.full(size, self._r_inv, dtype=np.uint64)) * _U64(self._r)
+            r, r_inv = np.full(size, self._r, np.uint64), np.full(size, self._r_inv, np.uint64)
+            self._pow = np.cumprod(r, dtype=np.uint64) * _U64(self._r_inv)
+            self._pow_inv = np.cumprod(r_inv, dtype=np.uint64) * _U64(self._r)
         return self._pow[:n], self._pow_inv[:n]
 
     def tenant_seed(self, tenant: str) -> np.uint64:

@@ -43,7 +43,9 @@ class SessionInfo:
 class CacheView(Protocol):
     """What a policy may read from the cache."""
 
-    now: float
+    @property
+    def now(self) -> float: ...
+
     clock: float  # GreedyDual's global clock
 
     def session(self, sid: str) -> SessionInfo: ...

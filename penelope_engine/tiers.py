@@ -96,7 +96,7 @@ class TorchTiers:
                 token_ids=tuple(tuple(t) for t in node.tokens[run].tolist()),
                 dtype=DTYPE_NAMES[kv.dtype],
                 shape=tuple(kv.shape),
-                payload=memoryview(kv.view(torch.uint8).numpy()).cast("B"),
+                payload=memoryview(kv.view(torch.uint8).numpy().data).cast("B"),
             )
             ok = self.store.put(seg) and ok
         return ok
