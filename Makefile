@@ -39,4 +39,4 @@ test-sglang:
 run: setup
 	@echo "Penelope: OpenAI API at http://127.0.0.1:8000/v1  metrics at http://127.0.0.1:8000/metrics"
 	@echo "  try: curl -s http://127.0.0.1:8000/v1/models    (Ctrl-C stops the application)"
-	$(VENV)/bin/serve run serve_config.yaml
+	$(PY) -m deployments.launch serve_config.yaml

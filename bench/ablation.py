@@ -33,6 +33,7 @@ import numpy as np
 
 from bench.report import FLOOR
 from bench.report import METRICS as REPORT_METRICS
+from penelope_engine.helpformat import parser
 
 METRICS = (("mean_ttft_s", "TTFT"), ("mean_llm_time_s", "LLM time"), ("mean_jct_s", "JCT"))
 Key = tuple[str, str, str]  # policy, tiers, router
@@ -266,18 +267,20 @@ def plot_levers(path: Path, by: dict[Key, dict[str, Any]], title: str = "") -> P
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.ablation", description=__doc__.split("\n")[0]
-    )
-    ap.add_argument("files", type=Path, nargs="+")
-    ap.add_argument("--markdown", type=Path, default=None)
-    ap.add_argument("--plot", type=Path, default=None)
-    ap.add_argument("--title", default="", help="of the plot")
+def build_parser() -> argparse.ArgumentParser:
+    ap = parser("penelope bench ablation", __doc__)
+    ap.add_argument("files", type=Path, nargs="+", help="`bench simulate --json` files")
+    ap.add_argument("--markdown", type=Path, default=None, help="also write the table here")
+    ap.add_argument("--plot", type=Path, default=None, help="PNG of ratios to the baseline")
+    ap.add_argument("--title", default="", help="title of the plot")
     ap.add_argument(
         "--by-sessions", action="store_true", help="files of several loads: one row per load"
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.by_sessions:
         text = load_sweep_table(args.files)
         print(text)

@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from penelope_engine.cache import PrefixCache
+from penelope_engine.helpformat import parser
 from penelope_engine.pages import PageHasher
 
 OPS = ("hash", "match", "lock", "allocate", "insert", "unlock")
@@ -101,16 +102,18 @@ def run(
     }
 
 
+def build_parser() -> argparse.ArgumentParser:
+    ap = parser("penelope bench cache-ops", __doc__)
+    ap.add_argument("--sessions", type=int, default=500, help="sessions S in the tree")
+    ap.add_argument("--tokens", type=int, default=100_000, help="tokens L per session")
+    ap.add_argument("--turns", type=int, default=2000, help="agent turns served and timed")
+    ap.add_argument("--policy", default="penelope", help="eviction policy")
+    ap.add_argument("--json", action="store_true", help="print only the JSON result")
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="penelope bench cache-ops", description=__doc__.split("\n")[0]
-    )
-    ap.add_argument("--sessions", type=int, default=500)
-    ap.add_argument("--tokens", type=int, default=100_000)
-    ap.add_argument("--turns", type=int, default=2000)
-    ap.add_argument("--policy", default="penelope")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+    args = build_parser().parse_args(argv)
     r = run(args.sessions, args.tokens, turns=args.turns, policy=args.policy)
     print(json.dumps(r))
     if not args.json:

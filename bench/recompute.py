@@ -16,6 +16,7 @@ import time
 import numpy as np
 import torch
 
+from penelope_engine.helpformat import parser
 from penelope_engine.kv_pool import KVPool
 from penelope_engine.model.registry import load_model
 from penelope_engine.protocol import GenerateRequest
@@ -70,20 +71,22 @@ def run(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="penelope bench recompute", description=__doc__.split("\n")[0]
-    )
-    ap.add_argument("--context", type=int, default=8192)
-    ap.add_argument("--segment", type=int, default=1024)
+def build_parser() -> argparse.ArgumentParser:
+    ap = parser("penelope bench recompute", __doc__)
+    ap.add_argument("--context", type=int, default=8192, help="cached context tokens N")
+    ap.add_argument("--segment", type=int, default=1024, help="tokens M recomputed at each end")
     ap.add_argument(
-        "--prefix", type=int, default=0, help="shared prefix before the private history"
+        "--prefix", type=int, default=0, help="shared prefix P before the private history"
     )
-    ap.add_argument("--model", default="tiny-qwen3")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+    ap.add_argument("--model", default="tiny-qwen3", help="registered model name or directory")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs of each pass")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    ap.add_argument("--json", action="store_true", help="print only the JSON result")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     r = run(args.context, args.segment, args.prefix, args.model, args.repeats, device=args.device)
     print(json.dumps(r))
     if not args.json:

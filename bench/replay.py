@@ -38,26 +38,34 @@ from bench.traces import DEFAULT_TRACE, Scale, load_trace
 from bench.workload import ARRIVALS, Workload, WorkloadConfig, clip_workload, sample_workload
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from penelope_engine.engine import Engine
+from penelope_engine.helpformat import parser
 from penelope_engine.kv_pool import DTYPES
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.policies import POLICIES
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="penelope bench replay", description=__doc__.split("\n")[0])
-    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE)
-    ap.add_argument("--policies", type=_list(str, POLICIES), default=["lru", "penelope"])
-    ap.add_argument("--tiers", type=_list(str, ("gpu", "gpu+cpu")), default=["gpu"])
-    ap.add_argument("--sessions", type=int, default=8)
-    ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--seed-base", type=int, default=0)
+    ap = parser("penelope bench replay", __doc__)
+    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
+    ap.add_argument(
+        "--policies",
+        type=_list(str, POLICIES),
+        default=["lru", "penelope"],
+        help=f"comma list or 'all' ({', '.join(POLICIES)})",
+    )
+    ap.add_argument(
+        "--tiers", type=_list(str, ("gpu", "gpu+cpu")), default=["gpu"], help="comma list"
+    )
+    ap.add_argument("--sessions", type=int, default=8, help="sessions sampled per seed")
+    ap.add_argument("--seeds", type=int, default=1, help="workloads, one per seed")
+    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
     ap.add_argument("--turns", type=int, default=6, help="first turns of each session")
-    ap.add_argument("--max-output-tokens", type=int, default=8)
+    ap.add_argument("--max-output-tokens", type=int, default=8, help="cap on each turn's output")
     ap.add_argument(
         "--max-think-s",
         type=float,
         default=math.inf,
-        help="cap on each scaled gap between turns (default: none)",
+        help="cap on each scaled gap between turns (inf: none)",
     )
     ap.add_argument(
         "--device-budget-tokens",
@@ -65,22 +73,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="comma list to sweep (default: --budget-fraction of the working set)",
     )
-    ap.add_argument("--budget-fraction", type=float, default=0.5)
+    ap.add_argument("--budget-fraction", type=float, default=0.5, help="of the working set")
     ap.add_argument(
         "--host-budget-tokens", type=int, default=None, help="with gpu+cpu (default: the device's)"
     )
-    ap.add_argument("--model", default="tiny-qwen3")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--model", default="tiny-qwen3", help="registered model name or directory")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    ap.add_argument("--dtype", default="float32", help="model and KV dtype")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (stated in the output)")
-    ap.add_argument("--length-scale", type=float, default=1 / 64)
-    ap.add_argument("--time-scale", type=float, default=1 / 64)
+    ap.add_argument("--length-scale", type=float, default=1 / 64, help="trace lengths x this")
+    ap.add_argument("--time-scale", type=float, default=1 / 64, help="tool gaps x this")
     ap.add_argument("--mean-interarrival-s", type=float, default=0.5, help="scaled seconds")
-    ap.add_argument("--arrivals", choices=ARRIVALS, default=None)
-    ap.add_argument("--page-size", type=int, default=16)
-    ap.add_argument("--max-batch-tokens", type=int, default=2048)
-    ap.add_argument("--prefill-chunk", type=int, default=1024)
-    ap.add_argument("--max-running", type=int, default=64)
+    ap.add_argument("--arrivals", choices=ARRIVALS, help="default: trace if Mooncake, else poisson")
+    ap.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
+    ap.add_argument("--max-batch-tokens", type=int, default=2048, help="tokens per engine step")
+    ap.add_argument("--prefill-chunk", type=int, default=1024, help="a request's tokens per step")
+    ap.add_argument("--max-running", type=int, default=64, help="most requests running at once")
     ap.add_argument(
         "--repeats", type=int, default=1, help="runs per set-up and seed; the median is kept"
     )
@@ -92,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REPLAY_JSON",
         help="no replay: calibrate against the measured TTFTs of a saved replay (its settings)",
     )
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--plot", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--plot", type=Path, default=None, help="directory for the plots")
     return ap
 
 

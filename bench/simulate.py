@@ -26,6 +26,7 @@ from bench.sim import SimConfig, simulate
 from bench.traces import DEFAULT_TRACE, Scale, Trace, load_trace
 from bench.workload import ARRIVALS, Workload, WorkloadConfig, sample_workload
 from penelope_engine.config import SchedulerConfig
+from penelope_engine.helpformat import parser
 from penelope_engine.policies import POLICIES
 from router.policies import ROUTING_POLICIES
 
@@ -45,25 +46,32 @@ def _list(kind: type, choices: Any = None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="penelope bench simulate", description=__doc__.split("\n")[0])
-    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE)
+    ap = parser("penelope bench simulate", __doc__)
+    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
     ap.add_argument(
         "--policies",
         type=_list(str, POLICIES),
         default=["lru", "penelope"],
         help=f"comma list or 'all' ({', '.join(POLICIES)})",
     )
-    ap.add_argument("--tiers", type=_list(str, ("gpu", "gpu+cpu")), default=["gpu"])
-    ap.add_argument("--router", type=_list(str, ROUTING_POLICIES), default=["pow2"])
-    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument(
+        "--tiers", type=_list(str, ("gpu", "gpu+cpu")), default=["gpu"], help="comma list"
+    )
+    ap.add_argument(
+        "--router",
+        type=_list(str, ROUTING_POLICIES),
+        default=["pow2"],
+        help=f"comma list ({', '.join(ROUTING_POLICIES)})",
+    )
+    ap.add_argument("--replicas", type=int, default=1, help="simulated replicas")
     ap.add_argument(
         "--no-prefix-affinity",
         action="store_true",
         help="affinity router: place new sessions by hashing, not by where a prefix is cached",
     )
-    ap.add_argument("--sessions", type=int, default=48)
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--seed-base", type=int, default=0)
+    ap.add_argument("--sessions", type=int, default=48, help="sessions sampled per seed")
+    ap.add_argument("--seeds", type=int, default=3, help="workloads, one per seed")
+    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
     ap.add_argument(
         "--device-budget-tokens",
         type=_list(int),
@@ -76,29 +84,31 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="per replica with gpu+cpu (default: --host-budget-factor x the device budget)",
     )
-    ap.add_argument("--host-budget-factor", type=float, default=4.0)
-    ap.add_argument("--model", choices=sorted(QWEN3), default="qwen3-8b")
-    ap.add_argument("--gpu", choices=sorted(HARDWARE), default="h200")
+    ap.add_argument(
+        "--host-budget-factor", type=float, default=4.0, help="host budget / device budget"
+    )
+    ap.add_argument("--model", choices=sorted(QWEN3), default="qwen3-8b", help="the cost model's")
+    ap.add_argument("--gpu", choices=sorted(HARDWARE), default="h200", help="the cost model's")
     ap.add_argument(
         "--cpu-cost",
         type=Path,
         default=None,
         help="JSON of fitted CpuCostModel fields (bench calibrate); replaces the GPU",
     )
-    ap.add_argument("--length-scale", type=float, default=1.0)
-    ap.add_argument("--time-scale", type=float, default=1.0)
-    ap.add_argument("--mean-interarrival-s", type=float, default=5.0)
+    ap.add_argument("--length-scale", type=float, default=1.0, help="trace lengths x this")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="tool gaps x this")
+    ap.add_argument("--mean-interarrival-s", type=float, default=5.0, help="scaled seconds")
     ap.add_argument(
         "--arrivals",
         choices=ARRIVALS,
         default=None,
         help="poisson (default for Claude Code) or trace (default for Mooncake)",
     )
-    ap.add_argument("--page-size", type=int, default=64)
-    ap.add_argument("--max-batch-tokens", type=int, default=8192)
-    ap.add_argument("--max-running", type=int, default=64)
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--plot", type=Path, default=None)
+    ap.add_argument("--page-size", type=int, default=64, help="tokens per KV page")
+    ap.add_argument("--max-batch-tokens", type=int, default=8192, help="tokens per engine step")
+    ap.add_argument("--max-running", type=int, default=64, help="most requests running at once")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--plot", type=Path, default=None, help="directory for the plots")
     return ap
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from cache_store import ArrowSegmentStore, Segment
+from penelope_engine import helpformat
 
 MIB = 1 << 20
 PAGE_BYTES = 2 * MIB  # about one 16-token page of Qwen3-8B KV in bf16
@@ -159,15 +160,19 @@ def _table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="penelope bench store", description=__doc__.split("\n")[0]
-    )
+def build_parser() -> argparse.ArgumentParser:
+    parser = helpformat.parser("penelope bench store", __doc__)
     parser.add_argument("--dir", help="directory on the disk to measure (default: a temp dir)")
-    parser.add_argument("--sizes-mib", type=float, nargs="+", default=[1, 64])
-    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument(
+        "--sizes-mib", type=float, nargs="+", default=[1, 64], help="segment sizes in MiB"
+    )
+    parser.add_argument("--repeats", type=int, default=9, help="rounds; figures are medians")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     sizes = [int(m * MIB) // 2 * 2 for m in args.sizes_mib]
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         result = run_store_bench(args.dir or tmp, sizes, args.repeats)

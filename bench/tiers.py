@@ -21,6 +21,7 @@ from bench.tokens import TokenMap
 from bench.traces import DEFAULT_TRACE, Scale, load_claude_code
 from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.engine import Engine
+from penelope_engine.helpformat import parser
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 
@@ -106,15 +107,19 @@ def run(
     }
 
 
+def build_parser() -> argparse.ArgumentParser:
+    ap = parser("penelope bench tiers", __doc__)
+    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="Claude Code trace")
+    ap.add_argument("--sessions", type=int, default=6, help="sessions replayed")
+    ap.add_argument("--turns", type=int, default=4, help="first turns of each session")
+    ap.add_argument("--length-scale", type=float, default=1 / 64, help="trace lengths x this")
+    ap.add_argument("--policy", default="penelope", help="eviction policy")
+    ap.add_argument("--json", action="store_true", help="print only the JSON result")
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="penelope bench tiers", description=__doc__.split("\n")[0])
-    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE)
-    ap.add_argument("--sessions", type=int, default=6)
-    ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--length-scale", type=float, default=1 / 64)
-    ap.add_argument("--policy", default="penelope")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+    args = build_parser().parse_args(argv)
     r = run(args.trace_file, args.sessions, args.turns, args.length_scale, policy=args.policy)
     print(json.dumps(r))
     if not args.json:

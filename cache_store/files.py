@@ -48,12 +48,23 @@ class FileEntry:
     mtime_ns: int
 
 
+def resolve_uri(uri: str) -> str:
+    """A URI as given (`s3://...`), or a local path made absolute: `~` and `$VARS` expanded.
+
+    Expanded where the store opens, so every node of a cluster resolves a local
+    path in its own environment.
+    """
+    if "://" in uri:
+        return uri
+    return os.path.abspath(os.path.expanduser(os.path.expandvars(uri)))
+
+
 class SegmentFiles:
     """The files of one namespace of a store; it knows paths, not what they mean."""
 
     def __init__(self, uri: str, namespace: str, filesystem: pafs.FileSystem | None = None):
         if filesystem is None:
-            filesystem, root = pafs.FileSystem.from_uri(uri)
+            filesystem, root = pafs.FileSystem.from_uri(resolve_uri(uri))
         else:
             root = uri
         self.fs: pafs.FileSystem = filesystem

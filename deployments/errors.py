@@ -9,6 +9,7 @@ too large, 429 overloaded (with `Retry-After`), 500 internal, 503 not ready.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -104,21 +105,91 @@ def from_engine_error(exc: Exception, retry_after_s: int) -> ApiError:
     return ApiError(500, "Internal server error.", type="server_error", code="internal_error")
 
 
-def _param_of(loc: tuple[Any, ...]) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "header", "path")]
-    if not parts:
+# What a pydantic type error expected, in OpenAI's words.
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "a boolean",
+    "list_type": "an array",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+}
+_GOT: tuple[tuple[type, str], ...] = (
+    (bool, "a boolean"),  # before int: a bool is an int to Python
+    (int, "an integer"),
+    (float, "a decimal"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "an object"),
+    (type(None), "null"),
+)
+_LOC_ROOTS = ("body", "query", "header", "path")
+
+
+def _path_of(error: Mapping[str, Any], body: Any) -> list[str | int]:
+    """The error's location in the request, without pydantic's union-member tags.
+
+    A tag ("str", "list[TextPart]", ...) is a step the request does not have;
+    only a missing field's own name may be absent from the request.
+    """
+    loc = list(error.get("loc", ()))
+    if loc and loc[0] in _LOC_ROOTS:
+        loc = loc[1:]
+    path: list[str | int] = []
+    current = body
+    for i, part in enumerate(loc):
+        if isinstance(current, dict) and isinstance(part, str) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+            current = current[part]
+        elif error.get("type") == "missing" and i == len(loc) - 1 and isinstance(current, dict):
+            pass
+        else:
+            continue
+        path.append(part)
+    return path
+
+
+def _param_of(path: list[str | int]) -> str | None:
+    if not path:
         return None
-    text = parts[0]
-    for part in parts[1:]:
-        text += f"[{part}]" if part.isdigit() else f".{part}"
+    text = str(path[0])
+    for part in path[1:]:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
     return text
 
 
+def _expected(error: Mapping[str, Any]) -> str | None:
+    ctx = error.get("ctx") or {}
+    return ctx.get("expected_type") or _EXPECTED.get(str(error.get("type")))
+
+
+def _got(value: Any) -> str:
+    return next((name for kind, name in _GOT if isinstance(value, kind)), "a value")
+
+
 def validation_error(exc: RequestValidationError) -> ApiError:
-    """The first validation failure, naming its field the way OpenAI does."""
-    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-    param = _param_of(tuple(first.get("loc", ())))
-    msg = str(first.get("msg", "invalid value"))
+    """The deepest validation failure, naming its field the way OpenAI does.
+
+    A union's members each report an error; the deepest one is where the
+    request went wrong (messages[0].content[1].text, not messages[0].content).
+    Wrong JSON types read as OpenAI's: "Invalid type for 'max_tokens':
+    expected an integer, but got a string instead.", code "invalid_type".
+    """
+    errors = list(exc.errors()) or [{"loc": (), "msg": "invalid request"}]
+    paths = [_path_of(e, exc.body) for e in errors]
+    deepest = max(range(len(errors)), key=lambda i: len(paths[i]))  # the first of the deepest
+    here = [e for e, p in zip(errors, paths, strict=True) if p == paths[deepest]]
+    param = _param_of(paths[deepest])
+    expected = [_expected(e) for e in here]
+    if param and all(expected):
+        wanted = " or ".join(dict.fromkeys(x for x in expected if x))
+        got = _got(here[0].get("input"))
+        msg = f"Invalid type for '{param}': expected {wanted}, but got {got} instead."
+        return invalid(msg, param=param, code="invalid_type")
+    msg = str(errors[deepest].get("msg", "invalid value"))
     return invalid(f"{param}: {msg}" if param else msg, param=param)
 
 

@@ -4,25 +4,50 @@ Ranges follow OpenAI's: temperature in [0, 2], top_p in (0, 1]. Fields
 Penelope cannot honour (n > 1, logprobs, tools, echo, suffix) are rejected
 with a 400 naming the field rather than silently ignored; unknown fields are
 ignored, as OpenAI's SDKs send a few.
+
+Types are strict, as OpenAI's are: a JSON value of the wrong type is a 400
+naming the field, never coerced ("true" is not a boolean, 3.0 and "5" are not
+integers). The one widening is JSON's own: an integer is a number, so
+`"temperature": 1` is accepted.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class _Strict(BaseModel):
+    """Every request model: unknown fields ignored, no type coercion."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+def _int_only(value: Any) -> Any:
+    """Literal ints compare equal to True and 1.0; strictly, only an int is one."""
+    if type(value) is not int:
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+class TextPart(_Strict):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class ChatMessage(_Strict):
     role: Role
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -35,21 +60,18 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class StreamOptions(_Strict):
     include_usage: bool = False
 
 
-class _SamplingFields(BaseModel):
+class _SamplingFields(_Strict):
     """Fields shared by chat and text completions."""
-
-    model_config = ConfigDict(extra="ignore")
 
     model: str
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0, allow_inf_nan=False)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] | None = None
-    n: Literal[1] = 1
+    n: Annotated[Literal[1], BeforeValidator(_int_only)] = 1
     stop: str | list[str] | None = None
     seed: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = None  # int64, as OpenAI
     stream: bool = False
@@ -96,13 +118,35 @@ class ChatCompletionRequest(_SamplingFields):
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
 
 
+def _prompt_kind(value: Any) -> str | None:
+    """Which form of prompt this is, so errors come from that form alone."""
+    if isinstance(value, str):
+        return "text"
+    if not isinstance(value, list):
+        return None
+    if value and isinstance(value[0], str):
+        return "texts"
+    if value and isinstance(value[0], list):
+        return "token_lists"
+    return "tokens"
+
+
+Prompt = Annotated[
+    Annotated[str, Tag("text")]
+    | Annotated[TokenIds, Tag("tokens")]
+    | Annotated[list[str], Field(min_length=1, max_length=1), Tag("texts")]
+    | Annotated[list[TokenIds], Field(min_length=1, max_length=1), Tag("token_lists")],
+    Discriminator(
+        _prompt_kind,
+        custom_error_type="invalid_type",
+        custom_error_message="Input should be a string or an array",
+        custom_error_context={"expected_type": "a string or an array"},
+    ),
+]
+
+
 class CompletionRequest(_SamplingFields):
-    prompt: (
-        str
-        | TokenIds
-        | Annotated[list[str], Field(min_length=1, max_length=1)]
-        | Annotated[list[TokenIds], Field(min_length=1, max_length=1)]
-    )
+    prompt: Prompt
     max_tokens: Annotated[int, Field(ge=1)] | None = 16
     echo: bool = False
     logprobs: int | None = None

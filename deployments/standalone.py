@@ -24,10 +24,12 @@ from deployments.api import create_app
 from deployments.backend import LocalBackend
 from deployments.serve_config import DEFAULT_MODEL
 from deployments.settings import ApiSettings, load_api_keys
+from penelope_engine import helpformat
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from penelope_engine.policies import POLICIES
 
 log = logging.getLogger(__name__)
+STOP_TIMEOUT_S = 30.0  # uvicorn's graceful shutdown (5 s) plus the app's lifespan close
 
 
 def standalone_app(engine_config: EngineConfig, settings: ApiSettings | None = None) -> FastAPI:
@@ -86,44 +88,72 @@ def _warn_if_exposed(host: str, settings: ApiSettings) -> None:
 def background_server(
     app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 120.0
 ) -> Iterator[str]:
-    """Run `app` under uvicorn on a thread; yields its base URL (port 0: a free port)."""
+    """Run `app` under uvicorn on a thread; yields its base URL (port 0: a free port).
+
+    Start-up and shutdown have deadlines: a server that fails to start raises
+    with the reason (its exception, or that it exited), one that is not up
+    within `timeout_s` or not down within `STOP_TIMEOUT_S` raises naming that.
+    """
     server = uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     )
-    thread = threading.Thread(target=server.run, name="penelope-http", daemon=True)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            server.run()
+        except BaseException as e:  # noqa: BLE001 (reported by the waiting thread)
+            failure.append(e)
+
+    thread = threading.Thread(target=run, name="penelope-http", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s
     while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
+        if not thread.is_alive():
+            why = repr(failure[0]) if failure else "it exited (e.g. the port is taken)"
+            raise RuntimeError(f"the server on {host}:{port} did not start: {why}")
+        if time.monotonic() > deadline:
             server.should_exit = True
-            raise RuntimeError(f"the server on {host}:{port} did not start")
+            raise RuntimeError(f"the server on {host}:{port} was not up within {timeout_s:g} s")
         time.sleep(0.05)
     bound_port = server.servers[0].sockets[0].getsockname()[1]
     try:
         yield f"http://{host}:{bound_port}"
     finally:
         server.should_exit = True
-        thread.join(timeout=30)
+        thread.join(timeout=STOP_TIMEOUT_S)
+    if thread.is_alive():  # (not reached when the body raised: that error comes first)
+        raise RuntimeError(
+            f"the server on {host}:{bound_port} did not stop within {STOP_TIMEOUT_S:g} s"
+        )
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
     """The `penelope serve` options."""
     d, c, s = EngineConfig(), CacheConfig(), SchedulerConfig()
     a = ApiSettings()
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", default="127.0.0.1", help="bind address")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port")
     parser.add_argument(
         "--model", default=DEFAULT_MODEL, help="registered model name or checkpoint directory"
     )
     parser.add_argument("--device", default=d.device, help="cpu or cuda[:N]")
-    parser.add_argument("--dtype", default=d.dtype, choices=("float32", "float16", "bfloat16"))
-    parser.add_argument("--page-size", type=int, default=c.page_size)
-    parser.add_argument("--device-pages", type=int, default=c.device_pages)
-    parser.add_argument("--host-pages", type=int, default=c.host_pages)
+    parser.add_argument(
+        "--dtype", default=d.dtype, choices=("float32", "float16", "bfloat16"), help="model dtype"
+    )
+    parser.add_argument("--page-size", type=int, default=c.page_size, help="tokens per KV page")
+    parser.add_argument(
+        "--device-pages", type=int, default=c.device_pages, help="KV pages on the device"
+    )
+    parser.add_argument(
+        "--host-pages", type=int, default=c.host_pages, help="KV pages in host memory (0: no tier)"
+    )
     parser.add_argument(
         "--policy", default=c.policy, choices=sorted(POLICIES), help="eviction policy"
     )
-    parser.add_argument("--max-running", type=int, default=s.max_running)
+    parser.add_argument(
+        "--max-running", type=int, default=s.max_running, help="most requests running at once"
+    )
     parser.add_argument(
         "--max-pending",
         type=int,
@@ -133,10 +163,19 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-keys-file",
         default=None,
-        help="file of 'key[:tenant]' lines (also read: $PENELOPE_API_KEYS)",
+        help="file of 'key[:tenant]' lines, with $PENELOPE_API_KEYS (neither: no auth)",
     )
-    parser.add_argument("--metrics-require-auth", action="store_true")
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--metrics-require-auth", action="store_true", help="/metrics needs an API key too"
+    )
+    parser.add_argument("--log-level", default="info", help="uvicorn log level")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`penelope serve`'s parser (`main` takes what it parses)."""
+    parser = helpformat.parser("penelope serve", __doc__)
+    add_serve_args(parser)
+    return parser
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSettings]:

@@ -7,7 +7,9 @@
                                   | load | ablation
 
 Subcommands import their module only when run, so `penelope verify` does not
-pay for FastAPI and `penelope serve` does not import the benchmarks.
+pay for FastAPI and `penelope serve` does not import the benchmarks. The
+top-level parser holds one stub per tool (its name and one-line help); each
+tool's module builds its own options with `build_parser()` (`tool_parser`).
 """
 
 from __future__ import annotations
@@ -15,51 +17,82 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from types import ModuleType
 
+from penelope_engine.helpformat import parser
+
+# name: (module with build_parser() and main(), one-line help)
+COMMANDS = {
+    "demo": ("penelope_engine.demo", "a three-turn agent session on the embedded engine"),
+    "serve": ("deployments.standalone", "the OpenAI-compatible server in one process"),
+    "verify": ("penelope_engine.verify", "fused recompute == full prefill on your model"),
+}
 BENCHES = {
-    "recompute": "bench.recompute",
-    "cache-ops": "bench.cache_ops",
-    "store": "bench.store_bench",
-    "tiers": "bench.tiers",
-    "replay": "bench.replay",
-    "simulate": "bench.simulate",
-    "load": "bench.load",
-    "ablation": "bench.ablation",
+    "recompute": ("bench.recompute", "rebuilding the front of a cached history vs its tail"),
+    "cache-ops": ("bench.cache_ops", "the cache's own bookkeeping per request (no model)"),
+    "store": ("bench.store_bench", "Arrow store throughput against raw file copies"),
+    "tiers": ("bench.tiers", "agent sessions through device, host and store, exactly"),
+    "replay": ("bench.replay", "agent traces through the real engine, every policy"),
+    "simulate": ("bench.simulate", "agent traces on simulated Qwen3 replicas, every lever"),
+    "load": ("bench.load", "many concurrent agent sessions against the standalone server"),
+    "ablation": ("bench.ablation", "the ablation table from `bench simulate --json` files"),
 }
 
 
-def _run_module(module: str, argv: list[str]) -> int:
-    return int(importlib.import_module(module).main(argv) or 0)
+def build_parser() -> argparse.ArgumentParser:
+    """`penelope` and `penelope bench`: a stub per tool that passes its arguments on."""
+    ap = parser("penelope", __doc__, epilog="`penelope COMMAND --help` shows its options.")
+    commands = ap.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, help="the tool to run"
+    )
+    for name, (_, line) in COMMANDS.items():
+        commands.add_parser(name, help=line, description=line, add_help=False)
+    bench = commands.add_parser(
+        "bench",
+        help="the benchmarks (`penelope bench --help` lists them)",
+        description="The benchmarks; `penelope bench NAME --help` shows one's options.",
+        formatter_class=ap.formatter_class,
+    )
+    names = bench.add_subparsers(
+        dest="bench", metavar="NAME", required=True, help="the benchmark to run"
+    )
+    for name, (_, line) in BENCHES.items():
+        names.add_parser(name, help=line, description=line, add_help=False)
+    return ap
 
 
-def _serve(argv: list[str]) -> int:
-    from deployments.standalone import add_serve_args, main
+def _module(path: tuple[str, ...]) -> ModuleType:
+    name = BENCHES[path[1]][0] if path[0] == "bench" else COMMANDS[path[0]][0]
+    return importlib.import_module(name)
 
-    parser = argparse.ArgumentParser(prog="penelope serve")
-    add_serve_args(parser)
-    return int(main(parser.parse_args(argv)) or 0)
+
+def tool_parser(*path: str) -> argparse.ArgumentParser:
+    """The full parser of `penelope PATH...`, e.g. ("bench", "load"); imports the tool."""
+    return _module(path).build_parser()
+
+
+def _run(path: tuple[str, ...], argv: list[str]) -> int:
+    if path == ("serve",):
+        from deployments.standalone import main as serve
+
+        return int(serve(tool_parser("serve").parse_args(argv)) or 0)
+    return int(_module(path).main(argv) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = __doc__.split("\n\n")[1] if __doc__ else ""
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage:\n" + usage)
-        return 0 if argv else 2
-    cmd, rest = argv[0], argv[1:]
-    if cmd == "verify":
-        return _run_module("penelope_engine.verify", rest)
-    if cmd == "demo":
-        return _run_module("penelope_engine.demo", rest)
-    if cmd == "serve":
-        return _serve(rest)
-    if cmd == "bench":
-        if not rest or rest[0] not in BENCHES:
-            print(f"penelope bench: choose one of {', '.join(BENCHES)}", file=sys.stderr)
-            return 2
-        return _run_module(BENCHES[rest[0]], rest[1:])
-    print(f"penelope: unknown command {cmd!r}\nusage:\n{usage}", file=sys.stderr)
-    return 2
+    ap = build_parser()
+    if not argv:
+        ap.print_help()
+        return 2
+    try:
+        ns, _ = ap.parse_known_args(argv)
+        path = (ns.command, ns.bench) if ns.command == "bench" else (ns.command,)
+        if tuple(argv[: len(path)]) != path:  # e.g. `penelope --x verify`
+            ap.error(f"unrecognized arguments before {' '.join(path)!r}")
+    except SystemExit as stop:  # --help (0) or a usage error (2), already printed
+        return int(stop.code or 0)
+    return _run(path, argv[len(path) :])
 
 
 if __name__ == "__main__":

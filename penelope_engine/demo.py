@@ -13,6 +13,7 @@ import torch
 
 from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.engine import Engine
+from penelope_engine.helpformat import parser
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 
 SYSTEM = (
@@ -30,15 +31,21 @@ FOLLOW_UPS = [
 ]
 
 
+def build_parser() -> argparse.ArgumentParser:
+    ap = parser("penelope demo", __doc__)
+    ap.add_argument("--model", default="smollm2-135m", help="registered model name or directory")
+    ap.add_argument("--policy", default="penelope", help="eviction policy")
+    ap.add_argument(
+        "--device-pages", type=int, default=20, help="KV pages on the device (16 tokens each)"
+    )
+    ap.add_argument("--host-pages", type=int, default=64, help="KV pages in host memory")
+    ap.add_argument("--max-tokens", type=int, default=24, help="tokens generated per reply")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="penelope demo", description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--policy", default="penelope")
-    ap.add_argument("--device-pages", type=int, default=20)
-    ap.add_argument("--host-pages", type=int, default=64)
-    ap.add_argument("--max-tokens", type=int, default=24)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = EngineConfig(
         model=args.model,

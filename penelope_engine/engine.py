@@ -11,8 +11,10 @@ import asyncio
 import logging
 import queue
 import re
+import sys
 import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,6 +43,7 @@ from penelope_engine.sequence import Sequence
 from penelope_engine.tiers import TorchTiers
 
 log = logging.getLogger(__name__)
+SHUTDOWN_TIMEOUT_S = 5.0  # a step is milliseconds to seconds; past this the loop is stuck
 
 
 class Engine:
@@ -455,10 +458,18 @@ class AsyncEngine:
         with self._reading():
             self.engine.check_integrity()
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+        """Stop the step loop; `EngineError` with the thread's stack if it is still busy."""
         self._closed = True
         self._wake.set()
-        await asyncio.to_thread(self._thread.join, 5.0)
+        await asyncio.to_thread(self._thread.join, timeout_s)
+        if self._thread.is_alive():
+            frame = sys._current_frames().get(self._thread.ident or -1)
+            where = "".join(traceback.format_stack(frame)[-6:]) if frame else "(no frame)\n"
+            raise EngineError(
+                f"the engine's step thread did not stop within {timeout_s:g} s of shutdown; "
+                f"it is at:\n{where}"
+            )
 
     def new_request_id(self) -> str:
         return f"req-{time.time_ns():x}-{next(self._ids)}"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from penelope_engine.helpformat import parser
 from penelope_engine.kv_pool import DTYPES, KVPool
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest
@@ -142,17 +143,23 @@ def verify(
     return {"cases": cases, "max_abs_diff": worst, "ok": worst <= tolerance}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="penelope verify", description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="tiny-qwen3")
-    ap.add_argument("--cases", type=int, default=50)
-    ap.add_argument("--page-size", type=int, default=16)
-    ap.add_argument("--dtype", default="float32", choices=list(DTYPES))
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--tolerance", type=float, default=1e-4)
-    ap.add_argument("--seed", type=int, default=0)
+def build_parser() -> argparse.ArgumentParser:
+    ap = parser("penelope verify", __doc__)
+    ap.add_argument("--model", default="tiny-qwen3", help="registered model name or directory")
+    ap.add_argument("--cases", type=int, default=50, help="random sessions and hole patterns")
+    ap.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
+    ap.add_argument("--dtype", default="float32", choices=list(DTYPES), help="model and KV dtype")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    ap.add_argument(
+        "--tolerance", type=float, default=1e-4, help="largest max |fused - full| that passes"
+    )
+    ap.add_argument("--seed", type=int, default=0, help="seed of the drawn cases")
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result = verify(
         args.model, args.cases, args.page_size, args.seed, args.dtype, args.device, args.tolerance
     )

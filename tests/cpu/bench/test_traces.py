@@ -19,7 +19,6 @@ from bench.traces import (
 )
 
 
-
 def _req(t, n_in, out, runs, stop="tool_use", think=None, kind="n", api=1.0):
     r = {
         "t": t,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ from deployments.builder import ENGINE_DEPLOYMENT, build_application
 from deployments.serve_config import parse_serve_config
 from router.digest import decode_digest
 
-pytestmark = pytest.mark.ray
+# Ray's start-up and the replicas' model loads take a minute here; past 10 the run is stuck.
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+STARTUP_TIMEOUT_S = 300
 
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = "tiny-qwen3"
@@ -44,8 +47,14 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
     env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    # address="local": a Ray of the test's own, never a cluster named by RAY_ADDRESS or by
+    # a stale /tmp/ray/ray_current_cluster.
     ray.init(
-        num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=False
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        runtime_env={"env_vars": env},
+        log_to_driver=False,
     )
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -66,11 +75,29 @@ def base_url() -> Iterator[str]:
         }
     )
     try:
-        serve.run(build_application(config), name="penelope", route_prefix="/")
+        serve.run(build_application(config), name="penelope", route_prefix="/", _blocking=False)
+        wait_running("penelope", STARTUP_TIMEOUT_S)
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def wait_running(app: str, timeout_s: float) -> None:
+    """Until the application runs; its status message if it fails or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = serve.status().applications.get(app)
+        state = status.status if status is not None else "NOT_STARTED"
+        if state == "RUNNING":
+            return
+        if state in ("DEPLOY_FAILED", "UNHEALTHY") or time.monotonic() > deadline:
+            detail = status.message if status is not None else ""
+            deployments = {n: d.message for n, d in (status.deployments if status else {}).items()}
+            pytest.fail(
+                f"application {app} is {state} after {timeout_s:g} s: {detail} {deployments}"
+            )
+        time.sleep(1)
 
 
 async def run_session(client: httpx.AsyncClient, sid: str) -> list[tuple[str, int]]:

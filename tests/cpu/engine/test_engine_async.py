@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 
 from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.engine import AsyncEngine, Engine
-from penelope_engine.errors import InvalidRequestError
+from penelope_engine.errors import EngineError, InvalidRequestError
 from penelope_engine.protocol import GenerateRequest, RequestOutput, SamplingParams
 
 CONFIG = EngineConfig(cache=CacheConfig(page_size=4, device_pages=64))
@@ -89,5 +91,30 @@ def test_a_bad_request_raises_before_the_first_output(tiny_qwen3) -> None:
             assert engine.stats().running == 0
         finally:
             await engine.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_stuck_step_loop_fails_shutdown_with_its_stack(tiny_qwen3) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck_step() -> list:
+        entered.set()
+        release.wait(60)
+        return []
+
+    async def main() -> None:
+        engine = AsyncEngine(CONFIG, loaded=tiny_qwen3)
+        engine.engine.has_work = lambda: True  # type: ignore[method-assign]
+        engine.engine.step = stuck_step  # type: ignore[method-assign]
+        assert await asyncio.to_thread(entered.wait, 10)
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(EngineError, match="did not stop within 0.5 s") as info:
+                await engine.shutdown(timeout_s=0.5)
+            assert "stuck_step" in str(info.value) and time.monotonic() - t0 < 5
+        finally:
+            release.set()
+        await engine.shutdown()  # released: it stops
 
     asyncio.run(main())
