@@ -21,6 +21,7 @@ import httpx
 import pytest
 import ray
 from ray import serve
+from ray.serve import api as serve_api
 
 from deployments.autoscaling import OCCUPANCY, RECOMPUTE, WORKING_SET
 from deployments.builder import ENGINE_DEPLOYMENT, build_application
@@ -75,7 +76,11 @@ def base_url() -> Iterator[str]:
         }
     )
     try:
-        serve.run(build_application(config), name="penelope", route_prefix="/", _blocking=False)
+        # serve.run waits for the application with no deadline; its non-waiting form
+        # (serve.api._run, _blocking=False) lets wait_running fail with the app's status.
+        serve_api._run(
+            build_application(config), name="penelope", route_prefix="/", _blocking=False
+        )
         wait_running("penelope", STARTUP_TIMEOUT_S)
         yield f"http://127.0.0.1:{port}"
     finally:
