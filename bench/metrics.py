@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from penelope_engine.protocol import TokenUsage
+
 
 @dataclass(frozen=True)
 class RequestRecord:
@@ -130,3 +132,18 @@ def summarize(
         ttfts=tuple(float(t) for t in ttft),
         mean_llm_floor_s=float(np.mean(floors)) if known else None,
     )
+
+
+def history_class(usage: TokenUsage, turn: int, shared_tokens: int, page_size: int) -> str:
+    """first | full | partial | miss: how much of its private history a request found.
+
+    Private history = what the session had cached before (found or lost) past
+    the shared prefix; `recomputed_tokens` is the part the cache had lost.
+    """
+    if turn == 0:
+        return "first"
+    private = usage.cached_tokens + usage.recomputed_tokens - shared_tokens // page_size * page_size
+    if private <= 0:
+        return "first"
+    lost = usage.recomputed_tokens
+    return "full" if lost == 0 else ("miss" if lost >= private else "partial")

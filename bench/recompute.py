@@ -20,8 +20,8 @@ from penelope_engine.helpformat import parser
 from penelope_engine.kv_pool import KVPool
 from penelope_engine.model.registry import load_model
 from penelope_engine.protocol import GenerateRequest
-from penelope_engine.runner import BatchItem, build_metadata
-from penelope_engine.sequence import Sequence
+from penelope_engine.runner import build_metadata
+from penelope_engine.sequence import BatchItem, Sequence
 
 
 def _pass(lm, pool: KVPool, seq: Sequence, positions: np.ndarray, chunk: int) -> float:

@@ -32,30 +32,15 @@ import math
 import time
 from dataclasses import dataclass
 
-from bench.metrics import RequestRecord, RunMetrics, SessionRecord, summarize
+from bench.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
 from bench.steptimer import StepTimer
 from bench.tokens import TokenMap
 from bench.traces import Session
 from bench.workload import Workload
 from penelope_engine.engine import Engine
 from penelope_engine.errors import PenelopeError
-from penelope_engine.protocol import GenerateRequest, SamplingParams, TokenUsage
+from penelope_engine.protocol import GenerateRequest, SamplingParams
 from penelope_engine.sequence import Sequence as EngineSeq
-
-
-def history_class(usage: TokenUsage, turn: int, shared_tokens: int, page_size: int) -> str:
-    """first | full | partial | miss: how much of its private history a request found.
-
-    Private history = what the session had cached before (found or lost) past
-    the shared prefix; `recomputed_tokens` is the part the cache had lost.
-    """
-    if turn == 0:
-        return "first"
-    private = usage.cached_tokens + usage.recomputed_tokens - shared_tokens // page_size * page_size
-    if private <= 0:
-        return "first"
-    lost = usage.recomputed_tokens
-    return "full" if lost == 0 else ("miss" if lost >= private else "partial")
 
 
 @dataclass(eq=False)

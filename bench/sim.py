@@ -5,8 +5,9 @@ Sessions start at the workload's times; turn k+1 of a session arrives
 starts its delay after the parent turn it follows. Each arrival is routed by
 the real routing core (`router.policies`: `pow2` or `affinity`) from live
 queue lengths and digests refreshed every `digest_period_s` (as Ray Serve
-pulls `record_routing_stats`). Each replica runs `bench.simreplica.Replica`
-over the real `PrefixCache`; time comes from a `bench.costmodel` model.
+pulls `record_routing_stats`). Each replica runs the engine's scheduling core
+(`bench.simreplica.Replica`) over the real `PrefixCache`; time comes from a
+`bench.costmodel` model.
 
 The oracle policy is told, at the end of each turn, when that session's next
 turn will arrive (at any replica), or that it never will.
@@ -25,9 +26,8 @@ from typing import Any
 import numpy as np
 
 from bench.costmodel import CostModel, StepLoad, decode_run, prefill_time
-from bench.metrics import RequestRecord, RunMetrics, SessionRecord, summarize
-from bench.simcache import TIERS, CacheSetup, ReplicaCache
-from bench.simreplica import Replica, SimRequest, Step
+from bench.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
+from bench.simreplica import TIERS, CacheSetup, Replica, SimRequest, Step
 from bench.tokens import TokenMap
 from bench.traces import Session
 from bench.workload import Workload
@@ -59,6 +59,7 @@ class SimConfig:
     max_ongoing: int = 128  # Ray Serve max_ongoing_requests per replica
     digest_period_s: float = 10.0
     vocab_size: int = 151936
+    fast_decode: bool = True  # run decode-only stretches as one event (same times)
 
     def __post_init__(self) -> None:
         check_policy_name(self.policy)
@@ -68,17 +69,21 @@ class SimConfig:
             raise ValueError(
                 f"router must be one of {sorted(ROUTING_POLICIES)}, got {self.router!r}"
             )
-        if self.tiers == "gpu+cpu" and self.host_budget_tokens < self.page_size:
-            raise ValueError("tiers 'gpu+cpu' needs host_budget_tokens >= page_size")
+        if self.tiers != "gpu" and self.host_budget_tokens < self.page_size:
+            raise ValueError(f"tiers {self.tiers!r} needs host_budget_tokens >= page_size")
         if self.device_budget_tokens < self.page_size or self.replicas < 1:
             raise ValueError("device_budget_tokens must be >= page_size and replicas >= 1")
         if self.digest_period_s <= 0 or self.max_ongoing < 1:
             raise ValueError("digest_period_s must be > 0 and max_ongoing >= 1")
 
     def cache_setup(self) -> CacheSetup:
-        host = self.host_budget_tokens // self.page_size if self.tiers == "gpu+cpu" else 0
+        host = self.host_budget_tokens // self.page_size if self.tiers != "gpu" else 0
         return CacheSetup(
-            self.policy, self.page_size, self.device_budget_tokens // self.page_size, host
+            self.policy,
+            self.page_size,
+            self.device_budget_tokens // self.page_size,
+            host,
+            store=self.tiers == "gpu+cpu+store",
         )
 
     def describe(self) -> dict[str, Any]:
@@ -105,7 +110,7 @@ class Simulator:
         self.now = 0.0
         clock: Callable[[], float] = lambda: self.now  # noqa: E731
         self.replicas = [
-            Replica(i, ReplicaCache(cfg.cache_setup(), cost, clock), cfg.scheduler, cost)
+            Replica(i, cfg.cache_setup(), cfg.scheduler, cost, clock, fast_decode=cfg.fast_decode)
             for i in range(cfg.replicas)
         ]
         self.router = make_policy(
@@ -155,17 +160,23 @@ class Simulator:
         return self._heap[0][0] if self._heap else math.inf
 
     def _kick(self, rep: Replica) -> None:
-        if rep.busy:
-            return
-        step = rep.plan(self.now, self._horizon())
-        if step is not None:
-            rep.busy = True
-            self._push(step.end, "step", (rep, step))
-            return
-        ready = rep.next_ready()
-        if ready is not None and ready > self.now and self._wakes.get(rep.index) != ready:
-            self._wakes[rep.index] = ready
-            self._push(ready, "wake", rep)
+        while not rep.busy:
+            step = rep.plan(self.now, self._horizon())
+            if step is not None:
+                rep.busy = True
+                self._push(step.end, "step", (rep, step))
+                return
+            ready = rep.next_ready()
+            if ready is not None and ready > self.now:
+                if self._wakes.get(rep.index) != ready:
+                    self._wakes[rep.index] = ready
+                    self._push(ready, "wake", rep)
+                return
+            stuck = rep.fail_stuck(self.now)  # every page held: the engine fails the newest
+            if stuck is None:
+                return
+            self.failed += 1
+            self._turn_over(self.states[stuck.session_id], stuck.turn)
 
     def _wake(self, rep: Replica) -> None:
         self._kick(rep)
@@ -181,8 +192,8 @@ class Simulator:
             self._digest_at = self.now
             for i, rep in enumerate(self.replicas):
                 wire = build_digest(
-                    rep.cache.digests(),
-                    rep.cache.prefix_hashes(),
+                    rep.cache.session_digests(1024),
+                    rep.cache.shared_prefix_hashes(256),
                     queue_len=rep.queue_len,
                     now=self.now,
                 )
@@ -200,7 +211,7 @@ class Simulator:
             st.start = self.now
         req = self._request(st, k)
         rep = self.replicas[0]
-        if not rep.cache.fits(req.prompt_len, req.output_len):
+        if not rep.fits(req.prompt_len, req.output_len):
             self.failed += 1
             self._turn_over(st, k)
             return
@@ -224,7 +235,8 @@ class Simulator:
             self.now,
             turn.input_tokens,
             turn.output_tokens,
-            hashes,
+            seq,
+            hashes[: turn.input_tokens // ps],
             reusable,
             turn.shared_prefix_tokens // ps,
             turn.stop_reason,
@@ -234,7 +246,7 @@ class Simulator:
     def _step_done(self, data: tuple[Replica, Step]) -> None:
         rep, step = data
         rep.busy = False
-        for req in rep.commit(step, write_through=self.cfg.tiers == "gpu+cpu"):
+        for req in rep.commit(step):
             self._record(req)
             st = self.states[req.session_id]
             nxt = (
@@ -242,7 +254,7 @@ class Simulator:
                 if req.turn + 1 < len(st.session.turns)
                 else math.inf
             )
-            rep.cache.cache.set_next_arrival(req.session_id, self.now + nxt)
+            rep.cache.set_next_arrival(req.session_id, self.now + nxt)
             self._turn_over(st, req.turn)
         self._kick(rep)
 
@@ -256,8 +268,8 @@ class Simulator:
         return prefill_time(self.cost, new, r.prompt_len - new) + float(decode.sum())
 
     def _record(self, r: SimRequest) -> None:
-        a = r.adm
-        assert a is not None and r.admitted_at is not None and r.first_token_at is not None
+        u = r.usage
+        assert r.admitted_at is not None and r.first_token_at is not None
         assert r.finished_at is not None
         floor = self._floor(r)
         self._floors[r.session_id] = self._floors.get(r.session_id, 0.0) + floor
@@ -271,12 +283,12 @@ class Simulator:
                 r.first_token_at,
                 r.finished_at,
                 r.prompt_len,
-                a.device_tokens,
-                a.host_tokens,
-                a.store_tokens,
-                a.recomputed_tokens,
-                a.new_tokens,
-                a.history_class,
+                u.device_tokens,
+                u.host_tokens,
+                u.store_tokens,
+                u.recomputed_tokens,
+                u.new_tokens,
+                history_class(u, r.turn, r.shared_pages * self.cfg.page_size, self.cfg.page_size),
             )
         )
 

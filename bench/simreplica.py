@@ -1,32 +1,49 @@
-"""One simulated replica: continuous batching with chunked prefill over `ReplicaCache`.
+"""One simulated replica: the engine's own scheduling core, on a cost model's clock.
 
-Each step carries one decode token per decoding request, then continues
-prefills, then admits waiting requests in arrival order, within the step's
-token budget (as `penelope_engine.scheduler` does). A step is planned at its
-start (admission mutates the cache then) and committed at its end (inserts,
-first tokens, finished turns). When a step would only decode, the replica
-runs several decode steps at once, up to the next event anywhere in the
-simulation or the first request to finish, which gives the same times as
-stepping one by one.
-
-Copies: demoting device pages to the host must finish before the request
-may write its freshly allocated pages, and loads from the host or store
-must finish before it prefills; both go through one PCIe channel per
-direction. Write-through at the end of a turn is charged to the
-device-to-host channel and delays nothing else.
+The replica holds the engine's `Scheduler` over the real `PrefixCache`,
+policies and planner, with `TimedTiers` for copies. Only three things are
+simulated: the duration of each step (`CostModel.step_time` of the batch the
+scheduler chose, measured as `bench.steptimer.step_load` measures the
+engine's), the tokens (the trace's, scripted, instead of a model's), and the
+time copies take. Admission, load-or-recompute, chunking, decode pages,
+preemption, usage accounting, insert and release are the engine's code.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.costmodel import CostModel, StepLoad, decode_run
-from bench.simcache import Admission, ReplicaCache
+from bench.costmodel import CostModel, decode_run, page_cost_fn
+from bench.simtiers import NullTiers, TimedTiers, planner_costs
+from bench.steptimer import step_load
+from penelope_engine.cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
-from penelope_engine.errors import CapacityError
+from penelope_engine.pages import PageHasher
+from penelope_engine.protocol import GenerateRequest, SamplingParams, TokenUsage
+from penelope_engine.scheduler import Scheduler
+from penelope_engine.sequence import BatchItem, Sequence
+
+TIERS = ("gpu", "gpu+cpu", "gpu+cpu+store")
+MAX_MODEL_LEN = 1 << 40  # the trace decides lengths; the workload already capped them
+
+
+@dataclass(frozen=True)
+class CacheSetup:
+    policy: str
+    page_size: int
+    device_pages: int
+    host_pages: int = 0
+    store: bool = False  # host evictions spill to a store (no byte budget)
+    namespace: str = "sim"
+
+    def __post_init__(self) -> None:
+        if self.page_size < 1 or self.device_pages < 1 or self.host_pages < 0:
+            raise ValueError(f"invalid cache setup {self}")
+        if self.store and not self.host_pages:
+            raise ValueError("a store sits under the host tier: it needs host_pages")
 
 
 @dataclass(eq=False)
@@ -36,188 +53,149 @@ class SimRequest:
     arrival: float
     prompt_len: int
     output_len: int
-    hashes: np.ndarray  # page ids of the full pages of prompt + output
+    tokens: np.ndarray  # the turn's prompt, then its scripted output
+    hashes: np.ndarray  # page ids of the prompt's full pages (tenant "default")
     reusable_pages: int  # leading pages equal to the session's previous sequence
     shared_pages: int  # leading pages of the common prefix
     stop_reason: str
-    adm: Admission | None = None
-    admitted_at: float | None = None
-    ready_at: float = 0.0
-    cursor: int = 0  # tokens of adm.todo computed
-    generated: int = 0
-    first_token_at: float | None = None
+    seq: Sequence | None = None
     finished_at: float | None = None
     replica: int = -1
 
     @property
-    def todo_len(self) -> int:
-        return sum(e - s for s, e in self.adm.todo) if self.adm else 0
+    def request_id(self) -> str:
+        return f"{self.session_id}:{self.turn}"
 
     @property
-    def in_prefill(self) -> bool:
-        return self.first_token_at is None
+    def admitted_at(self) -> float | None:
+        return self.seq.admitted_at if self.seq is not None else None
 
+    @property
+    def first_token_at(self) -> float | None:
+        return self.seq.first_token_at if self.seq is not None else None
 
-def _chunk_load(todo: list[tuple[int, int]], cursor: int, n: int) -> tuple[int, int]:
-    """(attention pairs, keys read) of computing todo tokens [cursor, cursor + n)."""
-    pairs = keys = 0
-    done = 0
-    for s, e in todo:
-        lo, hi = max(s, s + cursor - done), min(e, s + cursor + n - done)
-        done += e - s
-        if hi <= lo:
-            continue
-        m = hi - lo
-        pairs += m * lo + m * (m + 1) // 2
-        keys = hi
-    return pairs, keys
+    @property
+    def usage(self) -> TokenUsage:
+        return self.seq.usage if self.seq is not None else TokenUsage()
 
 
 @dataclass
 class Step:
     start: float
     end: float
-    chunks: list[tuple[SimRequest, int]] = field(default_factory=list)
-    decodes: list[SimRequest] = field(default_factory=list)
-    decode_steps: int = 0
+    items: list[BatchItem] = field(default_factory=list)
+    decode_steps: int = 1  # > 1: that many decode-only steps run as one event
 
 
 class Replica:
     def __init__(
-        self, index: int, cache: ReplicaCache, sched: SchedulerConfig, cost: CostModel
+        self,
+        index: int,
+        setup: CacheSetup,
+        sched: SchedulerConfig,
+        cost: CostModel,
+        clock,
+        write_through: bool = True,
+        fast_decode: bool = True,
     ) -> None:
-        self.index = index
-        self.cache = cache
-        self.sched = sched
-        self.cost = cost
-        self.waiting: deque[SimRequest] = deque()
-        self.running: list[SimRequest] = []
+        self.index, self.setup, self.cost = index, setup, cost
+        self.fast_decode = fast_decode
+        ps = setup.page_size
+        self.page_size = ps
+        self.tiers = TimedTiers(NullTiers(), cost, ps, clock)
+        self.cache = PrefixCache(
+            ps,
+            setup.device_pages,
+            setup.host_pages,
+            setup.policy,
+            io=self.tiers,
+            has_store=setup.store,
+            time_fn=clock,
+            page_cost=page_cost_fn(cost, ps),
+        )
+        plan = planner_costs(cost)
+        self.scheduler = Scheduler(
+            sched,
+            self.cache,
+            PageHasher(ps, setup.namespace),
+            self.tiers,
+            lambda: plan,
+            (),
+            MAX_MODEL_LEN,
+            write_through=write_through and setup.host_pages > 0,
+            clock=clock,
+        )
+        self.requests: dict[str, SimRequest] = {}
         self.busy = False
-        self.h2d_free = self.d2h_free = 0.0
-        self._version = 0  # bumps whenever a turn ends (pages may have become evictable)
-        self._blocked_at = -1  # version at which the head of the queue last failed to fit
 
     @property
     def queue_len(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.scheduler.waiting) + len(self.scheduler.running)
+
+    def fits(self, prompt_len: int, output_len: int) -> bool:
+        """Whether the whole turn fits the device pool (else it could never run)."""
+        return -(-(prompt_len + output_len) // self.page_size) <= self.setup.device_pages
 
     def enqueue(self, req: SimRequest, now: float) -> None:
         req.replica = self.index
-        self.cache.cache.on_arrival(req.session_id, now)
-        self.waiting.append(req)
-
-    def next_ready(self) -> float | None:
-        """When a request now waiting on copies can prefill, if none can now."""
-        times = [r.ready_at for r in self.running if r.in_prefill]
-        return min(times) if times else None
-
-    # -- planning ---------------------------------------------------------------------
-    def plan(self, now: float, horizon: float) -> Step | None:
-        """The step starting at `now` (admitting mutates the cache), or None if idle."""
-        budget = self.sched.max_batch_tokens
-        step = Step(now, now)
-        step.decodes = [r for r in self.running if not r.in_prefill]
-        budget -= len(step.decodes)
-        for r in self.running:
-            if r.in_prefill and r.ready_at <= now and budget > 0:
-                budget -= self._take(step, r, budget)
-        while budget > 0 and self.waiting and len(self.running) < self.sched.max_running:
-            if not self._admit(self.waiting[0], now):
-                break
-            r = self.waiting.popleft()
-            self.running.append(r)
-            if r.ready_at <= now:
-                budget -= self._take(step, r, budget)
-        if not step.chunks and not step.decodes:
-            return None
-        ready = [r.ready_at for r in self.running if r.in_prefill and r.ready_at > now]
-        step.end = now + self._duration(step, min([horizon, *ready]))
-        return step
-
-    def _admit(self, r: SimRequest, now: float) -> bool:
-        if self._blocked_at == self._version:
-            return False
-        ps = self.cache.page_size
-        adm = self.cache.admit(
-            r.session_id,
-            r.hashes[: r.prompt_len // ps],
-            r.prompt_len,
-            r.output_len,
-            r.reusable_pages,
-            r.shared_pages,
+        prompt = req.tokens[: req.prompt_len].tolist()
+        greq = GenerateRequest(
+            req.request_id,
+            tuple(prompt),
+            SamplingParams(max_tokens=req.output_len, ignore_eos=True),
+            session_id=req.session_id,
+            stop_reason_hint=req.stop_reason or None,
         )
-        if adm is None:
-            if not self.running:  # nothing will ever unlock pages: it cannot fit
-                raise CapacityError(
-                    f"replica {self.index}: {r.session_id} turn {r.turn} "
-                    f"({r.prompt_len} + {r.output_len} tokens) does not fit"
-                )
-            self._blocked_at = self._version
-            return False
-        r.adm, r.admitted_at, ready = adm, now, now
-        if adm.demoted_pages:
-            self.d2h_free = max(now, self.d2h_free) + self.cost.offload_time(adm.demoted_pages * ps)
-            ready = self.d2h_free
-        for tier, tokens in adm.load_tokens.items():
-            self.h2d_free = max(ready, self.h2d_free) + self.cost.load_time(tokens, tier)
-            ready = max(ready, self.h2d_free)
-        r.ready_at = ready
-        return True
+        req.seq = Sequence(greq, req.hashes, prompt, arrival=now)
+        self.requests[req.request_id] = req
+        self.scheduler.add(req.seq)
 
-    def _take(self, step: Step, r: SimRequest, budget: int) -> int:
-        n = min(budget, self.sched.prefill_chunk, r.todo_len - r.cursor)
-        if n > 0:
-            step.chunks.append((r, n))
-        return max(n, 0)
+    # -- steps ---------------------------------------------------------------------------
+    def plan(self, now: float, horizon: float = math.inf) -> Step | None:
+        """The step starting now (admission mutates the cache then), or None if none runs.
 
-    def _load(self, step: Step) -> StepLoad:
-        tokens = rows = pairs = keys = 0
-        for r, n in step.chunks:
-            assert r.adm is not None
-            p, k = _chunk_load(r.adm.todo, r.cursor, n)
-            tokens, pairs, keys = tokens + n, pairs + p, keys + k
-            rows += int(r.cursor + n == r.todo_len)
-        live = sum(r.prompt_len + r.generated for r in step.decodes)  # keys, own token included
-        b = len(step.decodes)
-        return StepLoad(tokens + b, rows + b, pairs + live, keys + live, len(step.chunks) + b)
+        When it only decodes, and decodes every running request, it runs as many
+        decode steps as fit before `horizon` (the next event anywhere) or the
+        first request's last token: the same times as stepping one by one.
+        """
+        sched = self.scheduler
+        items = sched.schedule()
+        if not items:
+            return None
+        load = step_load(items)
+        if self.fast_decode and len(items) == len(sched.running) and not any(
+            it.seq.in_prefill for it in items
+        ):
+            most = min(it.seq.req.sampling.max_tokens - it.seq.num_generated for it in items)
+            ends = np.cumsum(decode_run(self.cost, load, most))
+            want = min(most, int(np.searchsorted(ends, horizon - now)) + 1)
+            steps = sched.extend_decodes(items, want)
+            return Step(now, now + float(ends[steps - 1]), items, steps)
+        return Step(now, now + self.cost.step_time(load), items)
 
-    def _duration(self, step: Step, horizon: float) -> float:
-        if step.chunks:
-            step.decode_steps = 1 if step.decodes else 0
-            return self.cost.step_time(self._load(step))
-        most = min(r.output_len - r.generated for r in step.decodes)
-        ends = np.cumsum(decode_run(self.cost, self._load(step), most))
-        step.decode_steps = min(most, int(np.searchsorted(ends, horizon - step.start)) + 1)
-        return float(ends[step.decode_steps - 1])
-
-    # -- commit -------------------------------------------------------------------------
-    def commit(self, step: Step, write_through: bool) -> list[SimRequest]:
+    def commit(self, step: Step) -> list[SimRequest]:
         """Apply a finished step at `step.end`; returns the requests whose turn ended."""
-        done: list[SimRequest] = []
-        ps = self.cache.page_size
-        for r in step.decodes:
-            r.generated += step.decode_steps
-            if r.generated >= r.output_len:
-                done.append(r)
-        for r, n in step.chunks:
-            r.cursor += n
-            if r.cursor == r.todo_len:
-                assert r.adm is not None
-                self.cache.insert(r.session_id, r.adm, r.hashes[: r.prompt_len // ps])
-                r.first_token_at, r.generated = step.end, 1
-                if r.output_len == 1:
-                    done.append(r)
-        for r in done:
-            self._finish(r, step.end, write_through)
+        done = []
+        for j in range(step.decode_steps):
+            tokens: list[int | None] = []
+            for it in step.items:
+                req = self.requests[it.seq.request_id]
+                tokens.append(int(req.tokens[len(it.seq.tokens)]) if it.wants_token else None)
+            for seq in self.scheduler.commit(step.items, tokens):
+                if seq.finish_reason is not None:
+                    assert j == step.decode_steps - 1, "a request finished inside a decode run"
+                    done.append(self._finished(seq, step.end))
         return done
 
-    def _finish(self, r: SimRequest, now: float, write_through: bool) -> None:
-        assert r.adm is not None
-        ps = self.cache.page_size
-        self.cache.insert(r.session_id, r.adm, r.hashes[: (r.prompt_len + r.output_len - 1) // ps])
-        copied = self.cache.release(r.session_id, r.adm, r.stop_reason, write_through)
-        if copied:
-            self.d2h_free = max(now, self.d2h_free) + self.cost.offload_time(copied * ps)
-        r.finished_at = now
-        self.running.remove(r)
-        self._version += 1
+    def next_ready(self) -> float | None:
+        return self.scheduler.next_ready()
+
+    def fail_stuck(self, now: float) -> SimRequest | None:
+        """Nothing can run and nothing is coming: fail the newest request, as the engine does."""
+        seq = self.scheduler.break_deadlock()
+        return self._finished(seq, now) if seq is not None else None
+
+    def _finished(self, seq: Sequence, now: float) -> SimRequest:
+        req = self.requests.pop(seq.request_id)
+        req.finished_at = now
+        return req

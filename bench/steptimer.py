@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from bench.costmodel import StepLoad
 from penelope_engine.engine import Engine
-from penelope_engine.runner import BatchItem, ModelRunner
+from penelope_engine.runner import ModelRunner
+from penelope_engine.sequence import BatchItem
 from penelope_engine.sequence import Sequence as EngineSeq
 
 

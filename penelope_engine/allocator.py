@@ -1,9 +1,8 @@
 """Page allocators: hand out page indices of one pool. No torch here.
 
-Every page is in exactly one state: free, used (by the tree or a running
-request) or in flight (a copy between tiers is running). `check()` verifies
-free + used + in_flight == capacity and that the free stack agrees with the
-states; tests call it after every operation.
+Every page is in exactly one state: free or used (by the tree or a running
+request). `check()` verifies free + used == capacity and that the free stack
+agrees with the states; tests call it after every operation.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import numpy as np
 
 from penelope_engine.errors import CapacityError
 
-FREE, USED, IN_FLIGHT = 0, 1, 2
+FREE, USED = 0, 1
 
 
 class PageAllocator:
@@ -54,17 +53,11 @@ class PageAllocator:
         self._free[self._top : self._top + len(pages)] = pages
         self._top += len(pages)
 
-    def mark_in_flight(self, pages: np.ndarray, in_flight: bool) -> None:
-        self._state[pages] = IN_FLIGHT if in_flight else USED
-
     def check(self) -> None:
-        counts = np.bincount(self._state, minlength=3)
-        free, used, flight = int(counts[0]), int(counts[1]), int(counts[2])
-        assert free + used + flight == self.capacity, (free, used, flight, self.capacity)
+        counts = np.bincount(self._state, minlength=2)
+        free, used = int(counts[FREE]), int(counts[USED])
+        assert free + used == self.capacity, (free, used, self.capacity)
         assert free == self._top, f"{self.name}: free stack {self._top} != free states {free}"
         stack = self._free[: self._top]
         assert (self._state[stack] == FREE).all(), f"{self.name}: used page on the free stack"
         assert len(np.unique(stack)) == len(stack), f"{self.name}: duplicate on the free stack"
-
-    def used_pages(self) -> np.ndarray:
-        return np.flatnonzero(self._state != FREE).astype(np.int32)

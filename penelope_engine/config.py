@@ -8,12 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from penelope_engine.errors import ConfigError
-
-
-def _require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
+from penelope_engine.util import require
 
 
 @dataclass(frozen=True)
@@ -35,7 +30,7 @@ class ModelConfig:
     name: str = "model"
 
     def __post_init__(self) -> None:
-        _require(
+        require(
             self.arch in ("llama", "qwen3"), f"arch must be 'llama' or 'qwen3', got {self.arch!r}"
         )
         for f in (
@@ -48,13 +43,13 @@ class ModelConfig:
             "head_dim",
             "max_position",
         ):
-            _require(getattr(self, f) > 0, f"{f} must be positive, got {getattr(self, f)}")
-        _require(
+            require(getattr(self, f) > 0, f"{f} must be positive, got {getattr(self, f)}")
+        require(
             self.num_heads % self.num_kv_heads == 0,
             f"num_heads ({self.num_heads}) must be a multiple of "
             f"num_kv_heads ({self.num_kv_heads})",
         )
-        _require(self.head_dim % 2 == 0, f"head_dim must be even for RoPE, got {self.head_dim}")
+        require(self.head_dim % 2 == 0, f"head_dim must be even for RoPE, got {self.head_dim}")
 
     @property
     def has_qk_norm(self) -> bool:
@@ -85,14 +80,14 @@ class CacheConfig:
     public_prefixes: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
-        _require(self.page_size > 0, f"page_size must be positive, got {self.page_size}")
-        _require(self.device_pages > 0, f"device_pages must be positive, got {self.device_pages}")
-        _require(self.host_pages >= 0, f"host_pages must be >= 0, got {self.host_pages}")
-        _require(
+        require(self.page_size > 0, f"page_size must be positive, got {self.page_size}")
+        require(self.device_pages > 0, f"device_pages must be positive, got {self.device_pages}")
+        require(self.host_pages >= 0, f"host_pages must be >= 0, got {self.host_pages}")
+        require(
             self.write_policy in ("off", "write_through", "write_back"),
             f"write_policy must be off, write_through or write_back, got {self.write_policy!r}",
         )
-        _require(self.store_bytes > 0, "store_bytes must be positive")
+        require(self.store_bytes > 0, "store_bytes must be positive")
         from penelope_engine.policies import check_policy_name
 
         check_policy_name(self.policy)
@@ -108,13 +103,13 @@ class SchedulerConfig:
     max_queue: int = 1024
 
     def __post_init__(self) -> None:
-        _require(self.max_batch_tokens > 0, "max_batch_tokens must be positive")
-        _require(self.max_running > 0, "max_running must be positive")
-        _require(
+        require(self.max_batch_tokens > 0, "max_batch_tokens must be positive")
+        require(self.max_running > 0, "max_running must be positive")
+        require(
             0 < self.prefill_chunk <= self.max_batch_tokens,
             "prefill_chunk must be in (0, max_batch_tokens]",
         )
-        _require(self.max_queue > 0, "max_queue must be positive")
+        require(self.max_queue > 0, "max_queue must be positive")
 
 
 @dataclass(frozen=True)
@@ -129,11 +124,11 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _require(
+        require(
             self.dtype in ("float32", "float16", "bfloat16"),
             f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}",
         )
-        _require(
+        require(
             self.device == "cpu" or self.device.startswith("cuda"),
             f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}",
         )

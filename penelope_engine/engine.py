@@ -37,9 +37,9 @@ from penelope_engine.protocol import (
     SessionDigest,
     TokenUsage,
 )
-from penelope_engine.runner import BatchItem, ModelRunner
+from penelope_engine.runner import ModelRunner
 from penelope_engine.scheduler import Scheduler
-from penelope_engine.sequence import Sequence
+from penelope_engine.sequence import BatchItem, Sequence
 from penelope_engine.tiers import TorchTiers
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class Engine:
             self.cache,
             self.hasher,
             self.tiers,
-            self.calibrator,
+            lambda: self.calibrator.cost,
             tuple(self.tokenizer.eos_token_ids),
             self.max_model_len,
             write_through=self.host_pages > 0 and cc.write_policy == "write_through",
@@ -158,7 +158,9 @@ class Engine:
         """Run one batch; return sequences that produced a token (finished ones included)."""
         items = self.scheduler.schedule()
         if not items:
-            failed = self._break_deadlock()
+            failed = self.scheduler.break_deadlock()
+            if failed is not None:
+                self._seqs.pop(failed.request_id, None)
             return [failed] if failed is not None else []
         t0 = time.perf_counter()
         tokens = self.runner.run(items)
@@ -190,18 +192,6 @@ class Engine:
                 log.exception("could not release request %s", seq.request_id)
                 self.scheduler.running = [s for s in self.scheduler.running if s is not seq]
         return failed
-
-    def _break_deadlock(self) -> Sequence | None:
-        """Nothing could run: running requests hold every page. Fail the newest one."""
-        sched = self.scheduler
-        if not sched.has_work():
-            return None
-        seq = sched.running[-1] if sched.running else sched.waiting[0]
-        seq.finish_reason = "abort"
-        seq.error = CapacityError("out of KV pages: every page is held by running requests")
-        sched.finish(seq, None, aborted=True)
-        self._seqs.pop(seq.request_id, None)
-        return seq
 
     def generate_sync(self, req: GenerateRequest) -> RequestOutput:
         """Run one request to completion on the calling thread (tools, tests)."""

@@ -4,6 +4,9 @@ The cache asks a policy for a key per candidate node (lower is evicted
 first) and whether to take that node's pages from the front (lowest
 positions, forming holes) or the back (the tail, as a radix-tree LRU does).
 Policies are chosen by name from `POLICIES`; the same names feed the CLI.
+A policy instance serves one cache: GreedyDual keeps its clock and each
+node's base value itself, fed by the cache's `on_access` / `on_split` /
+`on_remove` / `on_evict` calls.
 
     lru           SGLang: least recently used leaves, tail first, never a hole
     penelope      shared last; coldest session first; its lowest private positions first
@@ -15,29 +18,11 @@ Policies are chosen by name from `POLICIES`; the same names feed the CLI.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-import numpy as np
-
 from penelope_engine.errors import UnknownNameError
+from penelope_engine.sessions import SessionInfo  # also re-exported from here
 from penelope_engine.tree import Node
-
-
-@dataclass
-class SessionInfo:
-    """What the cache knows about one session's timing."""
-
-    last_access: float = 0.0
-    turn_end: float | None = None  # end of the last turn; None while a turn runs
-    last_stop: str | None = None  # "tool_use" | "end_turn" | None
-    gap_ewma: float | None = None  # smoothed past gaps between turn end and next arrival
-    queued_since: float | None = None  # set while a request of the session waits
-    next_arrival: float | None = None  # oracle hint (from a trace); inf = never returns
-    leaf: Node | None = None  # the node ending its last inserted path
-    # Page ids of the longest path the session inserted: a missing page whose id
-    # is here was cached once and evicted (recomputed), any other is new.
-    seen_hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
 
 
 class CacheView(Protocol):
@@ -45,8 +30,6 @@ class CacheView(Protocol):
 
     @property
     def now(self) -> float: ...
-
-    clock: float  # GreedyDual's global clock
 
     def session(self, sid: str) -> SessionInfo: ...
 
@@ -64,7 +47,6 @@ def owner(node: Node) -> str | None:
 class EvictionPolicy:
     name: ClassVar[str]
     leaves_only: ClassVar[bool] = False  # candidates are leaves of the tier only
-    forms_holes: ClassVar[bool] = True
     static_keys: ClassVar[bool] = True  # keys change only on cache events, not with time
 
     def key(self, node: Node, tier: str, view: CacheView) -> tuple:
@@ -77,13 +59,18 @@ class EvictionPolicy:
         """Called with the key of each node a page was taken from."""
 
     def on_access(self, node: Node, view: CacheView) -> None:
-        node.gd_base = view.clock
+        """A request inserted (or reused) `node`'s pages."""
+
+    def on_split(self, lower: Node, upper: Node) -> None:
+        """`upper` was cut off the front of `lower`; it inherits `lower`'s policy state."""
+
+    def on_remove(self, node: Node) -> None:
+        """`node` left the tree: forget any state kept for it."""
 
 
 class LruPolicy(EvictionPolicy):
     name = "lru"
     leaves_only = True
-    forms_holes = False
 
     def key(self, node: Node, tier: str, view: CacheView) -> tuple:
         return (node.last_access, -node.start)
@@ -168,12 +155,30 @@ class GreedyDualPolicy(EvictionPolicy):
 
     name = "greedydual"
 
+    def __init__(self) -> None:
+        self.clock = 0.0  # rises to each private victim's priority
+        self._base: dict[int, float] = {}  # node id -> clock at its last access
+
+    def base(self, node: Node) -> float:
+        return self._base.get(node.id, 0.0)
+
     def key(self, node: Node, tier: str, view: CacheView) -> tuple:
-        return (1 if node.shared else 0, node.gd_base + view.page_cost(view.first_page(node, tier)))
+        cost = view.page_cost(view.first_page(node, tier))
+        return (1 if node.shared else 0, self.base(node) + cost)
 
     def on_evict(self, key: tuple, view: CacheView) -> None:
         if key[0] == 0:
-            view.clock = max(view.clock, key[1])
+            self.clock = max(self.clock, key[1])
+
+    def on_access(self, node: Node, view: CacheView) -> None:
+        self._base[node.id] = self.clock
+
+    def on_split(self, lower: Node, upper: Node) -> None:
+        if lower.id in self._base:
+            self._base[upper.id] = self._base[lower.id]
+
+    def on_remove(self, node: Node) -> None:
+        self._base.pop(node.id, None)
 
 
 POLICIES: dict[str, type[EvictionPolicy]] = {

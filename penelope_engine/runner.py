@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from penelope_engine.kv_pool import KVPool
 from penelope_engine.model.attention import AttentionMetadata
-from penelope_engine.sequence import Sequence
+from penelope_engine.sequence import BatchItem
 
-
-@dataclass(frozen=True)
-class BatchItem:
-    seq: Sequence
-    positions: np.ndarray  # query positions of this step, ascending
-    wants_token: bool  # the last query is the sequence's last token: sample from it
+__all__ = ["BatchItem", "ModelRunner", "build_metadata"]
 
 
 def build_metadata(

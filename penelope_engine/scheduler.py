@@ -1,17 +1,26 @@
-"""Continuous batching with chunked prefill over the Penelope cache.
+"""The scheduling core: continuous batching with chunked prefill over the Penelope cache.
+
+One implementation for the engine and the simulator. The engine drives it with
+the real model runner and real tiers; `bench.sim` drives it with a cost model's
+clock, scripted tokens and tiers that only time their copies. Torch-free.
 
 Each step carries every running decode (one token each), then continues
 prefills, then admits waiting requests in arrival order, within the step's
 token budget. Admission matches the prompt against the tree, locks the
-matched path, allocates device pages for everything not on the device, loads
+matched path, allocates device pages for everything not on the device (only
+when they can be had: a request that does not fit evicts nothing), loads
 host and store pages the planner chooses to load, and queues the rest
 (holes, failed loads, new tokens) as query positions of a fused prefill.
+Decode pages are allocated as decoding goes, preempting the newest running
+request when none is left. A request's prefill starts once its copies are
+done (`Sequence.ready_at`, from the tiers).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,11 +28,10 @@ from penelope_engine.cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import CapacityError
 from penelope_engine.pages import PageHasher
-from penelope_engine.planner import CostCalibrator, choose
+from penelope_engine.planner import CostModel, choose
 from penelope_engine.protocol import TokenUsage
-from penelope_engine.runner import BatchItem
-from penelope_engine.sequence import Sequence
-from penelope_engine.tiers import TorchTiers
+from penelope_engine.sequence import BatchItem, Sequence
+from penelope_engine.tier_protocol import SchedulerTiers
 from penelope_engine.tree import DEVICE, HOLE, HOST, STORE
 
 
@@ -33,24 +41,28 @@ class Scheduler:
         config: SchedulerConfig,
         cache: PrefixCache,
         hasher: PageHasher,
-        tiers: TorchTiers,
-        calibrator: CostCalibrator,
+        tiers: SchedulerTiers,
+        cost: Callable[[], CostModel],
         eos_token_ids: tuple[int, ...],
         max_model_len: int,
         write_through: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.cache = cache
         self.hasher = hasher
         self.tiers = tiers
-        self.calibrator = calibrator
+        self.cost = cost  # the planner's current constants (the engine refines them)
         self.eos = frozenset(eos_token_ids)
         self.max_model_len = max_model_len
         self.write_through = write_through
+        self.clock = clock
         self.page_size = cache.page_size
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.totals = TokenUsage()
+        self._released = 0  # bumps whenever pages may have become free or evictable
+        self._blocked_at = -1  # `_released` when the head of the queue last failed to fit
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -65,6 +77,7 @@ class Scheduler:
 
     # -- scheduling --------------------------------------------------------------
     def schedule(self) -> list[BatchItem]:
+        now = self.clock()
         budget = self.config.max_batch_tokens
         items: list[BatchItem] = []
         for seq in [s for s in self.running if not s.in_prefill]:
@@ -74,21 +87,51 @@ class Scheduler:
                 items.append(BatchItem(seq, np.array([len(seq.tokens) - 1]), True))
                 budget -= 1
         for seq in [s for s in self.running if s.in_prefill]:
-            budget -= self._take_chunk(seq, budget, items)
+            budget -= self._take_chunk(seq, budget, items, now)
         while (
             budget > 0
             and self.waiting
             and len(self.running) < self.config.max_running
-            and self._admit(self.waiting[0])
+            and self._admit(self.waiting[0], now)
         ):
             seq = self.waiting.popleft()
             self.running.append(seq)
-            budget -= self._take_chunk(seq, budget, items)
+            budget -= self._take_chunk(seq, budget, items, now)
         return items
 
-    def _take_chunk(self, seq: Sequence, budget: int, items: list[BatchItem]) -> int:
+    def extend_decodes(self, items: list[BatchItem], steps: int) -> int:
+        """Grant up to `steps` decode steps for a step of decodes only; returns how many.
+
+        The simulator's fast path, valid when `items` are every running request,
+        all decoding, and nothing else can change before those steps end: it
+        gives each the pages its next tokens need (without preempting: where
+        none is left it grants fewer, and the next `schedule` preempts as usual).
+        """
+        assert len(items) == len(self.running) and not any(s.in_prefill for s in self.running)
+        for j in range(1, steps):
+            for it in items:
+                if not self._ensure_page(it.seq, len(it.seq.tokens) - 1 + j):
+                    return j
+        return max(steps, 1)
+
+    def next_ready(self) -> float | None:
+        """When the first running prefill still waiting on its copies can start."""
+        times = [s.ready_at for s in self.running if s.in_prefill]
+        return min(times) if times else None
+
+    def break_deadlock(self) -> Sequence | None:
+        """Nothing could run: running requests hold every page. Fail the newest one."""
+        if not self.has_work() or any(s.ready_at > self.clock() for s in self.running):
+            return None
+        seq = self.running[-1] if self.running else self.waiting[0]
+        seq.finish_reason = "abort"
+        seq.error = CapacityError("out of KV pages: every page is held by running requests")
+        self.finish(seq, None, aborted=True)
+        return seq
+
+    def _take_chunk(self, seq: Sequence, budget: int, items: list[BatchItem], now: float) -> int:
         n = min(budget, self.config.prefill_chunk, len(seq.todo) - seq.cursor)
-        if n <= 0:
+        if n <= 0 or seq.ready_at > now:
             return 0
         positions = seq.todo[seq.cursor : seq.cursor + n]
         items.append(BatchItem(seq, positions, seq.cursor + n == len(seq.todo)))
@@ -121,8 +164,11 @@ class Scheduler:
         seq.owned = np.empty(0, bool)
         seq.todo = np.empty(0, np.int64)
         seq.cursor = 0
-        seq.hashes = self.hasher.hashes(seq.tokens, seq.req.tenant, seq.public_pages)
+        seq.hashes = self.hasher.hashes(
+            seq.token_array(len(seq.tokens)), seq.req.tenant, seq.public_pages
+        )
         seq.preemptions += 1
+        self._released += 1
         self.cache.on_arrival(seq.req.session)
         self.waiting.appendleft(seq)
 
@@ -135,11 +181,14 @@ class Scheduler:
             return False
         return True
 
-    def _admit(self, seq: Sequence) -> bool:
+    def _admit(self, seq: Sequence, now: float) -> bool:
+        if self._blocked_at == self._released:  # nothing was freed since it last failed
+            return False
         ps, cache = self.page_size, self.cache
         n_ctx = len(seq.tokens)  # the prompt, plus generated tokens after a preemption
         n_pages = -(-n_ctx // ps)
         usable = (n_ctx - 1) // ps  # always leave the last token to compute
+        self.tiers.begin()
         match = cache.match(seq.hashes[:usable])
         lock = cache.lock_match(match)
         # Pages past the tree's match may still be in a shared store (a session
@@ -149,10 +198,14 @@ class Scheduler:
         where = np.concatenate([match.where, np.full(beyond, STORE, np.int8)])
         host = np.concatenate([match.host, np.full(beyond, -1, np.int32)])
         device = where == DEVICE
+        need = n_pages - int(device.sum())
         try:
-            fresh = cache.allocate(n_pages - int(device.sum()))
+            fresh = cache.allocate(need) if cache.can_allocate(need) else None
         except CapacityError:
+            fresh = None
+        if fresh is None:
             cache.unlock(lock)
+            self._blocked_at = self._released
             return False
         cache.on_start(seq.req.session)
         table = np.empty(n_pages, dtype=np.int32)
@@ -168,6 +221,9 @@ class Scheduler:
         recompute[k:] = True
         loaded = self._load(seq, host, where, recompute)
         self._set_todo(seq, recompute, loaded, int(device.sum()))
+        seq.ready_at = self.tiers.ready_at(now)
+        if seq.admitted_at is None:
+            seq.admitted_at = now
         return True
 
     def _load(
@@ -181,14 +237,14 @@ class Scheduler:
             if not len(idx):
                 continue
             span = (int(idx[0]) * ps, len(idx) * ps)
-            if choose(self.calibrator.cost, tier, *span) == "recompute":
+            if choose(self.cost(), tier, *span) == "recompute":
                 recompute[idx] = True
                 continue
             if code == HOST:
                 ok = np.full(len(idx), self.tiers.host_to_device(host[idx], seq.page_table[idx]))
             else:
                 ps = self.page_size
-                toks = np.asarray(seq.tokens[: len(seq.hashes) * ps], np.int32).reshape(-1, ps)
+                toks = seq.token_array(len(seq.hashes) * ps).reshape(-1, ps)
                 ok = self.tiers.load_store(
                     seq.hashes[idx], toks[idx], seq.req.tenant, seq.page_table[idx]
                 )
@@ -224,7 +280,7 @@ class Scheduler:
     # -- results -----------------------------------------------------------------
     def commit(self, items: list[BatchItem], tokens: list[int | None]) -> list[Sequence]:
         """Apply a step's results; return sequences that got a new token."""
-        now = time.monotonic()
+        now = self.clock()
         out = []
         for it, tok in zip(items, tokens):
             seq = it.seq
@@ -255,15 +311,14 @@ class Scheduler:
         n = computed // self.page_size
         if n == 0:
             return
+        ps = self.page_size
+        tokens = seq.token_array(n * ps)
         hashes = (
             seq.hashes[:n]
             if n <= len(seq.hashes)
-            else self.hasher.hashes(
-                seq.tokens[: n * self.page_size], seq.req.tenant, seq.public_pages
-            )
+            else self.hasher.hashes(tokens, seq.req.tenant, seq.public_pages)
         )
-        ps = self.page_size
-        tokens = np.asarray(seq.tokens[: n * ps], dtype=np.int32).reshape(n, ps)
+        tokens = tokens.reshape(n, ps)
         res = self.cache.insert(hashes, seq.page_table[:n], seq.req.session, seq.req.tenant, tokens)
         seq.page_table[:n] = res.pages
         seq.owned[:n] = False
@@ -276,8 +331,10 @@ class Scheduler:
         if seq in self.waiting:
             self.waiting.remove(seq)
             self.cache.on_abort(seq.req.session)
+            self._released += 1  # the head of the queue may have changed
             return
         self.running.remove(seq)
+        self._released += 1
         if not aborted and not seq.in_prefill:
             self._insert(seq, len(seq.tokens) - 1)
         if seq.lock is not None:

@@ -39,9 +39,22 @@ class Sequence:
     error: Exception | None = None  # set when the engine had to fail the request
     public_pages: int = 0  # leading pages named alike for every tenant
     preemptions: int = 0  # times the scheduler put it back in the queue to free pages
+    admitted_at: float | None = None  # first admission, on the scheduler's clock
+    ready_at: float = 0.0  # its copies (demotions, loads) are done; prefill waits for it
+
+    _prompt_array: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.prompt_len = len(self.tokens)
+
+    def token_array(self, n: int) -> np.ndarray:
+        """The first `n` tokens as int32 (the prompt's part is converted once)."""
+        if self._prompt_array is None:
+            self._prompt_array = np.asarray(self.tokens[: self.prompt_len], dtype=np.int32)
+        head = self._prompt_array[: min(n, self.prompt_len)]
+        if n <= self.prompt_len:
+            return head
+        return np.concatenate([head, np.asarray(self.tokens[self.prompt_len : n], np.int32)])
 
     @property
     def request_id(self) -> str:
@@ -62,3 +75,12 @@ class Sequence:
     def extend_pages(self, pages: np.ndarray) -> None:
         self.page_table = np.concatenate([self.page_table, pages.astype(np.int32)])
         self.owned = np.concatenate([self.owned, np.ones(len(pages), bool)])
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One sequence's share of a step: the query positions it computes."""
+
+    seq: Sequence
+    positions: np.ndarray  # query positions of this step, ascending
+    wants_token: bool  # the last query is the sequence's last token: sample from it

@@ -101,6 +101,12 @@ class TorchTiers:
             ok = self.store.put(seg) and ok
         return ok
 
+    def begin(self) -> None:
+        """`SchedulerTiers`: nothing to mark, copies here finish before they return."""
+
+    def ready_at(self, now: float) -> float:
+        return now
+
     def store_run(self, hashes: np.ndarray, tenant: str) -> int:
         """How many of `hashes`, from the first, the store's index holds (no I/O)."""
         if self.store is None:

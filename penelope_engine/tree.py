@@ -51,7 +51,6 @@ class Node:
         "last_access",
         "sessions",
         "pinned",
-        "gd_base",
         "n_device",
         "n_host",
         "_summary",
@@ -75,7 +74,6 @@ class Node:
         self.last_access = 0.0
         self.sessions: set[str] = set()
         self.pinned = False
-        self.gd_base = 0.0  # GreedyDual clock value at last access
         self.n_device = 0  # pages with device >= 0, kept by PrefixCache
         self.n_host = 0
         self._summary: NodeSummary | None = None
@@ -125,9 +123,6 @@ class Node:
         code[self.device >= 0] = DEVICE
         return code
 
-    def is_empty(self) -> bool:
-        return self.n_device == 0 and self.n_host == 0 and not self.stored.any()
-
 
 @dataclass(frozen=True)
 class Segment:
@@ -171,7 +166,7 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 class PageTree:
-    """The radix tree: structure only. Tier bookkeeping lives in `PrefixCache`."""
+    """The radix tree: structure only. Tier bookkeeping lives in `penelope_engine.placement`."""
 
     def __init__(self) -> None:
         self.root = Node(None, 0, np.empty(0, dtype=np.uint64))
@@ -217,7 +212,6 @@ class PageTree:
         upper.last_access = node.last_access
         upper.sessions = set(node.sessions)
         upper.pinned = node.pinned
-        upper.gd_base = node.gd_base
         upper.tenant = node.tenant
         node.hashes, node.device = node.hashes[k:].copy(), node.device[k:].copy()
         node.host, node.stored = node.host[k:].copy(), node.stored[k:].copy()

@@ -34,17 +34,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
-from penelope_engine.errors import ConfigError
+from penelope_engine.util import require
 from router.assignments import AssignmentTable
 from router.digest import EMPTY_DIGEST, ReplicaDigest
-from router.hashing import rendezvous_order, rendezvous_pick, stable_hash64
+from router.hashing import rendezvous_order, stable_hash64
 
 PAIR_SALT = "pow2"
-
-
-def _require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
 
 
 @dataclass(frozen=True)
@@ -65,35 +60,35 @@ class RouterConfig:
     seed: int | None = None  # random draws (sessionless requests, pow2)
 
     def __post_init__(self) -> None:
-        _require(
+        require(
             0.0 < self.overload_ratio <= 1.0,
             f"overload_ratio must be in (0, 1], got {self.overload_ratio}",
         )
-        _require(
+        require(
             self.device_weight >= self.host_weight >= self.store_weight >= 0.0
             and self.device_weight > 0.0,
             "tier weights must satisfy device > 0 and device >= host >= store >= 0, got "
             f"{self.device_weight}, {self.host_weight}, {self.store_weight}",
         )
-        _require(
+        require(
             self.min_holder_tokens >= 1,
             f"min_holder_tokens must be >= 1, got {self.min_holder_tokens}",
         )
-        _require(
+        require(
             self.min_prefix_pages >= 1,
             f"min_prefix_pages must be >= 1, got {self.min_prefix_pages}",
         )
-        _require(
+        require(
             self.active_window_s > 0, f"active_window_s must be > 0, got {self.active_window_s}"
         )
-        _require(
+        require(
             0.0 <= self.balance_slack < 1.0,
             f"balance_slack must be in [0, 1), got {self.balance_slack}",
         )
-        _require(
+        require(
             self.assignment_ttl_s > 0, f"assignment_ttl_s must be > 0, got {self.assignment_ttl_s}"
         )
-        _require(
+        require(
             self.max_assignments >= 1, f"max_assignments must be >= 1, got {self.max_assignments}"
         )
 
@@ -102,7 +97,7 @@ class RouterConfig:
         """Build from a plain mapping (Ray's ``request_router_kwargs``), naming bad keys."""
         valid = sorted(f.name for f in fields(cls))
         unknown = sorted(set(kwargs) - set(valid))
-        _require(not unknown, f"unknown router option(s) {unknown}; valid: {', '.join(valid)}")
+        require(not unknown, f"unknown router option(s) {unknown}; valid: {', '.join(valid)}")
         return cls(**kwargs)
 
 
@@ -320,10 +315,3 @@ class AffinityRouter:
         overloaded = view.queue_len >= self.config.overload_ratio * view.max_ongoing
         ranks = (pair, (*rest, home)) if overloaded else ((home,), pair, rest)
         return RouteDecision(tuple(r for r in ranks if r), reason, overloaded, rehomed_from)
-
-
-def _pick(key: str, replica_ids: Iterable[str]) -> str:
-    picked = rendezvous_pick(key, replica_ids)
-    if picked is None:
-        raise ValueError("cannot pick a replica: there are none")
-    return picked

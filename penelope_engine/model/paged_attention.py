@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from penelope_engine.model.attention import AttentionMetadata
+from penelope_engine.util import cdiv
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class AttentionPlan:
 
 def context_slots(page_table: torch.Tensor, context_len: int, page_size: int) -> torch.Tensor:
     """Flat KV slots of positions ``[0, context_len)`` of one sequence."""
-    num_pages = -(-context_len // page_size)
+    num_pages = cdiv(context_len, page_size)
     offsets = torch.arange(page_size, device=page_table.device)
     slots = page_table[:num_pages, None].to(torch.int64) * page_size + offsets[None, :]
     return slots.reshape(-1)[:context_len]

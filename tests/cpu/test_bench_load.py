@@ -13,7 +13,7 @@ import pytest
 
 from bench.child import ChildFailed
 from bench.load import LoadConfig, run_load, summarize
-from penelope_engine.cli import main
+from penelope_cli.cli import main
 
 
 def test_a_short_run_has_no_server_error_no_leak_and_refuses_every_malformed_request(

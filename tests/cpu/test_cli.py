@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from penelope_engine.cli import main
+from penelope_cli.cli import main
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """`penelope --help` everywhere: every option has help and shows its default.
 
-Walks the parser tree that `penelope_engine.cli.main` builds (the top level
+Walks the parser tree that `penelope_cli.cli.main` builds (the top level
 and `bench`), then each tool's own parser (`cli.tool_parser`), so an option
 added without help anywhere fails here.
 """
@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from penelope_engine.cli import BENCHES, COMMANDS, build_parser, main, tool_parser
+from penelope_cli.cli import BENCHES, COMMANDS, build_parser, main, tool_parser
 
 
 def _subparsers(ap: argparse.ArgumentParser) -> argparse._SubParsersAction | None:

@@ -9,10 +9,12 @@ import pytest
 
 from bench.costmodel import CpuCostModel, StepLoad
 from bench.sim import SimConfig, Simulator
-from bench.simreplica import _chunk_load
+from bench.steptimer import step_load
 from bench.traces import Scale, Session, Trace, Turn
 from bench.workload import Workload, WorkloadConfig, sample_workload
 from penelope_engine.policies import POLICIES
+from penelope_engine.protocol import GenerateRequest
+from penelope_engine.sequence import BatchItem, Sequence
 
 COST = CpuCostModel(2e-3, 50e-6, 0.05e-6, 1e-4, kv_bytes_per_token=4096, copy_bytes_per_s=4e9)
 PREFIX = 96
@@ -44,7 +46,7 @@ def _run(cfg: SimConfig, n: int = 6, seed: int = 0) -> Simulator:
     sim = Simulator(_workload(n, seed), cfg, COST, seed=seed)
     sim.metrics = sim.run()
     for rep in sim.replicas:
-        rep.cache.cache.check_integrity(request_pages=0)  # nothing runs any more
+        rep.cache.check_integrity(request_pages=0)  # nothing runs any more
     return sim
 
 
@@ -134,12 +136,15 @@ def test_config_is_validated() -> None:
         _cfg(policy="fifo")
 
 
-def test_chunk_load_counts_attention_pairs_over_segments() -> None:
-    todo = [(10, 14), (30, 32)]
-    pairs, keys = _chunk_load(todo, 0, 6)
-    assert pairs == sum(p + 1 for p in (10, 11, 12, 13, 30, 31)) and keys == 32
-    pairs, keys = _chunk_load(todo, 3, 2)
-    assert pairs == (13 + 1) + (30 + 1) and keys == 31
+def test_step_load_counts_attention_pairs_over_segments() -> None:
+    """The one measure of a batch, for the engine's timer and the simulator's clock."""
+    seq = Sequence(GenerateRequest("r", (0,)), np.empty(0, np.uint64), [0])
+    chunk = BatchItem(seq, np.array([10, 11, 12, 13, 30, 31]), True)
+    decode = BatchItem(seq, np.array([40]), True)
+    load = step_load([chunk, decode])
+    assert load.attention_pairs == sum(p + 1 for p in (10, 11, 12, 13, 30, 31, 40))
+    assert load.kv_read_tokens == 32 + 41 and load.tokens == 7
+    assert load.logit_rows == 2 and load.sequences == 2
 
 
 def test_times_follow_the_cost_model_for_a_lone_request() -> None:
@@ -186,3 +191,21 @@ def test_llm_time_floor_is_nearly_reached_by_a_lone_session_with_room() -> None:
     # left above the floor: the first turn's shared prefix (nothing cached it yet)
     # and each turn's last partial page, recomputed
     assert m.mean_llm_floor_s < m.mean_llm_time_s < 1.1 * m.mean_llm_floor_s
+
+
+@pytest.mark.parametrize("tiers", ["gpu", "gpu+cpu"])
+def test_decode_runs_as_one_event_give_the_times_of_stepping_one_by_one(tiers: str) -> None:
+    kw = dict(tiers=tiers, host_budget_tokens=4_000, device_budget_tokens=2_500)
+    fast = _run(_cfg(**kw))
+    slow = _run(_cfg(**kw, fast_decode=False))
+    a, b = fast.requests, slow.requests
+    assert [(r.session_id, r.turn) for r in a] == [(r.session_id, r.turn) for r in b]
+    for x, y in zip(a, b, strict=True):
+        assert (x.device_tokens, x.host_tokens, x.recomputed_tokens, x.new_tokens) == (
+            y.device_tokens,
+            y.host_tokens,
+            y.recomputed_tokens,
+            y.new_tokens,
+        )
+        assert x.first_token_at == pytest.approx(y.first_token_at, rel=1e-9, abs=1e-9)
+        assert x.finished_at == pytest.approx(y.finished_at, rel=1e-9, abs=1e-9)

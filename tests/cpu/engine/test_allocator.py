@@ -44,18 +44,6 @@ def test_double_free_raises_and_changes_nothing() -> None:
         alloc.check()
 
 
-def test_in_flight_pages_count_towards_capacity() -> None:
-    alloc = PageAllocator(4)
-    pages = alloc.allocate(2)
-    alloc.mark_in_flight(pages[:1], True)
-    alloc.check()
-    assert alloc.used_pages().tolist() == sorted(pages.tolist())
-    alloc.mark_in_flight(pages[:1], False)
-    alloc.free(pages)
-    alloc.check()
-    assert alloc.num_free == 4
-
-
 def test_check_catches_a_corrupted_free_stack() -> None:
     alloc = PageAllocator(4)
     alloc.allocate(1)

@@ -10,7 +10,7 @@ from cache_testkit import CacheWorld
 
 from penelope_engine.cache import PrefixCache
 from penelope_engine.errors import CapacityError, UnknownNameError
-from penelope_engine.policies import POLICIES
+from penelope_engine.policies import POLICIES, GreedyDualPolicy
 
 PREFIX = (0, 4, "device")
 
@@ -141,13 +141,15 @@ def test_greedydual_takes_cheap_fronts_first_and_stale_sessions_whole() -> None:
     assert world.hold(1) and world.hold(1)  # one front page of each: they cost the same
     hole = [PREFIX, (4, 8, "hole"), (8, 20, "device")]
     assert world.segments("s1") == world.segments("s2") == hole
-    clock = world.cache.clock
+    policy = world.cache.policy
+    assert isinstance(policy, GreedyDualPolicy)  # the clock is the policy's own
+    clock = policy.clock
     assert clock > 0  # the clock rose to the victims' priority
     world.turn("s2", 0)  # s2 is back: its pages are valued at the risen clock
     assert world.hold(3)
     assert world.segments("s1") == [PREFIX]
     assert world.segments("s2") == hole
-    assert world.cache.clock > clock
+    assert policy.clock > clock
     world.check()
 
 

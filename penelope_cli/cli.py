@@ -23,7 +23,7 @@ from penelope_engine.helpformat import parser
 
 # name: (module with build_parser() and main(), one-line help)
 COMMANDS = {
-    "demo": ("penelope_engine.demo", "a three-turn agent session on the embedded engine"),
+    "demo": ("penelope_cli.demo", "a three-turn agent session on the embedded engine"),
     "serve": ("deployments.standalone", "the OpenAI-compatible server in one process"),
     "verify": ("penelope_engine.verify", "fused recompute == full prefill on your model"),
 }
