@@ -38,6 +38,7 @@ class RequestRecord:
     recomputed_tokens: int
     new_tokens: int
     history_class: str  # first | full | partial | miss
+    preemptions: int = 0  # times the scheduler put it back in the queue
 
     @property
     def ttft(self) -> float:

@@ -32,9 +32,11 @@ import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from bench.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
 from bench.steptimer import StepTimer
-from bench.tokens import TokenMap
+from bench.tokens import TokenMap, repeat_answer
 from bench.traces import Session
 from bench.workload import Workload
 from penelope_engine.engine import Engine
@@ -66,7 +68,8 @@ class EngineReplay:
         self._order = itertools.count()
         self._pending: dict[str, _Pending] = {}
         self._starts: dict[str, float] = {}
-        self._last: dict[str, tuple[int, list[int]]] = {}  # prompt length, prompt + output
+        # each session's last turn: its trace tokens, and the tokens it really ran
+        self._last: dict[str, tuple[np.ndarray, list[int]]] = {}
         self.requests: list[RequestRecord] = []
         self.session_records: list[SessionRecord] = []
         self.failed = 0
@@ -133,14 +136,8 @@ class EngineReplay:
 
     def _prompt(self, sid: str, s: Session, k: int) -> tuple[int, ...]:
         """The trace's input for turn k, with the previous turn's answer as generated."""
-        ids = [int(t) for t in self.tokens.input_ids(s, k)]
-        last = self._last.get(sid)
-        if last is not None:
-            p, seq = last
-            if len(ids) > p and ids[:p] == seq[:p]:
-                m = min(len(seq), len(ids)) - p
-                ids[p : p + m] = seq[p : p + m]
-        return tuple(ids)
+        ids = repeat_answer(self.tokens.input_ids(s, k), self._last.get(sid))
+        return tuple(ids.tolist())
 
     def _step(self) -> None:
         started = self._now()
@@ -161,7 +158,8 @@ class EngineReplay:
         if seq.error is not None or seq.first_token_at is None:
             self.failed += 1
         else:
-            self._last[p.session_id] = (seq.prompt_len, list(seq.tokens))
+            raw = self.tokens.sequence_ids(self.sessions[p.session_id], p.turn)
+            self._last[p.session_id] = (raw, list(seq.tokens))
             u = seq.usage
             self.requests.append(
                 RequestRecord(

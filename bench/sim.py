@@ -19,24 +19,26 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bench.costmodel import CostModel, StepLoad, decode_run, prefill_time
 from bench.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
 from bench.simreplica import TIERS, CacheSetup, Replica, SimRequest, Step
-from bench.tokens import TokenMap
+from bench.tokens import TokenMap, repeat_answer
 from bench.traces import Session
 from bench.workload import Workload
 from penelope_engine.config import SchedulerConfig
-from penelope_engine.pages import PageHasher
 from penelope_engine.policies import check_policy_name
 from router.core import ReplicaView, RouterConfig, RouteRequest
 from router.digest import build_digest, decode_digest
 from router.policies import ROUTING_POLICIES, make_policy
+
+if TYPE_CHECKING:
+    from penelope_engine.engine import Engine
 
 ROUTE_PREFIX_PAGES = 8  # leading page ids a request shows the router
 
@@ -96,6 +98,8 @@ class _SessionState:
     session: Session
     start: float | None = None
     prev_hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    raw: np.ndarray | None = None  # the current turn's trace tokens (prompt and output)
+    last: tuple[np.ndarray, list[int]] | None = None  # the last turn: trace tokens, as run
 
 
 def _common_pages(a: np.ndarray, b: np.ndarray) -> int:
@@ -105,19 +109,40 @@ def _common_pages(a: np.ndarray, b: np.ndarray) -> int:
 
 
 class Simulator:
-    def __init__(self, workload: Workload, cfg: SimConfig, cost: CostModel, seed: int = 0) -> None:
+    """The event loop over simulated replicas, or over real engines on simulated time.
+
+    With `engines`, replica i is `engines[i]` (`Replica.over_engine`): its own
+    scheduler, cache, tiers and model, on this loop's clock; `cfg`'s cache and
+    scheduler settings are then the engines' own and are not used.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        cfg: SimConfig,
+        cost: CostModel,
+        seed: int = 0,
+        engines: Sequence[Engine] | None = None,
+    ) -> None:
         self.cfg, self.cost, self.workload = cfg, cost, workload
         self.now = 0.0
         clock: Callable[[], float] = lambda: self.now  # noqa: E731
-        self.replicas = [
-            Replica(i, cfg.cache_setup(), cfg.scheduler, cost, clock, fast_decode=cfg.fast_decode)
-            for i in range(cfg.replicas)
-        ]
+        if engines is not None:
+            if len(engines) != cfg.replicas:
+                raise ValueError(f"{len(engines)} engines for {cfg.replicas} replicas")
+            self.replicas = [Replica.over_engine(i, e, cost, clock) for i, e in enumerate(engines)]
+        else:
+            self.replicas = [
+                Replica.simulated(
+                    i, cfg.cache_setup(), cfg.scheduler, cost, clock, cfg.fast_decode
+                )
+                for i in range(cfg.replicas)
+            ]
         self.router = make_policy(
             cfg.router, RouterConfig(seed=seed, prefix_affinity=cfg.prefix_affinity), clock
         )
         self.tokens = TokenMap(cfg.vocab_size)
-        self.hasher = PageHasher(cfg.page_size, "sim")
+        self.hasher = self.replicas[0].scheduler.hasher  # one namespace for the whole fleet
         self.states = {s.id: _SessionState(s) for s in workload.all_sessions}
         self._heap: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
@@ -225,6 +250,10 @@ class Simulator:
     def _request(self, st: _SessionState, k: int) -> SimRequest:
         s, turn = st.session, st.session.turns[k]
         seq = self.tokens.sequence_ids(s, k)
+        raw = seq
+        seq = seq.copy()
+        seq[: turn.input_tokens] = repeat_answer(raw[: turn.input_tokens], st.last)
+        st.raw = raw
         hashes = self.hasher.hashes(seq)
         ps = self.cfg.page_size
         reusable = _common_pages(st.prev_hashes, hashes[: turn.input_tokens // ps])
@@ -249,6 +278,9 @@ class Simulator:
         for req in rep.commit(step):
             self._record(req)
             st = self.states[req.session_id]
+            assert req.seq is not None
+            assert st.raw is not None
+            st.last = (st.raw, req.seq.tokens)
             nxt = (
                 st.session.turns[req.turn + 1].think_time_s
                 if req.turn + 1 < len(st.session.turns)
@@ -268,7 +300,7 @@ class Simulator:
         return prefill_time(self.cost, new, r.prompt_len - new) + float(decode.sum())
 
     def _record(self, r: SimRequest) -> None:
-        u = r.usage
+        u, ps = r.usage, self.cfg.page_size
         assert r.admitted_at is not None and r.first_token_at is not None
         assert r.finished_at is not None
         floor = self._floor(r)
@@ -288,7 +320,8 @@ class Simulator:
                 u.store_tokens,
                 u.recomputed_tokens,
                 u.new_tokens,
-                history_class(u, r.turn, r.shared_pages * self.cfg.page_size, self.cfg.page_size),
+                history_class(u, r.turn, r.shared_pages * ps, ps),
+                r.seq.preemptions if r.seq is not None else 0,
             )
         )
 

@@ -12,7 +12,9 @@ preemption, usage accounting, insert and release are the engine's code.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +27,10 @@ from penelope_engine.pages import PageHasher
 from penelope_engine.protocol import GenerateRequest, SamplingParams, TokenUsage
 from penelope_engine.scheduler import Scheduler
 from penelope_engine.sequence import BatchItem, Sequence
+from penelope_engine.util import cdiv
+
+if TYPE_CHECKING:
+    from penelope_engine.engine import Engine
 
 TIERS = ("gpu", "gpu+cpu", "gpu+cpu+store")
 MAX_MODEL_LEN = 1 << 40  # the trace decides lengths; the workload already capped them
@@ -85,48 +91,92 @@ class Step:
     end: float
     items: list[BatchItem] = field(default_factory=list)
     decode_steps: int = 1  # > 1: that many decode-only steps run as one event
+    tokens: list[int | None] | None = None  # from the model; None: the trace's
+
+
+Runner = Callable[[list[BatchItem]], list[int | None]]
 
 
 class Replica:
+    """A scheduler, its cache and tiers, and where tokens come from.
+
+    `Replica.simulated` builds them without a model: tokens are the trace's.
+    `Replica.over_engine` takes a real `Engine` and puts it on the simulated
+    clock: its scheduler, cache, tiers and model runner run as they do when
+    serving, only the time is the cost model's (`bench agree`).
+    """
+
     def __init__(
         self,
+        index: int,
+        scheduler: Scheduler,
+        tiers: TimedTiers,
+        cost: CostModel,
+        runner: Runner | None = None,
+        fast_decode: bool = True,
+    ) -> None:
+        self.index, self.scheduler, self.tiers, self.cost = index, scheduler, tiers, cost
+        self.cache = scheduler.cache
+        self.page_size = self.cache.page_size
+        self.runner = runner  # None: the trace's tokens
+        self.fast_decode = fast_decode and runner is None
+        self.requests: dict[str, SimRequest] = {}
+        self.busy = False
+
+    @classmethod
+    def simulated(
+        cls,
         index: int,
         setup: CacheSetup,
         sched: SchedulerConfig,
         cost: CostModel,
-        clock,
-        write_through: bool = True,
+        clock: Callable[[], float],
         fast_decode: bool = True,
-    ) -> None:
-        self.index, self.setup, self.cost = index, setup, cost
-        self.fast_decode = fast_decode
+    ) -> Replica:
         ps = setup.page_size
-        self.page_size = ps
-        self.tiers = TimedTiers(NullTiers(), cost, ps, clock)
-        self.cache = PrefixCache(
+        tiers = TimedTiers(NullTiers(), cost, ps, clock)
+        cache = PrefixCache(
             ps,
             setup.device_pages,
             setup.host_pages,
             setup.policy,
-            io=self.tiers,
+            io=tiers,
             has_store=setup.store,
             time_fn=clock,
             page_cost=page_cost_fn(cost, ps),
         )
         plan = planner_costs(cost)
-        self.scheduler = Scheduler(
+        scheduler = Scheduler(
             sched,
-            self.cache,
+            cache,
             PageHasher(ps, setup.namespace),
-            self.tiers,
+            tiers,
             lambda: plan,
             (),
             MAX_MODEL_LEN,
-            write_through=write_through and setup.host_pages > 0,
+            write_through=setup.host_pages > 0,
             clock=clock,
         )
-        self.requests: dict[str, SimRequest] = {}
-        self.busy = False
+        return cls(index, scheduler, tiers, cost, None, fast_decode)
+
+    @classmethod
+    def over_engine(
+        cls, index: int, engine: Engine, cost: CostModel, clock: Callable[[], float]
+    ) -> Replica:
+        """The engine's own scheduler and cache on `clock`, copies timed, planner fixed.
+
+        The planner's constants come from `cost` (not from the engine's measured
+        step times) and every copy is charged to `TimedTiers`, exactly as in
+        `Replica.simulated`; the bytes still move through the engine's tiers.
+        """
+        ps = engine.config.cache.page_size
+        tiers = TimedTiers(engine.tiers, cost, ps, clock)
+        plan = planner_costs(cost)
+        engine.cache.time_fn = clock
+        engine.cache.placement.io = tiers
+        sched = engine.scheduler
+        sched.tiers, sched.clock, sched.cost = tiers, clock, lambda: plan
+        return cls(index, sched, tiers, cost, engine.runner.run, fast_decode=False)
 
     @property
     def queue_len(self) -> int:
@@ -134,7 +184,7 @@ class Replica:
 
     def fits(self, prompt_len: int, output_len: int) -> bool:
         """Whether the whole turn fits the device pool (else it could never run)."""
-        return -(-(prompt_len + output_len) // self.page_size) <= self.setup.device_pages
+        return cdiv(prompt_len + output_len, self.page_size) <= self.cache.device.capacity
 
     def enqueue(self, req: SimRequest, now: float) -> None:
         req.replica = self.index
@@ -163,6 +213,8 @@ class Replica:
         if not items:
             return None
         load = step_load(items)
+        if self.runner is not None:  # the model runs the step now; its tokens land at the end
+            return Step(now, now + self.cost.step_time(load), items, tokens=self.runner(items))
         if self.fast_decode and len(items) == len(sched.running) and not any(
             it.seq.in_prefill for it in items
         ):
@@ -177,15 +229,19 @@ class Replica:
         """Apply a finished step at `step.end`; returns the requests whose turn ended."""
         done = []
         for j in range(step.decode_steps):
-            tokens: list[int | None] = []
-            for it in step.items:
-                req = self.requests[it.seq.request_id]
-                tokens.append(int(req.tokens[len(it.seq.tokens)]) if it.wants_token else None)
+            tokens = step.tokens if step.tokens is not None else self._scripted(step.items)
             for seq in self.scheduler.commit(step.items, tokens):
                 if seq.finish_reason is not None:
                     assert j == step.decode_steps - 1, "a request finished inside a decode run"
                     done.append(self._finished(seq, step.end))
         return done
+
+    def _scripted(self, items: list[BatchItem]) -> list[int | None]:
+        out: list[int | None] = []
+        for it in items:
+            req = self.requests[it.seq.request_id]
+            out.append(int(req.tokens[len(it.seq.tokens)]) if it.wants_token else None)
+        return out
 
     def next_ready(self) -> float | None:
         return self.scheduler.next_ready()

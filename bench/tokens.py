@@ -104,3 +104,23 @@ class TokenMap:
 
     def output_ids(self, session: Session, k: int) -> np.ndarray:
         return self.sequence_ids(session, k)[session.turns[k].input_tokens :]
+
+
+def repeat_answer(ids: np.ndarray, last: tuple[np.ndarray, list[int]] | None) -> np.ndarray:
+    """Turn k+1's input `ids` (the trace's) with what the session really sent and got before.
+
+    `last` is turn k's whole sequence twice: as the trace has it (prompt and
+    output) and as it ran (its prompt as sent, the tokens the model generated).
+    Where turn k+1 extends turn k in the trace, those positions carry the
+    tokens that really ran, as an agent repeats the answers it got; earlier
+    turns' answers are in turn k's prompt already, so they carry over too.
+    """
+    if last is None:
+        return ids
+    raw, actual = last
+    n = min(len(ids), len(raw), len(actual))
+    diff = np.flatnonzero(ids[:n] != raw[:n])
+    common = int(diff[0]) if len(diff) else n
+    out = ids.copy()
+    out[:common] = actual[:common]
+    return out

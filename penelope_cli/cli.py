@@ -4,7 +4,7 @@
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               fused recompute == full prefill on your model
     penelope bench NAME           recompute | cache-ops | store | tiers | replay | simulate
-                                  | load | ablation
+                                  | load | ablation | agree
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks. The
@@ -36,6 +36,7 @@ BENCHES = {
     "simulate": ("bench.simulate", "agent traces on simulated Qwen3 replicas, every lever"),
     "load": ("bench.load", "many concurrent agent sessions against the standalone server"),
     "ablation": ("bench.ablation", "the ablation table from `bench simulate --json` files"),
+    "agree": ("bench.agree", "the real engine and the simulator, request by request"),
 }
 
 

@@ -24,15 +24,15 @@ from collections.abc import Callable
 
 import numpy as np
 
+from penelope_engine.admission import admit
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import CapacityError
 from penelope_engine.pages import PageHasher
-from penelope_engine.planner import CostModel, choose
+from penelope_engine.planner import CostModel
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sequence import BatchItem, Sequence
 from penelope_engine.tier_protocol import SchedulerTiers
-from penelope_engine.tree import DEVICE, HOLE, HOST, STORE
 
 
 class Scheduler:
@@ -184,98 +184,14 @@ class Scheduler:
     def _admit(self, seq: Sequence, now: float) -> bool:
         if self._blocked_at == self._released:  # nothing was freed since it last failed
             return False
-        ps, cache = self.page_size, self.cache
-        n_ctx = len(seq.tokens)  # the prompt, plus generated tokens after a preemption
-        n_pages = -(-n_ctx // ps)
-        usable = (n_ctx - 1) // ps  # always leave the last token to compute
-        self.tiers.begin()
-        match = cache.match(seq.hashes[:usable])
-        lock = cache.lock_match(match)
-        # Pages past the tree's match may still be in a shared store (a session
-        # that moved here, or a replica that restarted): take the run found there.
-        beyond = self.tiers.store_run(seq.hashes[match.num_pages : usable], seq.req.tenant)
-        k = match.num_pages + beyond
-        where = np.concatenate([match.where, np.full(beyond, STORE, np.int8)])
-        host = np.concatenate([match.host, np.full(beyond, -1, np.int32)])
-        device = where == DEVICE
-        need = n_pages - int(device.sum())
-        try:
-            fresh = cache.allocate(need) if cache.can_allocate(need) else None
-        except CapacityError:
-            fresh = None
-        if fresh is None:
-            cache.unlock(lock)
+        usage = admit(seq, self.cache, self.tiers, self.cost(), now)
+        if usage is None:
             self._blocked_at = self._released
             return False
-        cache.on_start(seq.req.session)
-        table = np.empty(n_pages, dtype=np.int32)
-        table[: match.num_pages][device[: match.num_pages]] = match.device[
-            device[: match.num_pages]
-        ]
-        owned = np.ones(n_pages, dtype=bool)
-        owned[:k][device] = False
-        table[owned] = fresh
-        seq.page_table, seq.owned, seq.lock = table, owned, lock
-        recompute = np.zeros(n_pages, dtype=bool)
-        recompute[:k] = where == HOLE
-        recompute[k:] = True
-        loaded = self._load(seq, host, where, recompute)
-        self._set_todo(seq, recompute, loaded, int(device.sum()))
-        seq.ready_at = self.tiers.ready_at(now)
-        if seq.admitted_at is None:
-            seq.admitted_at = now
+        if not seq.preemptions:  # usage describes the request's first admission
+            seq.usage = usage
+            self.totals += usage
         return True
-
-    def _load(
-        self, seq: Sequence, host: np.ndarray, where: np.ndarray, recompute: np.ndarray
-    ) -> dict[int, int]:
-        """Load host/store pages the planner picks; mark the rest for recompute."""
-        loaded = {HOST: 0, STORE: 0}
-        ps = self.page_size
-        for code, tier in ((HOST, "host"), (STORE, "store")):
-            idx = np.flatnonzero(where == code)
-            if not len(idx):
-                continue
-            span = (int(idx[0]) * ps, len(idx) * ps)
-            if choose(self.cost(), tier, *span) == "recompute":
-                recompute[idx] = True
-                continue
-            if code == HOST:
-                ok = np.full(len(idx), self.tiers.host_to_device(host[idx], seq.page_table[idx]))
-            else:
-                ps = self.page_size
-                toks = seq.token_array(len(seq.hashes) * ps).reshape(-1, ps)
-                ok = self.tiers.load_store(
-                    seq.hashes[idx], toks[idx], seq.req.tenant, seq.page_table[idx]
-                )
-            recompute[idx[~ok]] = True
-            loaded[code] = int(ok.sum())
-        return loaded
-
-    def _set_todo(
-        self, seq: Sequence, recompute: np.ndarray, loaded: dict[int, int], device_pages: int
-    ) -> None:
-        ps = self.page_size
-        pages = np.flatnonzero(recompute)
-        pos = (pages[:, None] * ps + np.arange(ps)[None, :]).reshape(-1)
-        seq.todo = pos[pos < len(seq.tokens)].astype(np.int64)
-        seq.cursor = 0
-        if seq.preemptions:  # usage describes the request's first admission
-            return
-        seen = self.cache.session(seq.req.session).seen_hashes
-        n = min(len(seen), len(seq.hashes))
-        was_cached = np.zeros(len(recompute), dtype=bool)
-        was_cached[:n] = seen[:n] == seq.hashes[:n]
-        recomputed = int(was_cached[seq.todo // ps].sum())
-        seq.usage = TokenUsage(
-            prompt_tokens=seq.prompt_len,
-            device_tokens=device_pages * ps,
-            host_tokens=loaded[HOST] * ps,
-            store_tokens=loaded[STORE] * ps,
-            recomputed_tokens=recomputed,
-            new_tokens=len(seq.todo) - recomputed,
-        )
-        self.totals += seq.usage
 
     # -- results -----------------------------------------------------------------
     def commit(self, items: list[BatchItem], tokens: list[int | None]) -> list[Sequence]:
