@@ -1,23 +1,36 @@
-"""`penelope verify`: the fused recompute equals a full prefill, on your model and hardware.
+"""`penelope verify`: recomputing holes is exact, in the decoder and through the whole engine.
 
-Each case draws a session (a shared prefix, private history, new tokens) and
-a pattern of holes in the cached history: several holes, holes on and off
-page boundaries, a hole right after the shared prefix, or the whole private
-history gone. The full prefill writes every position's KV into pool A. The
-fused path starts pool B from A's KV on a shuffled page table, fills every
-hole with NaN, then recomputes the holes and the new tokens in one forward
-(or several position-ordered chunks). Logits of the new tokens and the KV of
-every position must match.
+Fused (--cases): each case draws a session (a shared prefix, private history,
+new tokens) and a pattern of holes in the cached history: several holes,
+holes on and off page boundaries, a hole right after the shared prefix, or
+the whole private history gone. The full prefill writes every position's KV
+into pool A. The fused path starts pool B from A's KV on a shuffled page
+table, fills every hole with NaN, then recomputes the holes and the new
+tokens in one forward (or several position-ordered chunks). Logits of the
+new tokens and the KV of every position must match; a NaN anywhere fails.
 
     |-- prefix --|-- private history (holes + cached) --|-- new --|
+
+Engine (--sessions): multi-turn agent sessions through the real `Engine` on
+a cache so tight that it forms holes and moves pages through host and store,
+against each turn run from scratch on a fresh engine (verify_engine.py).
+
+Reference (--reference transformers): Hugging Face transformers loads the
+same checkpoint itself and runs in float32; its logits must match ours.
+
+JSON: "cases", "max_abs_diff" (worst of every comparison) and "ok" (all
+passed), then "fused", "engine" and "reference"; a NaN difference reads "nan".
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,8 +39,34 @@ from penelope_engine.helpformat import parser
 from penelope_engine.kv_pool import DTYPES, KVPool
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest
-from penelope_engine.runner import BatchItem, build_metadata
-from penelope_engine.sequence import Sequence
+from penelope_engine.runner import build_metadata
+from penelope_engine.sequence import BatchItem, Sequence
+
+REFERENCES = ("none", "transformers")
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b|; NaN when either side holds a NaN anywhere (so the check fails)."""
+    if a.shape != b.shape:
+        return math.inf
+    if a.numel() == 0:
+        return 0.0
+    d = (a.float() - b.float()).abs()
+    return math.nan if bool(torch.isnan(d).any()) else float(d.max())
+
+
+def worst(values: Iterable[float]) -> float:
+    """The largest value, NaN if any is NaN (Python's `max` keeps or drops a NaN by position)."""
+    out = 0.0
+    for v in values:
+        if math.isnan(v):
+            return math.nan
+        out = max(out, v)
+    return out
+
+
+def passes(diff: float, tolerance: float) -> bool:
+    return not math.isnan(diff) and diff <= tolerance
 
 
 @dataclass(frozen=True)
@@ -68,17 +107,17 @@ def _seq(tokens: np.ndarray, table: np.ndarray) -> Sequence:
 
 
 def _forward(
-    lm: LoadedModel, pool: KVPool, seq: Sequence, positions: np.ndarray, chunks: int
+    lm: LoadedModel, pool: KVPool, seq: Sequence, positions: np.ndarray, chunks: int, first: int
 ) -> torch.Tensor:
-    """Logits of every query, computing `positions` in `chunks` position-ordered passes."""
+    """Logits of the queries at positions >= `first`, computing `positions` in `chunks`
+    position-ordered passes (every pass writes the KV of its positions)."""
     rows = []
     for part in np.array_split(positions, chunks):
         if len(part) == 0:
             continue
         ids, meta = build_metadata([BatchItem(seq, part, True)], pool.page_size, pool.device)
-        meta = type(meta)(
-            **{**meta.__dict__, "logits_indices": torch.arange(len(part), device=pool.device)}
-        )
+        wanted = torch.from_numpy(np.flatnonzero(part >= first)).to(pool.device)
+        meta = replace(meta, logits_indices=wanted)
         rows.append(lm.model(ids, meta, pool))
     return torch.cat(rows)
 
@@ -91,37 +130,55 @@ def run_case(
     dtype: torch.dtype,
     device: str,
 ) -> float:
+    """max |fused - full| over the new tokens' logits and every position's K and V; NaN if
+    either side holds a NaN (a hole the fused pass left unfilled reads NaN)."""
     n = len(case.tokens)
     pages = -(-n // page_size)
     pool_a = KVPool(lm.config, pages, page_size, dtype, device)
     pool_b = KVPool(lm.config, pages, page_size, dtype, device)
     table_a = np.arange(pages)
     table_b = rng.permutation(pages)
-    full = _forward(lm, pool_a, _seq(case.tokens, table_a), np.arange(n), 1)
     cached = n - case.num_new
+    full = _forward(lm, pool_a, _seq(case.tokens, table_a), np.arange(n), 1, cached)
     slots_a = torch.from_numpy(
         table_a[np.arange(n) // page_size] * page_size + np.arange(n) % page_size
-    )
+    ).to(pool_a.device)
     slots_b = torch.from_numpy(
         table_b[np.arange(n) // page_size] * page_size + np.arange(n) % page_size
-    )
+    ).to(pool_b.device)
     missing = np.concatenate([case.holes, np.ones(case.num_new, dtype=bool)])
+    keep = torch.from_numpy(~missing).to(pool_b.device)
     for layer in range(lm.config.num_layers):
         for a, b in ((pool_a.k[layer], pool_b.k[layer]), (pool_a.v[layer], pool_b.v[layer])):
             b.fill_(float("nan"))
-            keep = torch.from_numpy(~missing)
             b[slots_b[keep]] = a[slots_a[keep]]
     queries = np.flatnonzero(missing)
-    fused = _forward(lm, pool_b, _seq(case.tokens, table_b), queries, case.chunks)
-    new_rows = torch.from_numpy(np.searchsorted(queries, np.arange(cached, n)))
-    diff = (fused[new_rows] - full[cached:]).abs().max().item()
+    fused = _forward(lm, pool_b, _seq(case.tokens, table_b), queries, case.chunks, cached)
+    diffs = [max_abs_diff(fused, full)]
     for layer in range(lm.config.num_layers):
-        diff = max(
-            diff,
-            (pool_b.k[layer][slots_b] - pool_a.k[layer][slots_a]).abs().max().item(),
-            (pool_b.v[layer][slots_b] - pool_a.v[layer][slots_a]).abs().max().item(),
-        )
-    return diff
+        diffs.append(max_abs_diff(pool_b.k[layer][slots_b], pool_a.k[layer][slots_a]))
+        diffs.append(max_abs_diff(pool_b.v[layer][slots_b], pool_a.v[layer][slots_a]))
+    return worst(diffs)
+
+
+def run_fused(
+    lm: LoadedModel, cases: int, page_size: int, seed: int, dtype: str, device: str, tol: float
+) -> dict:
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for i in range(cases):
+        case = draw_case(rng, lm.config.vocab_size, page_size, i)
+        diffs.append(run_case(lm, case, page_size, rng, DTYPES[dtype], device))
+    failed = sum(not passes(d, tol) for d in diffs)
+    diff = worst(diffs)
+    return {"cases": cases, "failed_cases": failed, "max_abs_diff": diff, "ok": failed == 0}
+
+
+def random_sequences(lm: LoadedModel, page_size: int, seed: int) -> list:
+    """Reference sequences when no engine turns ran: three random prompts, no sampled rows."""
+    rng = np.random.default_rng(seed)
+    lengths = [page_size * k + 3 for k in (2, 5, 9)]
+    return [(rng.integers(0, lm.config.vocab_size, n + 1).tolist(), n, []) for n in lengths]
 
 
 def verify(
@@ -132,28 +189,74 @@ def verify(
     dtype: str = "float32",
     device: str = "cpu",
     tolerance: float = 1e-4,
+    sessions: int = 4,
+    turns: int = 4,
+    max_tokens: int = 3,
+    reference: str = "none",
 ) -> dict:
+    """Run the checks; the report as plain data (NaN and infinite differences as floats)."""
+    if reference not in REFERENCES:
+        raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
+    from penelope_engine.verify_engine import run_engine, run_reference
+
     lm = load_model(model, dtype, device)
-    rng = np.random.default_rng(seed)
-    worst = 0.0
-    for i in range(cases):
-        case = draw_case(rng, lm.config.vocab_size, page_size, i)
-        d = run_case(lm, case, page_size, rng, DTYPES[dtype], device)
-        worst = max(worst, d if d == d else float("inf"))
-    return {"cases": cases, "max_abs_diff": worst, "ok": worst <= tolerance}
+    result: dict[str, Any] = {"cases": cases}
+    sections: dict[str, dict] = {}
+    if cases > 0:
+        sections["fused"] = run_fused(lm, cases, page_size, seed, dtype, device, tolerance)
+    turns_run: list = []
+    if sessions > 0 and turns > 0:
+        sections["engine"], turns_run = run_engine(
+            lm, model, dtype, device, page_size, sessions, turns, max_tokens, seed, tolerance
+        )
+    if reference == "transformers":
+        seqs = turns_run or random_sequences(lm, page_size, seed)
+        sections["reference"] = run_reference(lm, model, page_size, seqs, tolerance)
+    result["max_abs_diff"] = worst(s["max_abs_diff"] for s in sections.values())
+    result["ok"] = bool(sections) and all(s["ok"] for s in sections.values())
+    return result | sections
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with NaN and infinite floats as the strings "nan", "inf" (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = parser("penelope verify", __doc__)
     ap.add_argument("--model", default="tiny-qwen3", help="registered model name or directory")
-    ap.add_argument("--cases", type=int, default=50, help="random sessions and hole patterns")
+    ap.add_argument(
+        "--cases",
+        type=int,
+        default=50,
+        help="fused check: random sessions and hole patterns (0 skips it)",
+    )
+    ap.add_argument(
+        "--sessions", type=int, default=4, help="engine check: agent sessions (0 skips it)"
+    )
+    ap.add_argument("--turns", type=int, default=4, help="engine check: turns of each session")
+    ap.add_argument(
+        "--max-tokens", type=int, default=3, help="engine check: greedy tokens per turn"
+    )
+    ap.add_argument(
+        "--reference",
+        default="none",
+        choices=REFERENCES,
+        help="also compare logits with this library loading the same checkpoint itself",
+    )
     ap.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
     ap.add_argument("--dtype", default="float32", choices=list(DTYPES), help="model and KV dtype")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument(
-        "--tolerance", type=float, default=1e-4, help="largest max |fused - full| that passes"
+        "--tolerance", type=float, default=1e-4, help="largest max |logit or KV diff| that passes"
     )
-    ap.add_argument("--seed", type=int, default=0, help="seed of the drawn cases")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the drawn cases and sessions")
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
     return ap
 
@@ -161,13 +264,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     result = verify(
-        args.model, args.cases, args.page_size, args.seed, args.dtype, args.device, args.tolerance
+        args.model,
+        args.cases,
+        args.page_size,
+        args.seed,
+        args.dtype,
+        args.device,
+        args.tolerance,
+        args.sessions,
+        args.turns,
+        args.max_tokens,
+        args.reference,
     )
-    print(json.dumps(result))
+    print(json.dumps(jsonable(result), allow_nan=False))
     if not args.json:
-        status = "OK" if result["ok"] else "MISMATCH"
-        print(
-            f"{status}: {args.cases} cases, max |fused - full| = {result['max_abs_diff']:.3g}",
-            file=sys.stderr,
-        )
+        for name in ("fused", "engine", "reference"):
+            if name in result:
+                s = result[name]
+                status = "OK" if s["ok"] else "MISMATCH"
+                why = f" ({s['error']})" if "error" in s else ""
+                print(
+                    f"{status}: {name}, max |diff| = {s['max_abs_diff']:.3g}{why}", file=sys.stderr
+                )
     return 0 if result["ok"] else 1
