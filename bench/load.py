@@ -366,7 +366,7 @@ def run_load(cfg: LoadConfig) -> dict[str, Any]:
     with background_server(app) as url, RssSampler(pool_full=pool_full) as rss:
         backend = app.state.penelope.backend
         backend_ref.append(backend)
-        vocab = backend.engine.engine.loaded.config.vocab_size
+        vocab = backend.engine.vocab_size
         records = run_child(
             client_main, (cfg, url, vocab), timeout_s=client_deadline_s(cfg), name="load-client"
         )

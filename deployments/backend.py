@@ -25,7 +25,12 @@ import anyio
 
 from cache_store import StoreStats
 from deployments.errors import unavailable
-from penelope_engine.protocol import EngineStats, GenerateRequest, RequestOutput
+from penelope_engine.protocol import (
+    EngineProtocol,
+    EngineStats,
+    GenerateRequest,
+    RequestOutput,
+)
 
 log = logging.getLogger(__name__)
 LIVENESS_POLL_S = 0.25  # how often a request waiting for output checks that its engine runs
@@ -42,27 +47,6 @@ class TokenizerLike(Protocol):
     def apply_chat_template(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
     ) -> list[int]: ...
-
-
-class ServingEngine(Protocol):
-    """The engine surface the API needs: the protocol plus model facts."""
-
-    model_name: str
-    max_model_len: int
-
-    @property
-    def tokenizer(self) -> TokenizerLike: ...
-
-    def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]: ...
-
-    def stats(self) -> EngineStats: ...
-
-    async def abort(self, request_id: str) -> bool: ...
-
-    async def shutdown(self) -> None: ...
-
-    @property
-    def alive(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -107,9 +91,9 @@ class LocalBackend:
 
     def __init__(
         self,
-        engine: ServingEngine,
+        engine: EngineProtocol,
         replica: str = "standalone",
-        restart: Callable[[], ServingEngine] | None = None,
+        restart: Callable[[], EngineProtocol] | None = None,
     ) -> None:
         self.engine = engine
         self.replica = replica
@@ -135,13 +119,13 @@ class LocalBackend:
 
     def store_stats(self) -> Mapping[str, StoreStats]:
         """The Arrow store's counters (write and read errors included), if there is a store."""
-        store = getattr(getattr(self.engine, "engine", None), "store", None)
-        return {self.replica: store.stats()} if store is not None else {}
+        stats = self.engine.store_stats()
+        return {self.replica: stats} if stats is not None else {}
 
     async def close(self) -> None:
         await self.engine.shutdown()
 
-    async def _live_engine(self) -> ServingEngine:
+    async def _live_engine(self) -> EngineProtocol:
         if self.engine.alive:
             return self.engine
         if self._restart is None:
@@ -157,7 +141,7 @@ class LocalBackend:
 
 
 async def stream_with_abort(
-    engine: ServingEngine, request: GenerateRequest, replica: str
+    engine: EngineProtocol, request: GenerateRequest, replica: str
 ) -> AsyncIterator[ReplicaOutput]:
     """Tag the engine's outputs; abort the request if the consumer stops early.
 
@@ -199,7 +183,9 @@ async def stream_with_abort(
                 await aclose()
 
 
-async def _while_alive(engine: ServingEngine, step: asyncio.Future[RequestOutput]) -> RequestOutput:
+async def _while_alive(
+    engine: EngineProtocol, step: asyncio.Future[RequestOutput]
+) -> RequestOutput:
     """The step's output, unless the engine dies first (then 503)."""
     while True:
         done, _ = await asyncio.wait({step}, timeout=LIVENESS_POLL_S)

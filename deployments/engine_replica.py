@@ -1,4 +1,4 @@
-"""The engine deployment: one `AsyncEngine` per Ray Serve replica.
+"""The engine deployment: one engine (`EngineProtocol`) per Ray Serve replica.
 
 Besides `generate`, a replica answers Ray Serve's two hooks:
 
@@ -27,10 +27,10 @@ from ray import serve
 from deployments.autoscaling import KvSignals
 from deployments.backend import ReplicaOutput, stream_with_abort
 from deployments.serve_config import SGLangSettings
+from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.config import EngineConfig
-from penelope_engine.engine import AsyncEngine
 from penelope_engine.model.tokenizer import Tokenizer
-from penelope_engine.protocol import GenerateRequest
+from penelope_engine.protocol import EngineProtocol, GenerateRequest
 from router.digest import build_digest
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class EngineInfo:
     tokenizer: TokenizerSpec
 
 
-def _sglang_engine(settings: SGLangSettings) -> Any:
+def _sglang_engine(settings: SGLangSettings) -> EngineProtocol:
     """SGLang in-process with the penelope backend (needs CUDA and sglang==0.5.23)."""
     from penelope_engine.sglang.engine import SGLangEngine, SGLangEngineConfig
 
@@ -85,6 +85,7 @@ class EngineReplica:
     def __init__(
         self, engine_config: EngineConfig | SGLangSettings, working_set_window_s: float
     ) -> None:
+        self._engine: EngineProtocol
         if isinstance(engine_config, SGLangSettings):
             self._engine = _sglang_engine(engine_config)
             page_size = engine_config.page_size

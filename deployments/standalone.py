@@ -41,13 +41,13 @@ def standalone_app(engine_config: EngineConfig, settings: ApiSettings | None = N
     settings = settings or ApiSettings()
 
     async def make_backend() -> LocalBackend:
-        from penelope_engine.engine import AsyncEngine
+        from penelope_engine.async_engine import AsyncEngine
+        from penelope_engine.model.registry import load_model
 
-        engine = await asyncio.to_thread(AsyncEngine, engine_config)
-        loaded = engine.engine.loaded
-        return LocalBackend(
-            engine, settings.replica_name, restart=lambda: AsyncEngine(engine_config, loaded)
-        )
+        c = engine_config
+        loaded = await asyncio.to_thread(load_model, c.model, c.dtype, c.device)
+        engine = await asyncio.to_thread(AsyncEngine, c, loaded)
+        return LocalBackend(engine, settings.replica_name, restart=lambda: AsyncEngine(c, loaded))
 
     return create_app(make_backend, settings)
 

@@ -1,28 +1,19 @@
-"""The torch engine: a synchronous step loop (`Engine`) and its async face (`AsyncEngine`).
+"""The torch engine's synchronous step loop, `Engine`.
 
-`Engine` is single-threaded: only its caller touches the cache. `AsyncEngine`
-runs `Engine.step` on one background thread and hands each request's outputs
-to its asyncio consumer; cancelling the consumer aborts the request.
+`Engine` is single-threaded: only its caller touches the cache. Its async face,
+`penelope_engine.async_engine.AsyncEngine`, runs `Engine.step` on one
+background thread and is what the deployments serve.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import queue
 import re
-import sys
-import threading
 import time
-import traceback
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from itertools import count
 
 import numpy as np
 
-from cache_store import ArrowSegmentStore
+from cache_store import ArrowSegmentStore, StoreStats
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import EngineConfig
 from penelope_engine.errors import CapacityError, EngineError, InvalidRequestError
@@ -41,9 +32,9 @@ from penelope_engine.runner import ModelRunner
 from penelope_engine.scheduler import Scheduler
 from penelope_engine.sequence import BatchItem, Sequence
 from penelope_engine.tiers import TorchTiers
+from penelope_engine.util import cdiv
 
 log = logging.getLogger(__name__)
-SHUTDOWN_TIMEOUT_S = 5.0  # a step is milliseconds to seconds; past this the loop is stuck
 
 
 class Engine:
@@ -59,6 +50,7 @@ class Engine:
         self.model_name = mc.name if config.model.startswith("/") else config.model
         self.tokenizer = self.loaded.tokenizer
         self.max_model_len = mc.max_position
+        self.vocab_size = mc.vocab_size
         dtype = DTYPES[config.dtype]
         self.host_pages = cc.host_pages if cc.write_policy != "off" else 0
         self.device_pool = KVPool(mc, cc.device_pages, cc.page_size, dtype, config.device)
@@ -114,14 +106,13 @@ class Engine:
             raise InvalidRequestError(
                 f"prompt has {n} tokens; the model's window is {self.max_model_len}"
             )
-        vocab = self.loaded.config.vocab_size
+        vocab = self.vocab_size
         if min(req.prompt_token_ids) < 0 or max(req.prompt_token_ids) >= vocab:
             raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
-        ps = self.config.cache.page_size
-        if -(-(n + 1) // ps) > self.config.cache.device_pages:
+        pages = cdiv(n + 1, self.config.cache.page_size)
+        if pages > self.config.cache.device_pages:
             raise CapacityError(
-                f"prompt needs {-(-(n + 1) // ps)} pages; the device pool "
-                f"has {self.config.cache.device_pages}"
+                f"prompt needs {pages} pages; the device pool has {self.config.cache.device_pages}"
             )
         public = self._public_pages(req.prompt_token_ids)
         seq = Sequence(
@@ -220,6 +211,10 @@ class Engine:
             running=len(self.scheduler.running),
         )
 
+    def store_stats(self) -> StoreStats | None:
+        """The Arrow store's counters (write and read errors included); None without one."""
+        return self.store.stats() if self.store is not None else None
+
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
         return self.cache.session_digests(limit)
 
@@ -256,14 +251,6 @@ class Engine:
         return written
 
 
-def _settle(future: asyncio.Future, exc: Exception | None, result: object = None) -> None:
-    if not future.done():
-        if exc is None:
-            future.set_result(result)
-        else:
-            future.set_exception(exc)
-
-
 def output_of(seq: Sequence, emitted: int) -> RequestOutput:
     u = seq.usage
     usage = TokenUsage(
@@ -284,182 +271,3 @@ def output_of(seq: Sequence, emitted: int) -> RequestOutput:
         usage=usage,
         ttft_s=ttft,
     )
-
-
-@dataclass
-class _Listener:
-    """Where the step thread sends one request's outputs (owned by that thread)."""
-
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue
-    emitted: int  # tokens of the sequence already sent
-
-
-class AsyncEngine:
-    """`EngineProtocol` over `Engine`, with the step loop on a background thread.
-
-    Only the step thread touches the engine's requests: `generate` and `abort`
-    post to an inbox, and the thread sends each request's new tokens to its
-    asyncio queue, so the event loop never waits for a forward step. A step
-    that raises fails the requests it was running and the loop goes on.
-    """
-
-    def __init__(
-        self,
-        config: EngineConfig,
-        loaded: LoadedModel | None = None,
-        store: ArrowSegmentStore | None = None,
-    ) -> None:
-        self.engine = Engine(config, loaded, store)
-        self.model_name = self.engine.model_name
-        self.tokenizer = self.engine.tokenizer
-        self.max_model_len = self.engine.max_model_len
-        self._lock = threading.Lock()  # the engine, for the step thread and stats readers
-        self._wake = threading.Event()
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._listeners: dict[str, _Listener] = {}
-        self._readers = 0  # threads waiting to read the engine; the loop yields to them
-        self._closed = False
-        self._ids = count()
-        self._thread = threading.Thread(target=self._loop, name="penelope-engine", daemon=True)
-        self._thread.start()
-
-    @property
-    def config(self) -> EngineConfig:
-        return self.engine.config
-
-    def _loop(self) -> None:
-        while not self._closed:
-            with self._lock:
-                self._take_inbox()
-                busy = self.engine.has_work()
-                try:
-                    done = self.engine.step() if busy else []
-                except Exception as exc:  # a fault must not stop the other requests
-                    log.exception("engine step failed; failing the running requests")
-                    done = self.engine.fail_running(exc)
-                for seq in done:
-                    self._emit(seq)
-            if self._readers:  # let a stats reader in between two steps
-                time.sleep(0.0005)
-            if not busy:
-                self._wake.wait(0.05)
-                self._wake.clear()
-
-    @contextmanager
-    def _reading(self) -> Iterator[None]:
-        """The engine's lock for a reader; the step loop would otherwise re-take it at once."""
-        self._readers += 1
-        try:
-            with self._lock:
-                yield
-        finally:
-            self._readers -= 1
-
-    def _take_inbox(self) -> None:
-        while True:
-            try:
-                item = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-            if item[0] == "abort":
-                _, request_id, done = item
-                self._listeners.pop(request_id, None)
-                found = self.engine.abort(request_id)
-                if done is not None:
-                    done[0].call_soon_threadsafe(_settle, done[1], None, found)
-                continue
-            _, request, listener, future = item
-            try:
-                self.engine.add_request(request)
-            except Exception as exc:  # invalid or too large: the caller raises it
-                listener.loop.call_soon_threadsafe(_settle, future, exc)
-                continue
-            self._listeners[request.request_id] = listener
-            listener.loop.call_soon_threadsafe(_settle, future, None)
-
-    def _emit(self, seq: Sequence) -> None:
-        listener = self._listeners.get(seq.request_id)
-        if listener is None:
-            return
-        out = output_of(seq, listener.emitted)
-        listener.emitted += len(out.token_ids)
-        if out.finished:
-            del self._listeners[seq.request_id]
-        listener.loop.call_soon_threadsafe(listener.queue.put_nowait, (out, seq.error))
-
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
-        loop = asyncio.get_running_loop()
-        listener = _Listener(loop, asyncio.Queue(), len(request.prompt_token_ids))
-        accepted = loop.create_future()
-        finished = False
-        self._inbox.put(("add", request, listener, accepted))
-        self._wake.set()
-        try:
-            await accepted  # raises the engine's InvalidRequestError / CapacityError
-            while True:
-                out, error = await listener.queue.get()
-                if error is not None:
-                    finished = True
-                    raise error
-                if out.token_ids or out.finished:
-                    yield out
-                if out.finished:
-                    finished = True
-                    return
-        finally:
-            if not finished:  # the consumer left: free the request's pages
-                self._inbox.put(("abort", request.request_id, None))
-                self._wake.set()
-
-    async def abort(self, request_id: str) -> bool:
-        """Abort a request and return once its pages are free; False if it is not here."""
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        self._inbox.put(("abort", request_id, (loop, done)))
-        self._wake.set()
-        return bool(await done)
-
-    def stats(self) -> EngineStats:
-        with self._reading():
-            return self.engine.stats()
-
-    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
-        with self._reading():
-            return self.engine.session_digests(limit)
-
-    def clock(self) -> float:
-        return self.engine.clock()  # a clock read: no need to wait for the step
-
-    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
-        with self._reading():
-            return self.engine.shared_prefix_hashes(limit)
-
-    def drain_to_store(self) -> int:
-        with self._reading():
-            return self.engine.drain_to_store()
-
-    @property
-    def alive(self) -> bool:
-        """The step thread is running (for health checks)."""
-        return self._thread.is_alive() and not self._closed
-
-    def check_integrity(self) -> None:
-        with self._reading():
-            self.engine.check_integrity()
-
-    async def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
-        """Stop the step loop; `EngineError` with the thread's stack if it is still busy."""
-        self._closed = True
-        self._wake.set()
-        await asyncio.to_thread(self._thread.join, timeout_s)
-        if self._thread.is_alive():
-            frame = sys._current_frames().get(self._thread.ident or -1)
-            where = "".join(traceback.format_stack(frame)[-6:]) if frame else "(no frame)\n"
-            raise EngineError(
-                f"the engine's step thread did not stop within {timeout_s:g} s of shutdown; "
-                f"it is at:\n{where}"
-            )
-
-    def new_request_id(self) -> str:
-        return f"req-{time.time_ns():x}-{next(self._ids)}"

@@ -17,9 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator
 from dataclasses import astuple, dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from penelope_engine.errors import InvalidRequestError
+
+if TYPE_CHECKING:  # (this module stays light: no tokenizers, no pyarrow)
+    from cache_store import StoreStats
+    from penelope_engine.model.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -141,16 +145,64 @@ class SessionDigest:
 
 
 class EngineProtocol(Protocol):
-    model_name: str
+    """What every engine offers its callers: the API's backend, the Ray replica, the benches.
+
+    Callers use only these members, never an engine's internals. An engine that
+    cannot answer one (the SGLang adapter has no Penelope store, say) returns a
+    neutral value and says so in its docstring. Members that read the cache
+    (`stats`, `session_digests`, ...) may wait for the engine's current step:
+    call them off the event loop.
+    """
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def max_model_len(self) -> int:
+        """The model's window: prompt plus completion tokens."""
+        ...
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids of a prompt must be in [0, vocab_size)."""
+        ...
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    @property
+    def alive(self) -> bool:
+        """The engine still runs requests (for health checks)."""
+        ...
 
     def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]: ...
 
+    async def abort(self, request_id: str) -> bool:
+        """Abort a request, once its pages are free; False if it is not running here."""
+        ...
+
     def stats(self) -> EngineStats: ...
+
+    def store_stats(self) -> StoreStats | None:
+        """The shared KV store's counters; None without a store."""
+        ...
 
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]: ...
 
+    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+        """Page ids of shared prefixes held on the device (the router's digest)."""
+        ...
+
     def clock(self) -> float:
         """Now, in the clock that `SessionDigest.last_access` uses."""
+        ...
+
+    def check_integrity(self) -> None:
+        """Raise AssertionError if the cache's bookkeeping is inconsistent."""
+        ...
+
+    def drain_to_store(self) -> int:
+        """Write the cached KV the store lacks to it (a replica leaving); pages written."""
         ...
 
     async def shutdown(self) -> None: ...

@@ -8,6 +8,7 @@ import torch
 from penelope_engine.kv_pool import KVPool
 from penelope_engine.model.attention import AttentionMetadata
 from penelope_engine.sequence import BatchItem
+from penelope_engine.util import cdiv
 
 __all__ = ["BatchItem", "ModelRunner", "build_metadata"]
 
@@ -26,7 +27,7 @@ def build_metadata(
         starts.append(starts[-1] + len(p))
         ctx_len = int(p[-1]) + 1
         ctx.append(ctx_len)
-        tables.append(torch.from_numpy(table[: -(-ctx_len // page_size)].astype(np.int64)))
+        tables.append(torch.from_numpy(table[: cdiv(ctx_len, page_size)].astype(np.int64)))
     to = lambda arrs: torch.from_numpy(np.concatenate(arrs)).to(device)  # noqa: E731
     meta = AttentionMetadata(
         positions=to(pos),

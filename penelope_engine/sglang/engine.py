@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from penelope_engine.errors import ConfigError, InvalidRequestError
 from penelope_engine.model.tokenizer import Tokenizer
@@ -37,6 +37,9 @@ require_sglang("penelope_engine.sglang.engine (the `sglang` engine)")
 import sglang  # noqa: E402
 
 from penelope_engine.sglang.plugin import BACKEND_NAME, register  # noqa: E402
+
+if TYPE_CHECKING:
+    from cache_store import StoreStats
 
 
 @dataclass(frozen=True)
@@ -85,10 +88,10 @@ class SGLangEngineConfig:
         return kwargs
 
 
-def _context_length(model_path: str) -> int:
-    """The model's window from its config.json (SGLang reads the same field)."""
-    config = json.loads((Path(model_path) / "config.json").read_text())
-    return int(config.get("max_position_embeddings", 32768))
+def _hf_config(model_path: str) -> dict[str, Any]:
+    """The model's config.json (SGLang reads its window and vocabulary from it too)."""
+    config: dict[str, Any] = json.loads((Path(model_path) / "config.json").read_text())
+    return config
 
 
 def sampling_dict(request: GenerateRequest) -> dict[str, Any]:
@@ -134,7 +137,9 @@ class SGLangEngine:
         self.model_name = model_name or config.model_path
         self._engine = sglang.Engine(**config.engine_kwargs())
         self.tokenizer = Tokenizer.from_dir(config.model_path)
-        self.max_model_len = config.context_length or _context_length(config.model_path)
+        hf = _hf_config(config.model_path)
+        self.max_model_len = config.context_length or int(hf.get("max_position_embeddings", 32768))
+        self.vocab_size = int(hf.get("vocab_size") or self.tokenizer.vocab_size)
         self._prompt_tokens = 0
         self._cached_tokens = 0
         self._running = 0
@@ -193,6 +198,10 @@ class SGLangEngine:
             running=self._running,
         )
 
+    def store_stats(self) -> StoreStats | None:
+        """None: SGLang spills to its own storage backends, not to Penelope's Arrow store."""
+        return None
+
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
         """SGLang keeps no per-session view of its tree: the router falls back to hashing."""
         return []
@@ -208,8 +217,16 @@ class SGLangEngine:
         """SGLang's own storage backends hold its spilled KV; nothing to hand over here."""
         return 0
 
+    def check_integrity(self) -> None:
+        """A no-op: SGLang's scheduler checks its own pools for leaks when idle."""
+
     @property
     def alive(self) -> bool:
+        """Always True: SGLang does not report its subprocesses' health to the adapter.
+
+        (A failed SGLang child sends SIGQUIT to this process; SGLang's handler then
+        ends the process tree, when the engine was built on the main thread.)
+        """
         return True
 
     async def shutdown(self) -> None:

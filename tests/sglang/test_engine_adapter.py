@@ -8,6 +8,7 @@ with `async_generate`'s streaming shape (incremental `output_ids` plus
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -18,7 +19,8 @@ import pytest
 from sglang.srt.server_args import ServerArgs
 
 from penelope_engine.errors import ConfigError
-from penelope_engine.protocol import GenerateRequest, SamplingParams
+from penelope_engine.protocol import EngineProtocol, GenerateRequest, SamplingParams
+from penelope_engine.sglang import engine as adapter
 from penelope_engine.sglang.engine import (
     SGLangEngine,
     SGLangEngineConfig,
@@ -103,6 +105,24 @@ def test_generate_streams_new_tokens_and_finishes_once() -> None:
     assert call["input_ids"] == [5, 6, 7] and call["cache_salt"] == "acme" and call["stream"]
     stats = engine.stats()
     assert (stats.tokens_device, stats.tokens_new, stats.running) == (2, 1, 0)
+
+
+def test_the_adapter_answers_every_member_of_the_engine_protocol(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "config.json").write_text(
+        json.dumps({"max_position_embeddings": 4096, "vocab_size": 1000})
+    )
+    monkeypatch.setattr(adapter, "register", lambda: None)
+    monkeypatch.setattr(adapter.sglang, "Engine", lambda **_: StreamingEngine())
+    monkeypatch.setattr(adapter.Tokenizer, "from_dir", staticmethod(lambda _: object()))
+    engine = SGLangEngine(SGLangEngineConfig(str(tmp_path)))
+    members = [n for n in vars(EngineProtocol) if not n.startswith("_")]
+    assert [n for n in members if not hasattr(engine, n)] == []
+    assert (engine.max_model_len, engine.vocab_size, engine.alive) == (4096, 1000, True)
+    assert engine.store_stats() is None and engine.drain_to_store() == 0
+    assert engine.session_digests() == [] and engine.shared_prefix_hashes() == []
+    engine.check_integrity()  # SGLang checks its own pools
 
 
 def test_importing_the_adapter_without_sglang_says_how_to_install_it() -> None:

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from deployments.api import create_app
 from deployments.backend import LocalBackend
 from deployments.settings import ApiSettings
-from penelope_engine.engine import AsyncEngine
+from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.model.registry import LoadedModel
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -9,9 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
-from deploy_testkit import MODEL, open_client
+from deploy_testkit import MODEL, TINY_ENGINE, open_client
 
+from deployments.api import create_app
+from deployments.backend import LocalBackend
 from deployments.settings import ApiSettings
+from penelope_engine.async_engine import AsyncEngine
+from penelope_engine.model.registry import LoadedModel
 
 pytestmark = pytest.mark.anyio
 
@@ -137,6 +142,20 @@ async def test_models_health_and_metrics(client: httpx.AsyncClient) -> None:
         assert needle in text, needle
     hit = next(ln for ln in text.splitlines() if ln.startswith("penelope_cache_hit_ratio{"))
     assert float(hit.split()[-1]) > 0
+
+
+async def test_metrics_export_the_stores_counters_through_the_engine(
+    tiny_qwen3: LoadedModel, tmp_path: Path
+) -> None:
+    cache = dataclasses.replace(TINY_ENGINE.cache, store_uri=str(tmp_path))
+    config = dataclasses.replace(TINY_ENGINE, cache=cache)
+    app = create_app(lambda: LocalBackend(AsyncEngine(config, loaded=tiny_qwen3)))
+    async for client in open_client(app):
+        await client.post("/v1/chat/completions", json=chat(HISTORY))
+        assert list(app.state.penelope.backend.store_stats()) == ["standalone"]
+        assert (
+            'penelope_store_used_bytes{replica="standalone"}' in (await client.get("/metrics")).text
+        )
 
 
 BAD_REQUESTS = [

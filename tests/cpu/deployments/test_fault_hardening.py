@@ -24,8 +24,8 @@ from fastapi import FastAPI
 from deployments.api import create_app
 from deployments.backend import LocalBackend
 from deployments.standalone import background_server
+from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.config import CacheConfig
-from penelope_engine.engine import AsyncEngine
 from penelope_engine.model.registry import LoadedModel
 
 POISON = 4242

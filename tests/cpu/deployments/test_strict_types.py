@@ -28,7 +28,7 @@ from deployments.schemas import (
     StreamOptions,
     TextPart,
 )
-from penelope_engine.engine import AsyncEngine
+from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.protocol import GenerateRequest
 

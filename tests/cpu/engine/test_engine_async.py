@@ -8,10 +8,16 @@ import time
 
 import pytest
 
+from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.config import CacheConfig, EngineConfig
-from penelope_engine.engine import AsyncEngine, Engine
+from penelope_engine.engine import Engine
 from penelope_engine.errors import EngineError, InvalidRequestError
-from penelope_engine.protocol import GenerateRequest, RequestOutput, SamplingParams
+from penelope_engine.protocol import (
+    EngineProtocol,
+    GenerateRequest,
+    RequestOutput,
+    SamplingParams,
+)
 
 CONFIG = EngineConfig(cache=CacheConfig(page_size=4, device_pages=64))
 PROMPT = tuple(range(3000, 3021))
@@ -116,5 +122,24 @@ def test_a_stuck_step_loop_fails_shutdown_with_its_stack(tiny_qwen3) -> None:
         finally:
             release.set()
         await engine.shutdown()  # released: it stops
+
+    asyncio.run(main())
+
+
+def test_it_answers_every_member_of_the_engine_protocol(tiny_qwen3) -> None:
+    async def main() -> None:
+        engine = AsyncEngine(CONFIG, loaded=tiny_qwen3)
+        try:
+            members = [n for n in vars(EngineProtocol) if not n.startswith("_")]
+            assert "vocab_size" in members and "drain_to_store" in members
+            assert [n for n in members if not hasattr(engine, n)] == []
+            assert engine.vocab_size == tiny_qwen3.config.vocab_size
+            assert engine.max_model_len == tiny_qwen3.config.max_position and engine.alive
+            assert engine.store_stats() is None and engine.drain_to_store() == 0  # no store
+            assert await engine.abort("nobody") is False
+            assert engine.session_digests() == [] and engine.shared_prefix_hashes() == []
+            engine.check_integrity()
+        finally:
+            await engine.shutdown()
 
     asyncio.run(main())
