@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.traces import Session
+from bench.sessions import Session
 from penelope_engine.pages import mix64, seed64
 
 _U64 = np.uint64

@@ -1,4 +1,4 @@
-"""Agent traces -> one typed representation: `Session`s of `Turn`s, already scaled.
+"""Agent traces -> `bench.sessions`: `Session`s of `Turn`s, already scaled.
 
 Two formats (data/traces/README.md):
 
@@ -32,11 +32,10 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from bench.sessions import Scale, Session, Trace, Turn
 
 # The real traces vendored into the repository (data/traces, Apache-2.0, with their licence).
 TRACE_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -44,101 +43,7 @@ DEFAULT_TRACE = TRACE_DIR / "claude_code_sessions.jsonl.gz"
 MOONCAKE_TRACE = TRACE_DIR / "mooncake_conversation_trace.jsonl"
 CLAUDE_BLOCK = 64
 MOONCAKE_BLOCK = 512
-
-
-@dataclass(frozen=True)
-class Scale:
-    """One length factor and one time factor, stated in every result."""
-
-    length: float = 1.0
-    time: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not self.length > 0 or not self.time > 0:
-            raise ValueError(f"scale factors must be positive, got {self}")
-
-    def block_tokens(self, block_size: int) -> int:
-        return max(1, round(block_size * self.length))
-
-    def tokens(self, n: int, block_size: int) -> int:
-        """`n` trace tokens at the effective factor block_tokens / block_size."""
-        return round(n * self.block_tokens(block_size) / block_size)
-
-    def describe(self, block_size: int) -> dict[str, float]:
-        bt = self.block_tokens(block_size)
-        return {
-            "length_scale": self.length,
-            "effective_length_scale": bt / block_size,
-            "block_size": block_size,
-            "block_tokens": bt,
-            "time_scale": self.time,
-        }
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One request of a session. Lengths and times are scaled."""
-
-    think_time_s: float  # tool or user time between the previous turn's last token and this one
-    offset_s: float  # the request's time in the trace, since the session started
-    block_runs: tuple[tuple[int, int], ...]  # input block ids as (first id, count) runs, in order
-    input_tokens: int
-    output_tokens: int
-    stop_reason: str  # "tool_use", "end_turn", or "" when the trace does not say
-    shared_prefix_tokens: int  # leading input tokens identical in every session
-
-    def __post_init__(self) -> None:
-        if self.input_tokens < 1 or self.output_tokens < 1:
-            raise ValueError(f"a turn needs input and output tokens, got {self}")
-        if not 0 <= self.shared_prefix_tokens <= self.input_tokens:
-            raise ValueError("shared_prefix_tokens must be within the input")
-        if self.think_time_s < 0:
-            raise ValueError(f"think_time_s must be >= 0, got {self.think_time_s}")
-
-    @property
-    def num_blocks(self) -> int:
-        return sum(n for _, n in self.block_runs)
-
-    def block_ids(self) -> np.ndarray:
-        """The input's block ids, expanded (uint64)."""
-        if not self.block_runs:
-            return np.empty(0, dtype=np.uint64)
-        return np.concatenate([np.arange(s, s + n, dtype=np.uint64) for s, n in self.block_runs])
-
-
-@dataclass(frozen=True)
-class Session:
-    id: str
-    turns: tuple[Turn, ...]
-    block_tokens: int  # tokens per trace block after scaling
-    block_scope: str  # namespace of the block ids: the session (local ids) or the trace (global)
-    parent_id: str | None = None  # set for a subagent
-    after_turn: int = -1  # a subagent starts after this parent turn ends (-1: at the parent start)
-    start_delay_s: float = 0.0
-    trace_start_s: float = 0.0  # when the session began in the trace (Mooncake)
-
-    def __post_init__(self) -> None:
-        if not self.turns:
-            raise ValueError(f"session {self.id} has no turns")
-
-    @property
-    def tool_time_s(self) -> float:
-        return sum(t.think_time_s for t in self.turns[1:])
-
-
-@dataclass(frozen=True)
-class Trace:
-    name: str  # "claude_code" or "mooncake"
-    sessions: tuple[Session, ...]  # top-level sessions and subagents, in trace order
-    scale: Scale
-    block_size: int
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "trace": self.name,
-            "sessions": len(self.sessions),
-            **self.scale.describe(self.block_size),
-        }
+UNSCALED = Scale()  # trace lengths and times as recorded
 
 
 # -- Claude Code ---------------------------------------------------------------------
@@ -204,7 +109,7 @@ def _claude_sessions(
     return [own, *children]
 
 
-def load_claude_code(path: str | Path, scale: Scale = Scale(), limit: int | None = None) -> Trace:
+def load_claude_code(path: str | Path, scale: Scale = UNSCALED, limit: int | None = None) -> Trace:
     """Sessions of a Claude Code trace; `limit` keeps the first N top-level sessions."""
     sessions: list[Session] = []
     with gzip.open(path, "rt") as f:
@@ -264,7 +169,7 @@ def _mooncake_turn(r: dict[str, Any], think_s: float, offset_s: float, scale: Sc
 
 
 def load_mooncake(
-    path: str | Path, scale: Scale = Scale(), limit: int | None = None, min_blocks: int = 2
+    path: str | Path, scale: Scale = UNSCALED, limit: int | None = None, min_blocks: int = 2
 ) -> Trace:
     """Sessions of a Mooncake trace; `limit` reads only the first N requests."""
     with open(path) as f:
@@ -299,7 +204,7 @@ def _first_record(path: Path) -> dict[str, Any]:
         return json.loads(next(lines))
 
 
-def load_trace(path: str | Path, scale: Scale = Scale(), limit: int | None = None) -> Trace:
+def load_trace(path: str | Path, scale: Scale = UNSCALED, limit: int | None = None) -> Trace:
     """Load either format, recognised by its first record."""
     p = Path(path)
     first = _first_record(p)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.traces import Session, Trace
+from bench.sessions import Session, Trace
 
 ARRIVALS = ("poisson", "trace")
 

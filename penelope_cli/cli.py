@@ -28,15 +28,15 @@ COMMANDS = {
     "verify": ("penelope_engine.verify", "fused recompute == full prefill on your model"),
 }
 BENCHES = {
-    "recompute": ("bench.recompute", "rebuilding the front of a cached history vs its tail"),
-    "cache-ops": ("bench.cache_ops", "the cache's own bookkeeping per request (no model)"),
-    "store": ("bench.store_bench", "Arrow store throughput against raw file copies"),
-    "tiers": ("bench.tiers", "agent sessions through device, host and store, exactly"),
-    "replay": ("bench.replay", "agent traces through the real engine, every policy"),
-    "simulate": ("bench.simulate", "agent traces on simulated Qwen3 replicas, every lever"),
-    "load": ("bench.load", "many concurrent agent sessions against the standalone server"),
-    "ablation": ("bench.ablation", "the ablation table from `bench simulate --json` files"),
-    "agree": ("bench.agree", "the real engine and the simulator, request by request"),
+    "recompute": ("bench.micro.recompute", "rebuilding the front of a cached history vs its tail"),
+    "cache-ops": ("bench.micro.cache_ops", "the cache's own bookkeeping per request (no model)"),
+    "store": ("bench.micro.store_bench", "Arrow store throughput against raw file copies"),
+    "tiers": ("bench.micro.tiers", "agent sessions through device, host and store, exactly"),
+    "replay": ("bench.replay.cli", "agent traces through the real engine, every policy"),
+    "simulate": ("bench.sim.simulate", "agent traces on simulated Qwen3 replicas, every lever"),
+    "load": ("bench.load.cli", "many concurrent agent sessions against the standalone server"),
+    "ablation": ("bench.sim.ablation", "the ablation table from `bench simulate --json` files"),
+    "agree": ("bench.sim.agree", "the real engine and the simulator, request by request"),
 }
 
 

@@ -27,8 +27,8 @@ from penelope_engine.errors import CapacityError
 from penelope_engine.planner import CostModel, choose
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sequence import Sequence
+from penelope_engine.tier import Tier
 from penelope_engine.tier_protocol import SchedulerTiers
-from penelope_engine.tree import DEVICE, HOLE, HOST, STORE
 from penelope_engine.util import cdiv
 
 
@@ -45,9 +45,9 @@ def admit(
     lock = cache.lock_match(match)
     beyond = tiers.store_run(seq.hashes[match.num_pages : usable], seq.req.tenant)
     k = match.num_pages + beyond
-    where = np.concatenate([match.where, np.full(beyond, STORE, np.int8)])
+    where = np.concatenate([match.where, np.full(beyond, Tier.STORE, np.int8)])
     host = np.concatenate([match.host, np.full(beyond, -1, np.int32)])
-    device = where == DEVICE
+    device = where == Tier.DEVICE
     need = n_pages - int(device.sum())
     try:
         fresh = cache.allocate(need) if cache.can_allocate(need) else None
@@ -65,7 +65,7 @@ def admit(
     table[owned] = fresh
     seq.page_table, seq.owned, seq.lock = table, owned, lock
     recompute = np.zeros(n_pages, dtype=bool)
-    recompute[:k] = where == HOLE
+    recompute[:k] = where == Tier.HOLE
     recompute[k:] = True
     loaded = _load(seq, tiers, cost, ps, host, where, recompute)
     pages = np.flatnonzero(recompute)
@@ -86,28 +86,28 @@ def _load(
     host: np.ndarray,
     where: np.ndarray,
     recompute: np.ndarray,
-) -> dict[int, int]:
+) -> dict[Tier, int]:
     """Load the host and store pages the planner picks; mark the rest for recompute."""
-    loaded = {HOST: 0, STORE: 0}
-    for code, tier in ((HOST, "host"), (STORE, "store")):
-        idx = np.flatnonzero(where == code)
+    loaded = {Tier.HOST: 0, Tier.STORE: 0}
+    for tier in (Tier.HOST, Tier.STORE):
+        idx = np.flatnonzero(where == tier)
         if not len(idx):
             continue
         if choose(cost, tier, int(idx[0]) * ps, len(idx) * ps) == "recompute":
             recompute[idx] = True
             continue
-        if code == HOST:
+        if tier == Tier.HOST:
             ok = np.full(len(idx), tiers.host_to_device(host[idx], seq.page_table[idx]))
         else:
             toks = seq.token_array(len(seq.hashes) * ps).reshape(-1, ps)
             ok = tiers.load_store(seq.hashes[idx], toks[idx], seq.req.tenant, seq.page_table[idx])
         recompute[idx[~ok]] = True
-        loaded[code] = int(ok.sum())
+        loaded[tier] = int(ok.sum())
     return loaded
 
 
 def _usage(
-    seq: Sequence, cache: PrefixCache, ps: int, device_pages: int, loaded: dict[int, int]
+    seq: Sequence, cache: PrefixCache, ps: int, device_pages: int, loaded: dict[Tier, int]
 ) -> TokenUsage:
     seen = cache.session(seq.req.session).seen_hashes
     n = min(len(seen), len(seq.hashes))
@@ -117,8 +117,8 @@ def _usage(
     return TokenUsage(
         prompt_tokens=seq.prompt_len,
         device_tokens=device_pages * ps,
-        host_tokens=loaded[HOST] * ps,
-        store_tokens=loaded[STORE] * ps,
+        host_tokens=loaded[Tier.HOST] * ps,
+        store_tokens=loaded[Tier.STORE] * ps,
         recomputed_tokens=recomputed,
         new_tokens=len(seq.todo) - recomputed,
     )

@@ -37,6 +37,7 @@ from penelope_engine.placement import Placement, TierIO
 from penelope_engine.policies import EvictionPolicy, make_policy
 from penelope_engine.protocol import SessionDigest
 from penelope_engine.sessions import SessionInfo
+from penelope_engine.tier import Tier
 from penelope_engine.tree import Node, PageTree, TreeMatch
 
 # Names importable from here since before the split (they live in the modules above).
@@ -127,13 +128,13 @@ class PrefixCache:
         """Where each page of `hashes` is. Does not mutate."""
         return self.tree.match(hashes)
 
-    def evictable(self, tier: str = DEVICE_TIER) -> int:
+    def evictable(self, tier: Tier = DEVICE_TIER) -> int:
         return self.heaps.evictable(tier)
 
     def can_allocate(self, n: int) -> bool:
         return self.device.num_free + self.evictable(DEVICE_TIER) >= n
 
-    def first_page(self, node: Node, tier: str) -> int:
+    def first_page(self, node: Node, tier: Tier) -> int:
         """Sequence page index of `node`'s first page held in `tier` (for policies)."""
         return first_page(node, tier)
 

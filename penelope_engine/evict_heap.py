@@ -17,32 +17,33 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from penelope_engine.policies import CacheView, EvictionPolicy
+from penelope_engine.tier import Tier
 from penelope_engine.tree import Node
 
-DEVICE_TIER, HOST_TIER = "device", "host"
+DEVICE_TIER, HOST_TIER = Tier.DEVICE, Tier.HOST  # the two tiers with pools to evict from
 TIERS = (DEVICE_TIER, HOST_TIER)
 
 # drop(tier, node, idx): take pages `idx` of `node` off `tier` (demote, spill or drop them)
-Drop = Callable[[str, Node, np.ndarray], None]
+Drop = Callable[[Tier, Node, np.ndarray], None]
 
 
-def tier_count(node: Node, tier: str) -> int:
+def tier_count(node: Node, tier: Tier) -> int:
     return node.n_device if tier == DEVICE_TIER else node.n_host
 
 
-def tier_idx(node: Node, tier: str) -> np.ndarray:
+def tier_idx(node: Node, tier: Tier) -> np.ndarray:
     """Indices of `node`'s pages held in `tier`."""
     arr = node.device if tier == DEVICE_TIER else node.host
     return np.flatnonzero(arr >= 0)
 
 
-def first_page(node: Node, tier: str) -> int:
+def first_page(node: Node, tier: Tier) -> int:
     """Sequence page index of `node`'s first page held in `tier`."""
     s = node.summary
     return node.start + (s.first_device if tier == DEVICE_TIER else s.first_host)
 
 
-def is_tier_leaf(node: Node, tier: str) -> bool:
+def is_tier_leaf(node: Node, tier: Tier) -> bool:
     """No child holds a page of `tier` (host: of the device or the host)."""
     if tier == DEVICE_TIER:
         return all(c.n_device == 0 for c in node.children.values())
@@ -53,19 +54,19 @@ class EvictionHeaps:
     def __init__(self, policy: EvictionPolicy, view: CacheView) -> None:
         self.policy = policy
         self.view = view  # what the policy's keys read (the cache)
-        self._holders: dict[str, dict[int, Node]] = {tier: {} for tier in TIERS}
-        self._heaps: dict[str, list] = {tier: [] for tier in TIERS}
+        self._holders: dict[Tier, dict[int, Node]] = {tier: {} for tier in TIERS}
+        self._heaps: dict[Tier, list] = {tier: [] for tier in TIERS}
 
     # -- read-only ---------------------------------------------------------
-    def holds(self, node: Node, tier: str) -> bool:
+    def holds(self, node: Node, tier: Tier) -> bool:
         """`node` is tracked as holding pages of `tier`."""
         return node.id in self._holders[tier]
 
-    def evictable(self, tier: str) -> int:
+    def evictable(self, tier: Tier) -> int:
         """Pages of `tier` on unlocked nodes."""
         return sum(tier_count(n, tier) for n in self._holders[tier].values() if n.lock == 0)
 
-    def is_candidate(self, node: Node, tier: str) -> bool:
+    def is_candidate(self, node: Node, tier: Tier) -> bool:
         return (
             node.parent is not None
             and not node.lock
@@ -73,7 +74,7 @@ class EvictionHeaps:
             and (not self.policy.leaves_only or is_tier_leaf(node, tier))
         )
 
-    def _key(self, node: Node, tier: str) -> tuple:
+    def _key(self, node: Node, tier: Tier) -> tuple:
         return self.policy.key(node, tier, self.view)
 
     # -- events ------------------------------------------------------------
@@ -100,7 +101,7 @@ class EvictionHeaps:
             node = node.parent
 
     # -- eviction ----------------------------------------------------------
-    def evict(self, tier: str, need: int, drop: Drop) -> int:
+    def evict(self, tier: Tier, need: int, drop: Drop) -> int:
         """Free `need` pages of `tier` by policy; returns how many were freed."""
         if self.policy.static_keys:
             heap = self._heaps[tier]
@@ -114,15 +115,15 @@ class EvictionHeaps:
             done += self._evict_from(heap, tier, need - done, drop)
         return done
 
-    def _candidates(self, tier: str) -> Iterable[Node]:
+    def _candidates(self, tier: Tier) -> Iterable[Node]:
         return (n for n in self._holders[tier].values() if self.is_candidate(n, tier))
 
-    def _ranked(self, tier: str) -> list:
+    def _ranked(self, tier: Tier) -> list:
         heap = [(self._key(n, tier), n.id, n) for n in self._candidates(tier)]
         heapq.heapify(heap)
         return heap
 
-    def _evict_from(self, heap: list, tier: str, need: int, drop: Drop) -> int:
+    def _evict_from(self, heap: list, tier: Tier, need: int, drop: Drop) -> int:
         done = 0
         while done < need and heap:
             key, _, node = heapq.heappop(heap)

@@ -24,6 +24,7 @@ import numpy as np
 from penelope_engine.allocator import PageAllocator
 from penelope_engine.evict_heap import DEVICE_TIER, HOST_TIER, EvictionHeaps
 from penelope_engine.policies import EvictionPolicy
+from penelope_engine.tier import Tier
 from penelope_engine.tree import Node, PageTree
 
 
@@ -181,13 +182,13 @@ class Placement:
         return copied
 
     # -- eviction: taking a victim's pages off a tier -------------------------------------
-    def drop(self, tier: str, node: Node, idx: np.ndarray) -> None:
+    def drop(self, tier: Tier, node: Node, idx: np.ndarray) -> None:
         """Take pages `idx` of `node` off `tier` (an `EvictionHeaps` victim)."""
         name = self.policy.name
         if tier == DEVICE_TIER:
             pages = node.device[idx].copy()
             if self.has_host:
-                self._demote(node, idx[node.host[idx] < 0])
+                self._demote(node, idx)
             demoted = int((node.host[idx] >= 0).sum())
             self.evictions[(name, "demote")] += demoted
             self.evictions[(name, "drop")] += len(idx) - demoted
@@ -204,8 +205,9 @@ class Placement:
             self.host.free(pages)
         self.trim(node)
 
-    def _demote(self, node: Node, missing: np.ndarray) -> None:
-        """Copy device pages `missing` of `node` (evicted, with no host copy) to the host."""
+    def _demote(self, node: Node, idx: np.ndarray) -> None:
+        """Copy device pages `idx` of `node` (evicted) that have no host copy to the host."""
+        missing = idx[node.host[idx] < 0]
         if not len(missing):
             return
         # Pin the ancestors, not the node: host eviction may take this
@@ -216,6 +218,13 @@ class Placement:
         slots = self.allocate_host(len(missing))
         if guard is not None:
             self.tree.lock(guard, -1)
+        if slots is not None:
+            # Making room may have dropped host copies of other pages of `idx` (they
+            # leave the device now): the slots go to the pages the policy evicts last,
+            # so a page between them never loses both copies (lru forms no hole).
+            missing = idx[node.host[idx] < 0]
+            n = len(slots)
+            missing = missing[-n:] if self.policy.front_first(node) else missing[:n]
         if (
             slots is not None
             and self.io is not None

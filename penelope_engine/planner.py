@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from penelope_engine.tier import Tier
+
 
 @dataclass(frozen=True)
 class CostModel:
@@ -25,15 +27,15 @@ class CostModel:
         m, a = length, start
         return m * self.c_lin + self.c_attn * (m * a + m * m / 2)
 
-    def load_s(self, length: int, tier: str) -> float:
-        bw = self.host_bytes_per_s if tier == "host" else self.store_bytes_per_s
+    def load_s(self, length: int, tier: Tier) -> float:
+        bw = self.host_bytes_per_s if tier == Tier.HOST else self.store_bytes_per_s
         return self.load_latency_s + length * self.kv_bytes_per_token / bw
 
     def with_prefill_fit(self, c_lin: float, c_attn: float) -> CostModel:
         return replace(self, c_lin=max(c_lin, 0.0), c_attn=max(c_attn, 0.0))
 
 
-def choose(cost: CostModel, tier: str, start: int, length: int) -> str:
+def choose(cost: CostModel, tier: Tier, start: int, length: int) -> str:
     """'load' or 'recompute' for a segment of `length` tokens at `start` held by `tier`."""
     return "load" if cost.load_s(length, tier) <= cost.recompute_s(start, length) else "recompute"
 
@@ -75,9 +77,9 @@ class CostCalibrator:
             self._since = 0
             self.cost = self.cost.with_prefill_fit(*fit_prefill(self._samples))
 
-    def observe_copy(self, tier: str, nbytes: int, seconds: float) -> None:
+    def observe_copy(self, tier: Tier, nbytes: int, seconds: float) -> None:
         if seconds <= 0 or nbytes <= 0:
             return
-        field = "host_bytes_per_s" if tier == "host" else "store_bytes_per_s"
+        field = "host_bytes_per_s" if tier == Tier.HOST else "store_bytes_per_s"
         old = getattr(self.cost, field)
         self.cost = replace(self.cost, **{field: 0.8 * old + 0.2 * nbytes / seconds})

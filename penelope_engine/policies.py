@@ -22,6 +22,7 @@ from typing import ClassVar, Protocol
 
 from penelope_engine.errors import UnknownNameError
 from penelope_engine.sessions import SessionInfo  # also re-exported from here
+from penelope_engine.tier import Tier
 from penelope_engine.tree import Node
 
 
@@ -35,7 +36,7 @@ class CacheView(Protocol):
 
     def page_cost(self, page_index: int) -> float: ...
 
-    def first_page(self, node: Node, tier: str) -> int:
+    def first_page(self, node: Node, tier: Tier) -> int:
         """Sequence page index of `node`'s first page held in `tier`."""
         ...
 
@@ -49,7 +50,7 @@ class EvictionPolicy:
     leaves_only: ClassVar[bool] = False  # candidates are leaves of the tier only
     static_keys: ClassVar[bool] = True  # keys change only on cache events, not with time
 
-    def key(self, node: Node, tier: str, view: CacheView) -> tuple:
+    def key(self, node: Node, tier: Tier, view: CacheView) -> tuple:
         raise NotImplementedError
 
     def front_first(self, node: Node) -> bool:
@@ -72,7 +73,7 @@ class LruPolicy(EvictionPolicy):
     name = "lru"
     leaves_only = True
 
-    def key(self, node: Node, tier: str, view: CacheView) -> tuple:
+    def key(self, node: Node, tier: Tier, view: CacheView) -> tuple:
         return (node.last_access, -node.start)
 
     def front_first(self, node: Node) -> bool:
@@ -85,7 +86,7 @@ class _SessionPolicy(EvictionPolicy):
     def session_score(self, sid: str, view: CacheView) -> float:
         raise NotImplementedError
 
-    def key(self, node: Node, tier: str, view: CacheView) -> tuple:
+    def key(self, node: Node, tier: Tier, view: CacheView) -> tuple:
         sid = owner(node)
         if node.shared or sid is None:
             return (1, node.last_access, -node.start)
@@ -130,7 +131,7 @@ class ReturnAwarePolicy(_SessionPolicy):
             return info.queued_since
         return self.expected_return(info, view)
 
-    def key(self, node: Node, tier: str, view: CacheView) -> tuple:
+    def key(self, node: Node, tier: Tier, view: CacheView) -> tuple:
         k = super().key(node, tier, view)
         return (0, -k[1], k[2]) if k[0] == 0 else k
 
@@ -162,7 +163,7 @@ class GreedyDualPolicy(EvictionPolicy):
     def base(self, node: Node) -> float:
         return self._base.get(node.id, 0.0)
 
-    def key(self, node: Node, tier: str, view: CacheView) -> tuple:
+    def key(self, node: Node, tier: Tier, view: CacheView) -> tuple:
         cost = view.page_cost(view.first_page(node, tier))
         return (1 if node.shared else 0, self.base(node) + cost)
 

@@ -18,6 +18,7 @@ import torch
 
 from cache_store import ArrowSegmentStore, Segment
 from penelope_engine.kv_pool import DTYPES, KVPool
+from penelope_engine.tier import Tier
 from penelope_engine.tree import Node
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ class TorchTiers:
         device_pool: KVPool,
         host_pool: KVPool | None,
         store: ArrowSegmentStore | None = None,
-        on_copy: Callable[[str, int, float], None] | None = None,
+        on_copy: Callable[[Tier, int, float], None] | None = None,
     ) -> None:
         self.device = device_pool
         self.host = host_pool
@@ -65,7 +66,7 @@ class TorchTiers:
         ok = self._copy(self.host, host_pages, self.device, device_pages)
         if ok and self.on_copy is not None:
             nbytes = len(host_pages) * self.host.bytes_per_page
-            self.on_copy("host", nbytes, time.perf_counter() - t0)
+            self.on_copy(Tier.HOST, nbytes, time.perf_counter() - t0)
         return ok
 
     def spill(self, node: Node, idx: np.ndarray) -> bool:

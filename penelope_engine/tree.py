@@ -23,8 +23,7 @@ from itertools import count
 
 import numpy as np
 
-DEVICE, HOST, STORE, HOLE = 0, 1, 2, 3
-WHERE_NAMES = ("device", "host", "store", "hole")
+from penelope_engine.tier import Tier
 
 _ids = count()
 
@@ -117,10 +116,10 @@ class Node:
 
     def where(self) -> np.ndarray:
         """Per-page best location code (device > host > store > hole)."""
-        code = np.full(len(self.hashes), HOLE, dtype=np.int8)
-        code[self.stored] = STORE
-        code[self.host >= 0] = HOST
-        code[self.device >= 0] = DEVICE
+        code = np.full(len(self.hashes), Tier.HOLE, dtype=np.int8)
+        code[self.stored] = Tier.STORE
+        code[self.host >= 0] = Tier.HOST
+        code[self.device >= 0] = Tier.DEVICE
         return code
 
 
@@ -130,7 +129,7 @@ class Segment:
 
     start: int
     end: int
-    where: str
+    where: Tier
 
     def __len__(self) -> int:
         return self.end - self.start
@@ -155,7 +154,7 @@ class TreeMatch:
         starts = np.concatenate(([0], cuts))
         ends = np.concatenate((cuts, [len(w)]))
         return tuple(
-            Segment(int(s) * page_size, int(e) * page_size, WHERE_NAMES[w[s]])
+            Segment(int(s) * page_size, int(e) * page_size, Tier(int(w[s])))
             for s, e in zip(starts, ends)
         )
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.sessions import Scale, Session, Turn
 from bench.tokens import TokenMap
-from bench.traces import Scale, Session, Turn
 
 
 def _turn(runs, n_in, out, prefix, think=1.0) -> Turn:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.sessions import Scale
 from bench.traces import (
     DEFAULT_TRACE,
     MOONCAKE_TRACE,
-    Scale,
     load_claude_code,
     load_mooncake,
     load_trace,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.traces import Scale, Session, Trace, Turn
+from bench.sessions import Scale, Session, Trace, Turn
 from bench.workload import WorkloadConfig, clip_workload, sample_workload
 
 

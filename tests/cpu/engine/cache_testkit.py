@@ -22,8 +22,8 @@ from penelope_engine.config import ModelConfig
 from penelope_engine.kv_pool import KVPool
 from penelope_engine.pages import PageHasher
 from penelope_engine.policies import owner
+from penelope_engine.tier import Tier
 from penelope_engine.tiers import TorchTiers
-from penelope_engine.tree import DEVICE, HOLE
 
 PS = 4
 KV_MODEL = ModelConfig(
@@ -167,7 +167,7 @@ class CacheWorld:
         m = self.cache.match(hs)
         lock = self.cache.lock(m.nodes[-1] if m.num_pages else None)
         on_device = np.zeros(len(hs), bool)
-        on_device[: m.num_pages] = m.where == DEVICE
+        on_device[: m.num_pages] = m.where == Tier.DEVICE
         need = len(hs) - int(on_device.sum())
         if not self.cache.can_allocate(need):
             self.cache.unlock(lock)
@@ -255,4 +255,4 @@ class CacheWorld:
         return [(s.start, s.end, s.where) for s in self.cache.match(self.hashes(sid)).segments(PS)]
 
     def holes(self) -> int:
-        return sum(int((n.where() == HOLE).sum()) for n in self.cache.tree.iter_nodes())
+        return sum(int((n.where() == Tier.HOLE).sum()) for n in self.cache.tree.iter_nodes())

@@ -4,6 +4,7 @@ import numpy as np
 
 from penelope_engine.cache import PrefixCache
 from penelope_engine.pages import PageHasher
+from penelope_engine.tier import Tier
 
 
 def test_lock_match_leaves_pages_past_the_match_evictable() -> None:
@@ -20,7 +21,7 @@ def test_lock_match_leaves_pages_past_the_match_evictable() -> None:
     assert cache.evictable() == 7  # the 7 pages past the match stay evictable
     fresh = cache.allocate(9)  # 2 free + 7 evicted
     cache.check_integrity(request_pages=9)
-    assert [s.where for s in cache.match(other).segments(4)] == ["device"]
+    assert [s.where for s in cache.match(other).segments(4)] == [Tier.DEVICE]
     cache.unlock(handle)
     cache.free(fresh)
     cache.check_integrity()

@@ -14,7 +14,7 @@ from cache_testkit import CacheWorld, Checker, PrefixCache, Snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from penelope_engine.tree import HOLE
+from penelope_engine.tier import Tier
 
 SESSIONS = 4
 PROPERTY = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -131,7 +131,7 @@ def lru_order(before: Snapshot, after: Snapshot, cache: PrefixCache) -> None:
 
 
 def no_holes(before: Snapshot, after: Snapshot, cache: PrefixCache) -> None:
-    holes = sum(int((n.where() == HOLE).sum()) for n in cache.tree.iter_nodes())
+    holes = sum(int((n.where() == Tier.HOLE).sum()) for n in cache.tree.iter_nodes())
     assert holes == 0, f"lru formed {holes} hole pages"
 
 
@@ -150,7 +150,7 @@ def test_lru_evicts_oldest_leaves_tail_first_and_never_forms_a_hole(setup, progr
     run(world, program, after_op=no_holes)
     for name in world.history:
         segs = world.segments(name)
-        assert segs == [] or (len(segs) == 1 and segs[0][:1] == (0,) and segs[0][2] == "device")
+        assert segs == [] or (len(segs) == 1 and segs[0][:1] == (0,) and segs[0][2] == Tier.DEVICE)
 
 
 @pytest.mark.parametrize("policy", ["greedydual", "return_aware", "oracle"])
@@ -165,6 +165,19 @@ def test_cost_and_return_aware_policies_keep_shared_pages_and_integrity(policy, 
 @PROPERTY
 @given(setup=worlds, host_pages=st.integers(1, 16), program=ops)
 def test_host_tier_keeps_kv_identity_and_integrity_per_tier(policy, setup, host_pages, program):
-    """(`lru`'s no-hole rule with a host tier: test_cache_tiers.py, a known bug.)"""
+    """With a host tier too, `lru` never forms a hole (demotion and host eviction together)."""
     world = CacheWorld(policy, host_pages=host_pages, checker=no_locked_page_moves, **setup)
-    run(world, program)
+    run(world, program, after_op=no_holes if policy == "lru" else None)
+
+
+def test_lru_demotion_does_not_trade_one_victims_host_copy_for_another() -> None:
+    """Found by the property above: lru takes a leaf's last two device pages, the first
+    with a host copy, the last without; making host room for the last took the first's
+    copy (the oldest host leaf's tail), leaving a hole between. The last page goes now."""
+    world = CacheWorld("lru", device_pages=5, shared_pages=1, host_pages=4)
+    assert world.turn("s1", 3, write_through=True)  # 4 host copies: the host is full
+    assert world.turn("s0", 1, write_through=True)  # s0's copy evicts s1's last host copy
+    assert world.hold(2)  # s1's last two device pages go
+    world.check()
+    assert world.holes() == 0, world.segments("s1")
+    assert world.segments("s1") == [(0, 8, Tier.DEVICE), (8, 12, Tier.HOST)]

@@ -11,8 +11,9 @@ from cache_testkit import CacheWorld
 from penelope_engine.cache import PrefixCache
 from penelope_engine.errors import CapacityError, UnknownNameError
 from penelope_engine.policies import POLICIES, GreedyDualPolicy
+from penelope_engine.tier import Tier
 
-PREFIX = (0, 4, "device")
+PREFIX = (0, 4, Tier.DEVICE)
 
 
 def three_sessions(policy: str) -> CacheWorld:
@@ -28,8 +29,8 @@ def test_penelope_makes_a_hole_at_the_front_of_the_coldest_session() -> None:
     world = three_sessions("penelope")
     assert world.hold(2)
     world.check()
-    assert world.segments("s0") == [PREFIX, (4, 12, "hole"), (12, 16, "device")]
-    assert world.segments("s1") == world.segments("s2") == [(0, 16, "device")]
+    assert world.segments("s0") == [PREFIX, (4, 12, Tier.HOLE), (12, 16, Tier.DEVICE)]
+    assert world.segments("s1") == world.segments("s2") == [(0, 16, Tier.DEVICE)]
     assert world.hold(1)  # the suffix goes last: the whole private history is gone now
     assert world.segments("s0") == [PREFIX]
 
@@ -38,8 +39,8 @@ def test_lru_takes_the_tail_of_the_least_recently_used_leaf() -> None:
     world = three_sessions("lru")
     assert world.hold(2)
     world.check()
-    assert world.segments("s0") == [(0, 8, "device")]
-    assert world.segments("s1") == world.segments("s2") == [(0, 16, "device")]
+    assert world.segments("s0") == [(0, 8, Tier.DEVICE)]
+    assert world.segments("s1") == world.segments("s2") == [(0, 16, Tier.DEVICE)]
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
@@ -58,7 +59,7 @@ def test_locked_paths_are_skipped() -> None:
     world = three_sessions("penelope")
     world.lock_session("s0")
     assert world.hold(3)
-    assert world.segments("s0") == [(0, 16, "device")]
+    assert world.segments("s0") == [(0, 16, Tier.DEVICE)]
     assert world.segments("s1") == [PREFIX]
     assert not world.hold(7)  # only s2's 3 private pages are evictable
     world.unlock_session("s0")
@@ -98,13 +99,13 @@ def tool_loop_and_user_turn() -> CacheWorld:
 
 def test_return_aware_evicts_the_session_expected_back_last() -> None:
     world = tool_loop_and_user_turn()
-    full = [(0, 12, "device")]
+    full = [(0, 12, Tier.DEVICE)]
     assert world.hold(2)
     assert [world.segments(s) for s in "ABC"] == [full, [PREFIX], full]
     assert world.hold(2)
     assert [world.segments(s) for s in "AC"] == [full, [PREFIX]]
     assert world.hold(1)
-    assert world.segments("A") == [PREFIX, (4, 8, "hole"), (8, 12, "device")]
+    assert world.segments("A") == [PREFIX, (4, 8, Tier.HOLE), (8, 12, Tier.DEVICE)]
     world.check()
 
 
@@ -117,7 +118,7 @@ def test_return_aware_keeps_the_queue_head_longest() -> None:
     assert world.segments("A") == [PREFIX]  # idle A goes before anyone queued
     assert world.hold(2)
     assert world.segments("C") == [PREFIX]  # then the latest arrival
-    assert world.segments("B") == [(0, 12, "device")]
+    assert world.segments("B") == [(0, 12, Tier.DEVICE)]
 
 
 def test_oracle_evicts_the_session_that_returns_last() -> None:
@@ -139,7 +140,7 @@ def test_greedydual_takes_cheap_fronts_first_and_stale_sessions_whole() -> None:
     world.turn("s1", 4)
     world.turn("s2", 4)
     assert world.hold(1) and world.hold(1)  # one front page of each: they cost the same
-    hole = [PREFIX, (4, 8, "hole"), (8, 20, "device")]
+    hole = [PREFIX, (4, 8, Tier.HOLE), (8, 20, Tier.DEVICE)]
     assert world.segments("s1") == world.segments("s2") == hole
     policy = world.cache.policy
     assert isinstance(policy, GreedyDualPolicy)  # the clock is the policy's own

@@ -12,7 +12,7 @@ from penelope_engine.errors import CapacityError, InvalidRequestError, UnknownNa
 from penelope_engine.model.registry import load_model, model_names
 from penelope_engine.policies import POLICIES
 from penelope_engine.protocol import GenerateRequest, SamplingParams
-from penelope_engine.tree import WHERE_NAMES
+from penelope_engine.tier import Tier
 
 PROMPT = tuple(range(1000, 1022))  # 22 tokens: 5 full pages of 4, then 2 tokens
 
@@ -167,7 +167,7 @@ def test_a_waiting_request_does_not_flush_the_cache(make_engine: Callable[..., E
     engine.step()
     assert engine.scheduler.waiting, "the big request should wait for the running one"
     where = engine.cache.match(cached).where
-    assert [WHERE_NAMES[w] for w in where] == ["device"] * 5
+    assert [Tier(w) for w in where] == [Tier.DEVICE] * 5
 
 
 def test_aborting_a_waiting_request_ends_its_session_queue_entry(

@@ -39,7 +39,7 @@ def replay(engine: Engine) -> Replay:
         for s in range(SESSIONS):
             prompt = tuple(history[s])
             found = engine.cache.match(engine.hasher.hashes(prompt)).segments(4)
-            out.segments.append([seg.where for seg in found])
+            out.segments.append([seg.where.label for seg in found])
             stop = "end_turn" if s == 1 else "tool_use"
             req = GenerateRequest(f"{s}-{turn}", prompt, SAMPLING, f"s{s}", stop_reason_hint=stop)
             result = engine.generate_sync(req)

@@ -9,6 +9,7 @@ import numpy as np
 from penelope_engine.engine import Engine
 from penelope_engine.planner import CostCalibrator, CostModel, choose, fit_prefill
 from penelope_engine.protocol import GenerateRequest, SamplingParams
+from penelope_engine.tier import Tier
 
 # Loading costs a fixed 2 ms plus bandwidth; recomputing a token costs 10 us plus
 # 1 ns per earlier key.
@@ -18,8 +19,8 @@ COST = CostModel(
 
 
 def test_a_short_early_segment_is_recomputed_and_a_long_late_one_loaded() -> None:
-    assert choose(COST, "host", start=0, length=16) == "recompute"  # 0.16 ms < 2.07 ms
-    assert choose(COST, "host", start=60_000, length=4096) == "load"  # 25 ms > 18.8 ms
+    assert choose(COST, Tier.HOST, start=0, length=16) == "recompute"  # 0.16 ms < 2.07 ms
+    assert choose(COST, Tier.HOST, start=60_000, length=4096) == "load"  # 25 ms > 18.8 ms
 
 
 def test_the_prefill_fit_recovers_the_constants_it_was_given() -> None:
@@ -35,7 +36,7 @@ def test_the_calibrator_refits_from_observed_steps() -> None:
     for a in (0, 1000, 4000, 9000):
         cal.observe_prefill(a, 128, truth.recompute_s(a, 128))
     assert np.isclose(cal.cost.c_lin, 50e-6, rtol=1e-3)
-    cal.observe_copy("host", 10**9, 0.5)
+    cal.observe_copy(Tier.HOST, 10**9, 0.5)
     assert cal.cost.host_bytes_per_s < CostModel().host_bytes_per_s  # moved towards 2 GB/s
 
 
@@ -55,8 +56,22 @@ def test_a_failed_host_load_is_recomputed_and_generation_stays_exact(
         return out
 
     reference = run(make_engine(device_pages=256))
+    # Without the fault the same set-up loads from the host tier (84 tokens today):
+    # every token it reports as served from the host came through a host copy.
+    loaded = make_engine(device_pages=24, host_pages=64)
+    copied: list[int] = []
+    copy = loaded.tiers.host_to_device
+
+    def counted(host_pages: np.ndarray, device_pages: np.ndarray) -> bool:
+        copied.append(len(host_pages))
+        return copy(host_pages, device_pages)
+
+    loaded.tiers.host_to_device = counted
+    assert run(loaded) == reference
+    served = loaded.stats().tokens_host
+    assert served > 0, "the fault-free run never loaded from the host"
+    assert sum(copied) * loaded.config.cache.page_size == served
     engine = make_engine(device_pages=24, host_pages=64)
-    # Without the fault this run serves 84 tokens from the host tier.
     engine.tiers.host_to_device = lambda host_pages, device_pages: False  # the copy fails
     assert run(engine) == reference
     stats = engine.stats()

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from penelope_engine.pages import PageHasher
-from penelope_engine.tree import DEVICE, HOLE, HOST, PageTree, Segment
+from penelope_engine.tier import Tier
+from penelope_engine.tree import PageTree, Segment
 
 PS = 4
 HASHER = PageHasher(PS, "tree-test")
@@ -53,12 +54,12 @@ def test_match_walks_through_holes_and_reports_segments() -> None:
     a_node.recount()
     m = tree.match(a)
     assert m.num_pages == 7
-    assert m.where.tolist() == [DEVICE] * 4 + [HOLE, HOST, DEVICE]
+    assert m.where.tolist() == [Tier.DEVICE] * 4 + [Tier.HOLE, Tier.HOST, Tier.DEVICE]
     assert m.segments(PS) == (
-        Segment(0, 16, "device"),
-        Segment(16, 20, "hole"),
-        Segment(20, 24, "host"),
-        Segment(24, 28, "device"),
+        Segment(0, 16, Tier.DEVICE),
+        Segment(16, 20, Tier.HOLE),
+        Segment(20, 24, Tier.HOST),
+        Segment(24, 28, Tier.DEVICE),
     )
     assert m.host[5] == 5 and m.device[4] == -1
 

@@ -1,0 +1,94 @@
+"""`penelope bench load`: many concurrent agent sessions against the standalone server.
+
+    penelope bench load [--sessions 200] [--duration-s 120] [--json]
+
+This process serves the OpenAI API (tiny Qwen3, 127.0.0.1, a free port) and
+samples its own resident memory; a spawned client process replays Claude Code
+sessions from data/traces, each turn a `/v1/completions` request whose
+prompt is the turn's token ids (`bench.tokens.TokenMap`). Turns wait their
+session's scaled tool time. A share of turns is cancelled mid-stream (the
+client disconnects after the first chunk) and a share of extra requests is
+malformed. Once the client is done, the engine must be idle with no page
+held by a request, no locked tree node and a passing integrity check.
+
+Lengths: the trace's 64-token blocks become one token each (scale 1/64); a
+`--length-scale` below that keeps every k-th token of each turn, which keeps
+every turn an extension of the previous one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from typing import Any
+
+from bench.load.config import LoadConfig
+from bench.load.server import run_load
+
+
+def table(r: dict[str, Any]) -> str:
+    q, p, m = r["requests"], r["pages"], r["memory"]
+    rows = [
+        ("sessions / duration", f"{r['config']['sessions']} / {r['config']['duration_s']} s"),
+        ("requests", str(q["total"])),
+        *((f"  status {k}", str(v)) for k, v in q["by_status"].items()),
+        ("server errors (5xx)", str(q["server_errors"])),
+        ("latency p50 / p99", f"{q['latency_s']['p50']} / {q['latency_s']['p99']} s"),
+        ("leaked pages / locked nodes", f"{p['request_pages']} / {p['locked_nodes']}"),
+        ("integrity check", p["integrity"]),
+        ("RSS after warm-up / end", f"{m['rss_mib_after_warmup']} / {m['rss_mib_end']} MiB"),
+        ("RSS peak", f"{m['rss_mib_peak']} MiB"),
+        ("hit / recompute ratio", f"{p['hit_ratio']} / {p['recompute_ratio']}"),
+        ("verdict", "ok" if r["ok"] else "FAILED"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+_HELP = {  # one per LoadConfig field (tests/cpu/test_cli_help.py fails on a missing one)
+    "sessions": "concurrent session slots; a slot that runs out starts the next session",
+    "duration_s": "no turn starts after this; in-flight requests then get --grace-s",
+    "length_scale": "trace lengths x this (below 1/64: every k-th token of each turn)",
+    "time_scale": "tool times x this",
+    "max_tokens": "cap on each request's output tokens",
+    "stream_share": "share of turns streamed to the end",
+    "cancel_share": "share of turns streamed and cancelled after the first chunk",
+    "malformed_share": "chance of a malformed extra request before each turn",
+    "ramp_s": "slot i starts at i * ramp-s / sessions",
+    "warmup_s": "least warm-up before the memory baseline (and until the device pool is full)",
+    "grace_s": "seconds in-flight requests get after --duration-s",
+    "device_pages": "the server's device KV pages",
+    "page_size": "tokens per KV page",
+    "threads": "the server's torch threads",
+    "seed": "seed of every slot's draws",
+    "trace": "Claude Code trace file",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from penelope_engine.helpformat import parser
+
+    d = LoadConfig()
+    ap = parser("penelope bench load", __doc__)
+    for name in (f.name for f in fields(LoadConfig)):
+        default = getattr(d, name)
+        ap.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=type(default),
+            default=default,
+            help=_HELP.get(name),
+        )
+    ap.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    as_json = args.pop("json")
+    result = run_load(LoadConfig(**args))
+    if as_json:
+        print(json.dumps(result))
+    print(table(result), file=sys.stderr if as_json else sys.stdout)
+    return 0 if result["ok"] else 1

@@ -1,0 +1,131 @@
+"""The replay's runs: workloads by seed, device budgets, set-ups, engines, repeats.
+
+`replay_all` replays every set-up (policy x tiers x device budget) on every
+seed's workload through a fresh engine (`bench.replay.replayloop`), seeds
+outermost, and keeps every engine step's timing for the calibration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from typing import Any
+
+from bench.replay.replayloop import EngineReplay
+from bench.sessions import Scale
+from bench.sim.metrics import RunMetrics
+from bench.tokens import TokenMap
+from bench.traces import load_trace
+from bench.workload import Workload, WorkloadConfig, clip_workload, sample_workload
+from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from penelope_engine.engine import Engine
+from penelope_engine.model.registry import LoadedModel
+
+
+def workloads(args: argparse.Namespace) -> tuple[dict[int, Workload], dict[str, Any]]:
+    trace = load_trace(args.trace_file, Scale(args.length_scale, args.time_scale))
+    arrivals = args.arrivals or ("trace" if trace.name == "mooncake" else "poisson")
+    out = {}
+    for s in range(args.seed_base, args.seed_base + args.seeds):
+        cfg = WorkloadConfig(args.sessions, s, args.mean_interarrival_s, arrivals, False)
+        out[s] = clip_workload(
+            sample_workload(trace, cfg), args.turns, args.max_output_tokens, args.max_think_s
+        )
+    return out, trace.describe()
+
+
+def working_set_tokens(wl: Workload) -> int:
+    """Shared prefix once plus every session's longest turn past it."""
+    longest = [max(t.input_tokens + t.output_tokens for t in s.turns) for s in wl.sessions]
+    shared = max(s.turns[0].shared_prefix_tokens for s in wl.sessions)
+    return shared + sum(n - shared for n in longest)
+
+
+def default_budget(wls: dict[int, Workload], fraction: float, page_size: int) -> int:
+    """`fraction` of the smallest working set, never less than the longest turn plus 4 pages."""
+    work = min(working_set_tokens(w) for w in wls.values())
+    longest = max(
+        t.input_tokens + t.output_tokens for w in wls.values() for s in w.sessions for t in s.turns
+    )
+    return max(int(fraction * work), longest + 4 * page_size) // page_size * page_size
+
+
+def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
+    return SchedulerConfig(args.max_batch_tokens, args.max_running, args.prefill_chunk)
+
+
+def _engine(args: argparse.Namespace, lm: LoadedModel, setup: dict[str, Any]) -> Engine:
+    ps = args.page_size
+    cache = CacheConfig(
+        page_size=ps,
+        device_pages=setup["device_budget_tokens"] // ps,
+        host_pages=setup["host_budget_tokens"] // ps,
+        policy=setup["policy"],
+    )
+    cfg = EngineConfig(args.model, args.device, args.dtype, cache, scheduler_config(args))
+    return Engine(cfg, loaded=lm)
+
+
+def setup_grid(args: argparse.Namespace, budgets: list[int]) -> list[dict[str, Any]]:
+    out = []
+    for policy, tiers, budget in itertools.product(args.policies, args.tiers, budgets):
+        host = (args.host_budget_tokens or budget) if tiers == "gpu+cpu" else 0
+        out.append(
+            {
+                "policy": policy,
+                "tiers": tiers,
+                "router": "pow2",  # one replica: any router sends everything to it
+                "replicas": 1,
+                "device_budget_tokens": budget,
+                "host_budget_tokens": host,
+            }
+        )
+    return out
+
+
+def _replay_once(
+    args: argparse.Namespace, lm: LoadedModel, wl: Workload, setup: dict, tokens: TokenMap
+) -> tuple[RunMetrics, list]:
+    engine = _engine(args, lm, setup)
+    rep = EngineReplay(engine, wl, tokens)
+    m = rep.run()
+    engine.check_integrity()
+    outside = rep.outside_steps_s / max(m.requests, 1)
+    print(
+        f"  outside engine steps: {1e3 * outside:.2f} ms per request; "
+        f"preemptions: {rep.preemptions}",
+        file=sys.stderr,
+    )
+    return m, rep.timer.samples
+
+
+def replay_all(
+    args: argparse.Namespace, lm: LoadedModel, wls: dict[int, Workload], setups: list[dict]
+) -> tuple[list[list[RunMetrics]], list]:
+    """Every set-up on every workload, seeds outermost; also every engine step's timing.
+
+    With `--repeats N` each seed runs every set-up N times, round-robin, and
+    keeps the run of median mean TTFT: a burst of another process on the
+    machine then spoils one repeat of one set-up, not the comparison.
+    """
+    runs: list[list[RunMetrics]] = [[] for _ in setups]
+    steps: list = []
+    tokens = TokenMap(lm.config.vocab_size)
+    for seed, wl in wls.items():
+        tries: list[list[RunMetrics]] = [[] for _ in setups]
+        for rnd, (i, setup) in itertools.product(range(args.repeats), enumerate(setups)):
+            m, samples = _replay_once(args, lm, wl, setup, tokens)
+            tries[i].append(m)
+            steps += samples
+            print(
+                f"[seed {seed} try {rnd}] {setup['policy']} {setup['tiers']} "
+                f"budget={setup['device_budget_tokens']}: ttft {m.mean_ttft_s:.3g}s "
+                f"jct {m.mean_jct_s:.3g}s hit {m.hit_ratio:.3f} recomp {m.recompute_ratio:.3f} "
+                f"({m.requests} req, {m.failed_requests} failed, {m.wall_time_s:.0f}s)",
+                file=sys.stderr,
+                flush=True,
+            )
+        for i, t in enumerate(tries):
+            runs[i].append(sorted(t, key=lambda m: m.mean_ttft_s)[len(t) // 2])
+    return runs, steps

@@ -1,0 +1,65 @@
+"""The simulator's set-up: one replica's cache, tiers and scheduler, the fleet and its router.
+
+`SimConfig` is what `bench.sim.loop.Simulator` runs and what every result
+states (`describe`); `cache_setup` is one replica's `CacheSetup`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.sim.replica import TIERS, CacheSetup
+from penelope_engine.config import SchedulerConfig
+from penelope_engine.policies import check_policy_name
+from router.policies import ROUTING_POLICIES
+
+
+def default_scheduler() -> SchedulerConfig:
+    return SchedulerConfig(max_batch_tokens=8192, max_running=64, prefill_chunk=8192)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    policy: str = "lru"
+    tiers: str = "gpu"  # "gpu" or "gpu+cpu"
+    device_budget_tokens: int = 200_000
+    host_budget_tokens: int = 0  # used (and required) with tiers "gpu+cpu"
+    replicas: int = 1
+    router: str = "pow2"
+    prefix_affinity: bool = True  # affinity router: send new sessions where their prefix is
+    page_size: int = 16
+    scheduler: SchedulerConfig = field(default_factory=default_scheduler)
+    max_ongoing: int = 128  # Ray Serve max_ongoing_requests per replica
+    digest_period_s: float = 10.0
+    vocab_size: int = 151936
+    fast_decode: bool = True  # run decode-only stretches as one event (same times)
+
+    def __post_init__(self) -> None:
+        check_policy_name(self.policy)
+        if self.tiers not in TIERS:
+            raise ValueError(f"tiers must be one of {TIERS}, got {self.tiers!r}")
+        if self.router not in ROUTING_POLICIES:
+            raise ValueError(
+                f"router must be one of {sorted(ROUTING_POLICIES)}, got {self.router!r}"
+            )
+        if self.tiers != "gpu" and self.host_budget_tokens < self.page_size:
+            raise ValueError(f"tiers {self.tiers!r} needs host_budget_tokens >= page_size")
+        if self.device_budget_tokens < self.page_size or self.replicas < 1:
+            raise ValueError("device_budget_tokens must be >= page_size and replicas >= 1")
+        if self.digest_period_s <= 0 or self.max_ongoing < 1:
+            raise ValueError("digest_period_s must be > 0 and max_ongoing >= 1")
+
+    def cache_setup(self) -> CacheSetup:
+        host = self.host_budget_tokens // self.page_size if self.tiers != "gpu" else 0
+        return CacheSetup(
+            self.policy,
+            self.page_size,
+            self.device_budget_tokens // self.page_size,
+            host,
+            store=self.tiers == "gpu+cpu+store",
+        )
+
+    def describe(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "scheduler"}
+        return {**d, "scheduler": vars(self.scheduler)}

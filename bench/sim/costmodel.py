@@ -1,0 +1,213 @@
+"""Cost models: how long a batching step, a prefill and a KV copy take.
+
+One step of continuous batching runs some prefill chunks and some decode
+tokens: its `StepLoad` counts query tokens, sampled rows, attention pairs
+(a prefill chunk of m tokens at offset a has m*a + m(m+1)/2 (query, key)
+pairs, a decode token at context c has c+1), KV tokens read and requests.
+A `CostModel` turns a load into seconds and a copy between tiers into seconds.
+
+`CpuCostModel` has coefficients fit by least squares to step timings of the
+real engine (`fit`); `bench.sim.roofline.GpuCostModel` is the stated roofline
+over Qwen3 on H100 and H200.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+
+class StepLoad(NamedTuple):
+    """What one batching step computes (sums over its requests)."""
+
+    tokens: int = 0  # query tokens: prefill chunk tokens + one per decoding request
+    logit_rows: int = 0  # requests that sample a token this step
+    attention_pairs: int = 0  # (query, key) pairs
+    kv_read_tokens: int = 0  # KV tokens read by attention
+    sequences: int = 0  # requests in the step
+
+    @staticmethod
+    def of(chunks: Sequence[tuple[int, int]], decode_contexts: Sequence[int]) -> StepLoad:
+        """Chunks are (m tokens, at offset a); a decode at context c attends c + 1 keys."""
+        m = sum(c[0] for c in chunks)
+        pairs = sum(k * a + k * (k + 1) // 2 for k, a in chunks)
+        read = sum(k + a for k, a in chunks) + sum(c + 1 for c in decode_contexts)
+        n = len(chunks) + len(decode_contexts)
+        return StepLoad(
+            m + len(decode_contexts), n, pairs + sum(c + 1 for c in decode_contexts), read, n
+        )
+
+
+class CostModel(Protocol):
+    @property
+    def kv_bytes_per_token(self) -> int: ...
+
+    def step_time(self, load: StepLoad) -> float:
+        """Seconds of one step; attention_pairs and kv_read_tokens may be numpy arrays."""
+
+    def token_cost(self, position: int) -> float: ...
+
+    def load_time(self, tokens: int, tier: str) -> float: ...
+
+    def offload_time(self, tokens: int) -> float: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+def decode_run(cost: CostModel, first: StepLoad, n: int) -> np.ndarray:
+    """Durations of n decode-only steps from `first`, every request one key longer each step."""
+    grown = np.arange(n, dtype=np.int64) * first.sequences
+    load = first._replace(  # array fields: step_time broadcasts over the n steps
+        attention_pairs=first.attention_pairs + grown,  # type: ignore[arg-type]
+        kv_read_tokens=first.kv_read_tokens + grown,  # type: ignore[arg-type]
+    )
+    return np.broadcast_to(np.asarray(cost.step_time(load), dtype=float), (n,))
+
+
+def prefill_time(cost: CostModel, m: int, a: int = 0) -> float:
+    """One prefill chunk of m tokens at offset a, alone in its step."""
+    return cost.step_time(StepLoad.of([(m, a)], []))
+
+
+def page_cost_fn(cost: CostModel, page_size: int) -> Callable[[int], float]:
+    """Recompute cost (s) of the page at a page index, for the cache's cost-aware policies."""
+
+    def page_cost(page: int) -> float:  # token_cost is linear: mean of the ends times the size
+        first = page * page_size
+        return page_size * (cost.token_cost(first) + cost.token_cost(first + page_size - 1)) / 2
+
+    return page_cost
+
+
+@dataclass(frozen=True)
+class CpuCostModel:
+    """step = c_step + c_lin * tokens + c_attn * attention_pairs + c_seq * sequences
+    + c_row * logit_rows.
+
+    `c_row` is the output projection of one sampled row (vocab x hidden: for
+    the tiny Qwen3 it costs as much as a dozen prefill tokens), paid by every
+    decode and by the last chunk of a prefill only.
+
+    `row_costs`, when given, replaces `c_row * logit_rows`: the measured seconds
+    of the output projection for 1, 2, ... rows (linear past the table). On a
+    CPU it is not linear: torch's GEMM over the 151,669 x 256 projection of the
+    tiny Qwen3 takes about 19, 38, 57 and 30 ms for 1, 2, 3 and 4 rows on one
+    thread, so two or three decoding sequences cost more than four.
+    """
+
+    c_step: float
+    c_lin: float
+    c_attn: float
+    c_seq: float
+    kv_bytes_per_token: int
+    copy_bytes_per_s: float = 5e9  # host <-> device pool copies (both in CPU memory)
+    c_row: float = 0.0
+    row_costs: tuple[float, ...] = ()  # seconds for 1, 2, ... sampled rows; overrides c_row
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "row_costs", tuple(float(c) for c in self.row_costs))
+        if min(self.c_step, self.c_lin, self.c_attn, self.c_seq, self.c_row, *self.row_costs) < 0:
+            raise ValueError(f"cost coefficients must be >= 0, got {self}")
+        if self.copy_bytes_per_s <= 0 or self.kv_bytes_per_token < 1:
+            raise ValueError("copy_bytes_per_s must be > 0 and kv_bytes_per_token >= 1")
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> CpuCostModel:
+        """From `describe()` or `asdict()` output (the `kind` key is ignored)."""
+        return CpuCostModel(**{k: v for k, v in d.items() if k != "kind"})
+
+    def step_time(self, load: StepLoad) -> float:
+        if load.sequences == 0:
+            return 0.0
+        return (
+            self.c_step
+            + self.c_lin * load.tokens
+            + self.c_attn * load.attention_pairs
+            + self.c_seq * load.sequences
+            + self.rows_time(load.logit_rows)
+        )
+
+    def rows_time(self, rows: int) -> float:
+        """Seconds of the output projection for `rows` sampled rows."""
+        return _table_time(self.row_costs, rows) if self.row_costs else self.c_row * rows
+
+    def token_cost(self, position: int) -> float:
+        return self.c_lin + self.c_attn * (position + 1)
+
+    def load_time(self, tokens: int, tier: str) -> float:
+        return tokens * self.kv_bytes_per_token / self.copy_bytes_per_s
+
+    def offload_time(self, tokens: int) -> float:
+        return self.load_time(tokens, "host")
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "cpu-fit", **asdict(self)}
+
+    @staticmethod
+    def fit(
+        samples: Sequence[tuple[StepLoad, float]],
+        kv_bytes_per_token: int,
+        copy_bytes_per_s: float = 5e9,
+        row_costs: Sequence[float] = (),
+    ) -> CpuCostModel:
+        """Non-negative least squares over (step load, measured seconds) samples.
+
+        Each sample is weighted by 1 / seconds, so the fit minimises relative
+        error: short decode steps count as much as long prefills. With measured
+        `row_costs` the output projection's time is taken from them and the
+        other coefficients are fit to what is left.
+        """
+        if len(samples) < 5:
+            raise ValueError(
+                f"need at least 5 timing samples to fit 5 coefficients, got {len(samples)}"
+            )
+        table = tuple(float(c) for c in row_costs)
+        x = np.array(
+            [[1.0, s.tokens, s.attention_pairs, s.sequences, s.logit_rows] for s, _ in samples]
+        )
+        y = np.array([t for _, t in samples])
+        if table:  # the rows' time is known: fit the other four coefficients to the rest
+            x = x[:, :4]
+            known = np.array([_table_time(table, s.logit_rows) for s, _ in samples])
+        else:
+            known = np.zeros(len(y))
+        w = 1.0 / np.maximum(y, 1e-9)
+        coef = [float(c) for c in _nnls(x * w[:, None], (y - known) * w)]
+        c_step, c_lin, c_attn, c_seq = coef[:4]
+        return CpuCostModel(
+            c_step=c_step,
+            c_lin=c_lin,
+            c_attn=c_attn,
+            c_seq=c_seq,
+            kv_bytes_per_token=kv_bytes_per_token,
+            copy_bytes_per_s=copy_bytes_per_s,
+            c_row=0.0 if table else coef[4],
+            row_costs=table,
+        )
+
+
+def _table_time(table: tuple[float, ...], rows: int) -> float:
+    """Seconds for `rows` from measured times of 1, 2, ... rows; linear past the table."""
+    if rows <= 0:
+        return 0.0
+    if rows <= len(table):
+        return table[rows - 1]
+    slope = table[-1] - table[-2] if len(table) >= 2 else table[-1]
+    return table[-1] + max(slope, 0.0) * (rows - len(table))
+
+
+def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with coefficients >= 0: drop the most negative column and refit."""
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)
+    active = list(range(x.shape[1]))
+    coef = np.zeros(x.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(x[:, active] / scale[active], y, rcond=None)
+        if (sol >= 0).all():
+            coef[active] = sol / scale[active]
+            return coef
+        active.pop(int(np.argmin(sol)))
+    return coef

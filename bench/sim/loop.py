@@ -1,0 +1,291 @@
+"""Discrete-event simulation of agent sessions on replicas of the Penelope cache.
+
+Sessions start at the workload's times; turn k+1 of a session arrives
+`think_time_s` after turn k's last output token (closed loop), and a subagent
+starts its delay after the parent turn it follows. Each arrival is routed by
+the real routing core (`router.policies`: `pow2` or `affinity`) from live
+queue lengths and digests refreshed every `digest_period_s` (as Ray Serve
+pulls `record_routing_stats`). Each replica runs the engine's scheduling core
+(`bench.sim.replica.Replica`) over the real `PrefixCache`; time comes from a
+`bench.sim.costmodel` model.
+
+The oracle policy is told, at the end of each turn, when that session's next
+turn will arrive (at any replica), or that it never will.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bench.sessions import Session
+from bench.sim.config import SimConfig
+from bench.sim.costmodel import CostModel, StepLoad, decode_run, prefill_time
+from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
+from bench.sim.replica import Replica, SimRequest, Step
+from bench.tokens import TokenMap, repeat_answer
+from bench.workload import Workload
+from router.core import ReplicaView, RouterConfig, RouteRequest
+from router.digest import build_digest, decode_digest
+from router.policies import make_policy
+
+if TYPE_CHECKING:
+    from penelope_engine.engine import Engine
+
+ROUTE_PREFIX_PAGES = 8  # leading page ids a request shows the router
+
+
+@dataclass(eq=False)
+class _SessionState:
+    session: Session
+    start: float | None = None
+    prev_hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    raw: np.ndarray | None = None  # the current turn's trace tokens (prompt and output)
+    last: tuple[np.ndarray, list[int]] | None = None  # the last turn: trace tokens, as run
+
+
+def _common_pages(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+class Simulator:
+    """The event loop over simulated replicas, or over real engines on simulated time.
+
+    With `engines`, replica i is `engines[i]` (`Replica.over_engine`): its own
+    scheduler, cache, tiers and model, on this loop's clock; `cfg`'s cache and
+    scheduler settings are then the engines' own and are not used.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        cfg: SimConfig,
+        cost: CostModel,
+        seed: int = 0,
+        engines: Sequence[Engine] | None = None,
+    ) -> None:
+        self.cfg, self.cost, self.workload = cfg, cost, workload
+        self.now = 0.0
+        clock: Callable[[], float] = lambda: self.now  # noqa: E731
+        if engines is not None:
+            if len(engines) != cfg.replicas:
+                raise ValueError(f"{len(engines)} engines for {cfg.replicas} replicas")
+            self.replicas = [Replica.over_engine(i, e, cost, clock) for i, e in enumerate(engines)]
+        else:
+            self.replicas = [
+                Replica.simulated(
+                    i, cfg.cache_setup(), cfg.scheduler, cost, clock, cfg.fast_decode
+                )
+                for i in range(cfg.replicas)
+            ]
+        self.router = make_policy(
+            cfg.router, RouterConfig(seed=seed, prefix_affinity=cfg.prefix_affinity), clock
+        )
+        self.tokens = TokenMap(cfg.vocab_size)
+        self.hasher = self.replicas[0].scheduler.hasher  # one namespace for the whole fleet
+        self.states = {s.id: _SessionState(s) for s in workload.all_sessions}
+        self._heap: list[tuple[float, int, str, Any]] = []
+        self._seq = itertools.count()
+        self._digests = [decode_digest({}) for _ in self.replicas]
+        self._digest_at = -math.inf
+        self._wakes: dict[int, float] = {}
+        self._floors: dict[str, float] = {}
+        self.requests: list[RequestRecord] = []
+        self.sessions: list[SessionRecord] = []
+        self.failed = 0
+
+    # -- events ---------------------------------------------------------------------------
+    def _push(self, t: float, kind: str, data: Any) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), kind, data))
+
+    def run(self) -> RunMetrics:
+        wall = time.perf_counter()
+        for s, t in zip(self.workload.sessions, self.workload.starts):
+            self._push(t, "arrive", (s.id, 0))
+            for child in self.workload.children.get(s.id, ()):
+                if child.after_turn < 0:
+                    self._push(t + child.start_delay_s, "arrive", (child.id, 0))
+        handlers: dict[str, Callable[[Any], None]] = {
+            "arrive": self._arrive,
+            "step": self._step_done,
+            "wake": self._wake,
+        }
+        while self._heap:
+            t, _, kind, data = heapq.heappop(self._heap)
+            self.now = t
+            handlers[kind](data)
+        stuck = sum(r.queue_len for r in self.replicas)
+        if stuck:
+            raise RuntimeError(f"simulation ended with {stuck} requests never served")
+        return summarize(
+            self.requests, self.sessions, self.failed, self.now, time.perf_counter() - wall
+        )
+
+    def _horizon(self) -> float:
+        return self._heap[0][0] if self._heap else math.inf
+
+    def _kick(self, rep: Replica) -> None:
+        while not rep.busy:
+            step = rep.plan(self.now, self._horizon())
+            if step is not None:
+                rep.busy = True
+                self._push(step.end, "step", (rep, step))
+                return
+            ready = rep.next_ready()
+            if ready is not None and ready > self.now:
+                if self._wakes.get(rep.index) != ready:
+                    self._wakes[rep.index] = ready
+                    self._push(ready, "wake", rep)
+                return
+            stuck = rep.fail_stuck(self.now)  # every page held: the engine fails the newest
+            if stuck is None:
+                return
+            self.failed += 1
+            self._turn_over(self.states[stuck.session_id], stuck.turn)
+
+    def _wake(self, rep: Replica) -> None:
+        self._kick(rep)
+
+    def _views(self) -> list[ReplicaView]:
+        """Live queue lengths; digests as of the last `digest_period_s` boundary's refresh.
+
+        A digest is rebuilt when a route needs it and it is a period old, which
+        shows the router what a periodic pull would have shown, give or take
+        one period. `pow2` reads no digest, so none is built for it.
+        """
+        if self.cfg.router != "pow2" and self.now >= self._digest_at + self.cfg.digest_period_s:
+            self._digest_at = self.now
+            for i, rep in enumerate(self.replicas):
+                wire = build_digest(
+                    rep.cache.session_digests(1024),
+                    rep.cache.shared_prefix_hashes(256),
+                    queue_len=rep.queue_len,
+                    now=self.now,
+                )
+                self._digests[i] = decode_digest(wire)
+        return [
+            ReplicaView(str(r.index), r.queue_len, self.cfg.max_ongoing, self._digests[i])
+            for i, r in enumerate(self.replicas)
+        ]
+
+    # -- a turn arrives -------------------------------------------------------------------
+    def _arrive(self, data: tuple[str, int]) -> None:
+        sid, k = data
+        st = self.states[sid]
+        if st.start is None:
+            st.start = self.now
+        req = self._request(st, k)
+        rep = self.replicas[0]
+        if not rep.fits(req.prompt_len, req.output_len):
+            self.failed += 1
+            self._turn_over(st, k)
+            return
+        views = self._views()
+        prefix = tuple(int(h) for h in req.hashes[:ROUTE_PREFIX_PAGES])
+        choice = self.router.choose(views, RouteRequest(sid, prefix, request_id=f"{sid}:{k}"))
+        rep = self.replicas[int(choice.replica_id)]
+        rep.enqueue(req, self.now)
+        self._kick(rep)
+
+    def _request(self, st: _SessionState, k: int) -> SimRequest:
+        s, turn = st.session, st.session.turns[k]
+        seq = self.tokens.sequence_ids(s, k)
+        raw = seq
+        seq = seq.copy()
+        seq[: turn.input_tokens] = repeat_answer(raw[: turn.input_tokens], st.last)
+        st.raw = raw
+        hashes = self.hasher.hashes(seq)
+        ps = self.cfg.page_size
+        reusable = _common_pages(st.prev_hashes, hashes[: turn.input_tokens // ps])
+        st.prev_hashes = hashes[: (len(seq) - 1) // ps]
+        return SimRequest(
+            s.id,
+            k,
+            self.now,
+            turn.input_tokens,
+            turn.output_tokens,
+            seq,
+            hashes[: turn.input_tokens // ps],
+            reusable,
+            turn.shared_prefix_tokens // ps,
+            turn.stop_reason,
+        )
+
+    # -- a step ends ----------------------------------------------------------------------
+    def _step_done(self, data: tuple[Replica, Step]) -> None:
+        rep, step = data
+        rep.busy = False
+        for req in rep.commit(step):
+            self._record(req)
+            st = self.states[req.session_id]
+            assert req.seq is not None
+            assert st.raw is not None
+            st.last = (st.raw, req.seq.tokens)
+            nxt = (
+                st.session.turns[req.turn + 1].think_time_s
+                if req.turn + 1 < len(st.session.turns)
+                else math.inf
+            )
+            rep.cache.set_next_arrival(req.session_id, self.now + nxt)
+            self._turn_over(st, req.turn)
+        self._kick(rep)
+
+    def _floor(self, r: SimRequest) -> float:
+        """Least time of this turn on any cache: the tokens neither its session nor the
+        shared prefix had before, prefilled in one step, then its other output tokens
+        decoded alone (chunking and batching only add time)."""
+        known = max(r.reusable_pages, r.shared_pages) * self.cfg.page_size
+        new = max(r.prompt_len - known, 1)
+        decode = decode_run(self.cost, StepLoad.of([], [r.prompt_len]), r.output_len - 1)
+        return prefill_time(self.cost, new, r.prompt_len - new) + float(decode.sum())
+
+    def _record(self, r: SimRequest) -> None:
+        u, ps = r.usage, self.cfg.page_size
+        assert r.admitted_at is not None and r.first_token_at is not None
+        assert r.finished_at is not None
+        floor = self._floor(r)
+        self._floors[r.session_id] = self._floors.get(r.session_id, 0.0) + floor
+        self.requests.append(
+            RequestRecord(
+                r.session_id,
+                r.turn,
+                r.replica,
+                r.arrival,
+                r.admitted_at,
+                r.first_token_at,
+                r.finished_at,
+                r.prompt_len,
+                u.device_tokens,
+                u.host_tokens,
+                u.store_tokens,
+                u.recomputed_tokens,
+                u.new_tokens,
+                history_class(u, r.turn, r.shared_pages * ps, ps),
+                r.seq.preemptions if r.seq is not None else 0,
+            )
+        )
+
+    def _turn_over(self, st: _SessionState, k: int) -> None:
+        s = st.session
+        for child in self.workload.children.get(s.id, ()):
+            if child.after_turn == k:
+                self._push(self.now + child.start_delay_s, "arrive", (child.id, 0))
+        if k + 1 < len(s.turns):
+            self._push(self.now + s.turns[k + 1].think_time_s, "arrive", (s.id, k + 1))
+        else:
+            assert st.start is not None
+            floor = self._floors.pop(s.id, 0.0)
+            self.sessions.append(SessionRecord(s.id, st.start, self.now, s.tool_time_s, floor))
+
+
+def simulate(workload: Workload, cfg: SimConfig, cost: CostModel, seed: int = 0) -> RunMetrics:
+    return Simulator(workload, cfg, cost, seed).run()

@@ -1,0 +1,257 @@
+"""One simulated replica: the engine's own scheduling core, on a cost model's clock.
+
+The replica holds the engine's `Scheduler` over the real `PrefixCache`,
+policies and planner, with `TimedTiers` for copies. Only three things are
+simulated: the duration of each step (`CostModel.step_time` of the batch the
+scheduler chose, measured as `bench.replay.steptimer.step_load` measures the
+engine's), the tokens (the trace's, scripted, instead of a model's), and the
+time copies take. Admission, load-or-recompute, chunking, decode pages,
+preemption, usage accounting, insert and release are the engine's code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from bench.replay.steptimer import step_load
+from bench.sim.costmodel import CostModel, decode_run, page_cost_fn
+from bench.sim.tiers import NullTiers, TimedTiers, planner_costs
+from penelope_engine.cache import PrefixCache
+from penelope_engine.config import SchedulerConfig
+from penelope_engine.pages import PageHasher
+from penelope_engine.protocol import GenerateRequest, SamplingParams, TokenUsage
+from penelope_engine.scheduler import Scheduler
+from penelope_engine.sequence import BatchItem, Sequence
+from penelope_engine.util import cdiv
+
+if TYPE_CHECKING:
+    from penelope_engine.engine import Engine
+
+TIERS = ("gpu", "gpu+cpu", "gpu+cpu+store")
+MAX_MODEL_LEN = 1 << 40  # the trace decides lengths; the workload already capped them
+
+
+@dataclass(frozen=True)
+class CacheSetup:
+    policy: str
+    page_size: int
+    device_pages: int
+    host_pages: int = 0
+    store: bool = False  # host evictions spill to a store (no byte budget)
+    namespace: str = "sim"
+
+    def __post_init__(self) -> None:
+        if self.page_size < 1 or self.device_pages < 1 or self.host_pages < 0:
+            raise ValueError(f"invalid cache setup {self}")
+        if self.store and not self.host_pages:
+            raise ValueError("a store sits under the host tier: it needs host_pages")
+
+
+@dataclass(eq=False)
+class SimRequest:
+    session_id: str
+    turn: int
+    arrival: float
+    prompt_len: int
+    output_len: int
+    tokens: np.ndarray  # the turn's prompt, then its scripted output
+    hashes: np.ndarray  # page ids of the prompt's full pages (tenant "default")
+    reusable_pages: int  # leading pages equal to the session's previous sequence
+    shared_pages: int  # leading pages of the common prefix
+    stop_reason: str
+    seq: Sequence | None = None
+    finished_at: float | None = None
+    replica: int = -1
+
+    @property
+    def request_id(self) -> str:
+        return f"{self.session_id}:{self.turn}"
+
+    @property
+    def admitted_at(self) -> float | None:
+        return self.seq.admitted_at if self.seq is not None else None
+
+    @property
+    def first_token_at(self) -> float | None:
+        return self.seq.first_token_at if self.seq is not None else None
+
+    @property
+    def usage(self) -> TokenUsage:
+        return self.seq.usage if self.seq is not None else TokenUsage()
+
+
+@dataclass
+class Step:
+    start: float
+    end: float
+    items: list[BatchItem] = field(default_factory=list)
+    decode_steps: int = 1  # > 1: that many decode-only steps run as one event
+    tokens: list[int | None] | None = None  # from the model; None: the trace's
+
+
+Runner = Callable[[list[BatchItem]], list[int | None]]
+
+
+class Replica:
+    """A scheduler, its cache and tiers, and where tokens come from.
+
+    `Replica.simulated` builds them without a model: tokens are the trace's.
+    `Replica.over_engine` takes a real `Engine` and puts it on the simulated
+    clock: its scheduler, cache, tiers and model runner run as they do when
+    serving, only the time is the cost model's (`bench agree`).
+    """
+
+    def __init__(
+        self,
+        index: int,
+        scheduler: Scheduler,
+        tiers: TimedTiers,
+        cost: CostModel,
+        runner: Runner | None = None,
+        fast_decode: bool = True,
+    ) -> None:
+        self.index, self.scheduler, self.tiers, self.cost = index, scheduler, tiers, cost
+        self.cache = scheduler.cache
+        self.page_size = self.cache.page_size
+        self.runner = runner  # None: the trace's tokens
+        self.fast_decode = fast_decode and runner is None
+        self.requests: dict[str, SimRequest] = {}
+        self.busy = False
+
+    @classmethod
+    def simulated(
+        cls,
+        index: int,
+        setup: CacheSetup,
+        sched: SchedulerConfig,
+        cost: CostModel,
+        clock: Callable[[], float],
+        fast_decode: bool = True,
+    ) -> Replica:
+        ps = setup.page_size
+        tiers = TimedTiers(NullTiers(), cost, ps, clock)
+        cache = PrefixCache(
+            ps,
+            setup.device_pages,
+            setup.host_pages,
+            setup.policy,
+            io=tiers,
+            has_store=setup.store,
+            time_fn=clock,
+            page_cost=page_cost_fn(cost, ps),
+        )
+        plan = planner_costs(cost)
+        scheduler = Scheduler(
+            sched,
+            cache,
+            PageHasher(ps, setup.namespace),
+            tiers,
+            lambda: plan,
+            (),
+            MAX_MODEL_LEN,
+            write_through=setup.host_pages > 0,
+            clock=clock,
+        )
+        return cls(index, scheduler, tiers, cost, None, fast_decode)
+
+    @classmethod
+    def over_engine(
+        cls, index: int, engine: Engine, cost: CostModel, clock: Callable[[], float]
+    ) -> Replica:
+        """The engine's own scheduler and cache on `clock`, copies timed, planner fixed.
+
+        The planner's constants come from `cost` (not from the engine's measured
+        step times) and every copy is charged to `TimedTiers`, exactly as in
+        `Replica.simulated`; the bytes still move through the engine's tiers.
+        """
+        ps = engine.config.cache.page_size
+        tiers = TimedTiers(engine.tiers, cost, ps, clock)
+        plan = planner_costs(cost)
+        engine.cache.time_fn = clock
+        engine.cache.placement.io = tiers
+        sched = engine.scheduler
+        sched.tiers, sched.clock, sched.cost = tiers, clock, lambda: plan
+        return cls(index, sched, tiers, cost, engine.runner.run, fast_decode=False)
+
+    @property
+    def queue_len(self) -> int:
+        return len(self.scheduler.waiting) + len(self.scheduler.running)
+
+    def fits(self, prompt_len: int, output_len: int) -> bool:
+        """Whether the whole turn fits the device pool (else it could never run)."""
+        return cdiv(prompt_len + output_len, self.page_size) <= self.cache.device.capacity
+
+    def enqueue(self, req: SimRequest, now: float) -> None:
+        req.replica = self.index
+        prompt = req.tokens[: req.prompt_len].tolist()
+        greq = GenerateRequest(
+            req.request_id,
+            tuple(prompt),
+            SamplingParams(max_tokens=req.output_len, ignore_eos=True),
+            session_id=req.session_id,
+            stop_reason_hint=req.stop_reason or None,
+        )
+        req.seq = Sequence(greq, req.hashes, prompt, arrival=now)
+        self.requests[req.request_id] = req
+        self.scheduler.add(req.seq)
+
+    # -- steps ---------------------------------------------------------------------------
+    def plan(self, now: float, horizon: float = math.inf) -> Step | None:
+        """The step starting now (admission mutates the cache then), or None if none runs.
+
+        When it only decodes, and decodes every running request, it runs as many
+        decode steps as fit before `horizon` (the next event anywhere) or the
+        first request's last token: the same times as stepping one by one.
+        """
+        sched = self.scheduler
+        items = sched.schedule()
+        if not items:
+            return None
+        load = step_load(items)
+        if self.runner is not None:  # the model runs the step now; its tokens land at the end
+            return Step(now, now + self.cost.step_time(load), items, tokens=self.runner(items))
+        if self.fast_decode and len(items) == len(sched.running) and not any(
+            it.seq.in_prefill for it in items
+        ):
+            most = min(it.seq.req.sampling.max_tokens - it.seq.num_generated for it in items)
+            ends = np.cumsum(decode_run(self.cost, load, most))
+            want = min(most, int(np.searchsorted(ends, horizon - now)) + 1)
+            steps = sched.extend_decodes(items, want)
+            return Step(now, now + float(ends[steps - 1]), items, steps)
+        return Step(now, now + self.cost.step_time(load), items)
+
+    def commit(self, step: Step) -> list[SimRequest]:
+        """Apply a finished step at `step.end`; returns the requests whose turn ended."""
+        done = []
+        for j in range(step.decode_steps):
+            tokens = step.tokens if step.tokens is not None else self._scripted(step.items)
+            for seq in self.scheduler.commit(step.items, tokens):
+                if seq.finish_reason is not None:
+                    assert j == step.decode_steps - 1, "a request finished inside a decode run"
+                    done.append(self._finished(seq, step.end))
+        return done
+
+    def _scripted(self, items: list[BatchItem]) -> list[int | None]:
+        out: list[int | None] = []
+        for it in items:
+            req = self.requests[it.seq.request_id]
+            out.append(int(req.tokens[len(it.seq.tokens)]) if it.wants_token else None)
+        return out
+
+    def next_ready(self) -> float | None:
+        return self.scheduler.next_ready()
+
+    def fail_stuck(self, now: float) -> SimRequest | None:
+        """Nothing can run and nothing is coming: fail the newest request, as the engine does."""
+        seq = self.scheduler.break_deadlock()
+        return self._finished(seq, now) if seq is not None else None
+
+    def _finished(self, seq: Sequence, now: float) -> SimRequest:
+        req = self.requests.pop(seq.request_id)
+        req.finished_at = now
+        return req

@@ -1,0 +1,210 @@
+"""`penelope bench simulate`: agent traces on simulated Qwen3 replicas, every lever.
+
+Runs each set-up (policy x tiers x router x device budget) over the same
+seeded workloads (seed s: the same sessions and arrival times for every
+set-up), with time from the stated GPU cost model (or a fitted CPU model,
+`--cpu-cost FILE`), and reports the mean and spread over seeds as JSON
+(`--json`), a table, and plots (`--plot DIR`). Example::
+
+    penelope bench simulate --sessions 48 --seeds 6 --policies all \\
+        --tiers gpu,gpu+cpu --router pow2,affinity --replicas 4 --json sim.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.sessions import Scale, Trace
+from bench.sim.config import SimConfig
+from bench.sim.costmodel import CostModel, CpuCostModel
+from bench.sim.loop import simulate
+from bench.sim.metrics import RunMetrics
+from bench.sim.report import plot, row, table, write_json
+from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
+from bench.traces import DEFAULT_TRACE, load_trace
+from bench.workload import ARRIVALS, Workload, WorkloadConfig, sample_workload
+from penelope_engine.config import SchedulerConfig
+from penelope_engine.helpformat import parser
+from penelope_engine.policies import POLICIES
+from router.policies import ROUTING_POLICIES
+
+
+def _list(kind: type, choices: Any = None):
+    def parse(text: str) -> list:
+        items = [kind(x) for x in text.split(",") if x]
+        if choices is not None:
+            if items == ["all"]:
+                return list(choices)
+            bad = [x for x in items if x not in choices]
+            if bad:
+                raise argparse.ArgumentTypeError(f"unknown {bad}; valid: {', '.join(choices)}")
+        return items
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = parser("penelope bench simulate", __doc__)
+    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
+    ap.add_argument(
+        "--policies",
+        type=_list(str, POLICIES),
+        default=["lru", "penelope"],
+        help=f"comma list or 'all' ({', '.join(POLICIES)})",
+    )
+    ap.add_argument(
+        "--tiers", type=_list(str, ("gpu", "gpu+cpu")), default=["gpu"], help="comma list"
+    )
+    ap.add_argument(
+        "--router",
+        type=_list(str, ROUTING_POLICIES),
+        default=["pow2"],
+        help=f"comma list ({', '.join(ROUTING_POLICIES)})",
+    )
+    ap.add_argument("--replicas", type=int, default=1, help="simulated replicas")
+    ap.add_argument(
+        "--no-prefix-affinity",
+        action="store_true",
+        help="affinity router: place new sessions by hashing, not by where a prefix is cached",
+    )
+    ap.add_argument("--sessions", type=int, default=48, help="sessions sampled per seed")
+    ap.add_argument("--seeds", type=int, default=3, help="workloads, one per seed")
+    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
+    ap.add_argument(
+        "--device-budget-tokens",
+        type=_list(int),
+        default=None,
+        help="per replica, comma list to sweep (default: what fits after weights)",
+    )
+    ap.add_argument(
+        "--host-budget-tokens",
+        type=int,
+        default=None,
+        help="per replica with gpu+cpu (default: --host-budget-factor x the device budget)",
+    )
+    ap.add_argument(
+        "--host-budget-factor", type=float, default=4.0, help="host budget / device budget"
+    )
+    ap.add_argument("--model", choices=sorted(QWEN3), default="qwen3-8b", help="the cost model's")
+    ap.add_argument("--gpu", choices=sorted(HARDWARE), default="h200", help="the cost model's")
+    ap.add_argument(
+        "--cpu-cost",
+        type=Path,
+        default=None,
+        help="JSON of fitted CpuCostModel fields (bench calibrate); replaces the GPU",
+    )
+    ap.add_argument("--length-scale", type=float, default=1.0, help="trace lengths x this")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="tool gaps x this")
+    ap.add_argument("--mean-interarrival-s", type=float, default=5.0, help="scaled seconds")
+    ap.add_argument(
+        "--arrivals",
+        choices=ARRIVALS,
+        default=None,
+        help="poisson (default for Claude Code) or trace (default for Mooncake)",
+    )
+    ap.add_argument("--page-size", type=int, default=64, help="tokens per KV page")
+    ap.add_argument("--max-batch-tokens", type=int, default=8192, help="tokens per engine step")
+    ap.add_argument("--max-running", type=int, default=64, help="most requests running at once")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--plot", type=Path, default=None, help="directory for the plots")
+    return ap
+
+
+def _cost(args: argparse.Namespace) -> CostModel:
+    if args.cpu_cost is not None:
+        return CpuCostModel(**json.loads(args.cpu_cost.read_text()))
+    return GpuCostModel(QWEN3[args.model], HARDWARE[args.gpu])
+
+
+def _workloads(trace: Trace, args: argparse.Namespace) -> dict[int, Workload]:
+    arrivals = args.arrivals or ("trace" if trace.name == "mooncake" else "poisson")
+    return {
+        s: sample_workload(
+            trace,
+            WorkloadConfig(
+                args.sessions,
+                seed=s,
+                mean_interarrival_s=args.mean_interarrival_s,
+                arrivals=arrivals,
+            ),
+        )
+        for s in range(args.seed_base, args.seed_base + args.seeds)
+    }
+
+
+def _config(args: argparse.Namespace, trace: Trace, cost: CostModel, budgets: list[int]) -> dict:
+    return {
+        "trace_file": str(args.trace_file),
+        **trace.describe(),
+        "sessions": args.sessions,
+        "seeds": list(range(args.seed_base, args.seed_base + args.seeds)),
+        "mean_interarrival_s": args.mean_interarrival_s,
+        "page_size": args.page_size,
+        "max_batch_tokens": args.max_batch_tokens,
+        "max_running": args.max_running,
+        "device_budgets": budgets,
+        "host_budget": args.host_budget_tokens or f"{args.host_budget_factor} x device",
+        "cost_model": cost.describe(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    trace = load_trace(args.trace_file, Scale(args.length_scale, args.time_scale))
+    cost = _cost(args)
+    budgets = args.device_budget_tokens or [getattr(cost, "kv_capacity_tokens", lambda: 0)()]
+    if not all(b > 0 for b in budgets):
+        raise SystemExit("give --device-budget-tokens (the CPU cost model has no GPU memory)")
+    workloads = _workloads(trace, args)
+    sched = SchedulerConfig(
+        max_batch_tokens=args.max_batch_tokens,
+        max_running=args.max_running,
+        prefill_chunk=args.max_batch_tokens,
+    )
+    setups = list(itertools.product(args.policies, args.tiers, args.router, budgets))
+    rows, cdfs = [], []
+    for i, (policy, tiers, router, budget) in enumerate(setups):
+        host = args.host_budget_tokens or int(args.host_budget_factor * budget)
+        host = host if tiers == "gpu+cpu" else 0
+        cfg = SimConfig(
+            policy=policy,
+            tiers=tiers,
+            device_budget_tokens=budget,
+            host_budget_tokens=host,
+            replicas=args.replicas,
+            router=router,
+            prefix_affinity=not args.no_prefix_affinity,
+            page_size=args.page_size,
+            scheduler=sched,
+        )
+        runs: list[RunMetrics] = []
+        for seed, wl in workloads.items():
+            m = simulate(wl, cfg, cost, seed)
+            runs.append(m)
+            print(
+                f"[{i + 1}/{len(setups)}] {policy} {tiers} {router} budget={budget} "
+                f"seed={seed}: ttft {m.mean_ttft_s:.3g}s jct {m.mean_jct_s:.4g}s "
+                f"hit {m.hit_ratio:.3f} ({m.wall_time_s:.1f}s)",
+                file=sys.stderr,
+                flush=True,
+            )
+        setup = {**cfg.describe(), "device_budget_tokens": budget}
+        rows.append(row(setup, runs))
+        if budget == min(budgets):
+            cdfs.append((setup, [t for r in runs for t in r.ttfts]))
+    print(table(rows))
+    if args.json is not None:
+        write_json(args.json, _config(args, trace, cost, budgets), rows)
+    if args.plot is not None:
+        for path in plot(args.plot, rows, cdfs):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""The simulator's tiers: copies that take time on a clock, over real tiers or none.
+
+`TimedTiers` wraps any tiers (the engine's `TorchTiers`, or `NullTiers`) and
+charges every copy to one PCIe channel per direction on the simulated clock:
+device-to-host (demotions, write-through) and host-to-device (loads from the
+host and the store). It is the cache's `TierIO` and the scheduler's
+`SchedulerTiers`, so an admission's `ready_at` is when its own demotions and
+loads are done, behind whatever the channel was already carrying.
+
+`NullTiers` moves no bytes: host copies always succeed, and the store is a set
+of (tenant, page id) that spilled pages join (no byte budget).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from bench.sim.costmodel import CostModel
+from penelope_engine import planner
+from penelope_engine.cache import TierIO
+from penelope_engine.tier_protocol import SchedulerTiers
+from penelope_engine.tree import Node
+
+
+class NullTiers:
+    """Tiers without bytes; the store remembers which pages were spilled to it."""
+
+    def __init__(self) -> None:
+        self.stored: set[tuple[str, int]] = set()
+
+    def begin(self) -> None:
+        pass
+
+    def ready_at(self, now: float) -> float:
+        return now
+
+    def device_to_host(self, device_pages: np.ndarray, host_pages: np.ndarray) -> bool:
+        return True
+
+    def host_to_device(self, host_pages: np.ndarray, device_pages: np.ndarray) -> bool:
+        return True
+
+    def spill(self, node: Node, idx: np.ndarray) -> bool:
+        self.stored.update((node.tenant, int(h)) for h in node.hashes[idx])
+        return True
+
+    def store_run(self, hashes: np.ndarray, tenant: str) -> int:
+        n = 0
+        while n < len(hashes) and (tenant, int(hashes[n])) in self.stored:
+            n += 1
+        return n
+
+    def load_store(
+        self, hashes: np.ndarray, tokens: np.ndarray, tenant: str, device_pages: np.ndarray
+    ) -> np.ndarray:
+        return np.array([(tenant, int(h)) in self.stored for h in hashes], dtype=bool)
+
+
+class _Tiers(TierIO, SchedulerTiers, Protocol):
+    """Both faces of a tier implementation (the cache's and the scheduler's)."""
+
+
+class TimedTiers:
+    def __init__(
+        self,
+        inner: _Tiers | NullTiers,
+        cost: CostModel,
+        page_size: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self.inner, self.cost, self.page_size, self.clock = inner, cost, page_size, clock
+        self.d2h_free = self.h2d_free = 0.0  # when each channel is next idle
+        self._ready = -math.inf  # when the current admission's copies are done
+        self.d2h_pages = self.h2d_pages = 0
+
+    def begin(self) -> None:
+        self._ready = -math.inf
+
+    def ready_at(self, now: float) -> float:
+        return max(now, self._ready)
+
+    def device_to_host(self, device_pages: np.ndarray, host_pages: np.ndarray) -> bool:
+        ok = self.inner.device_to_host(device_pages, host_pages)
+        n = len(device_pages)
+        if n:
+            start = max(self.clock(), self.d2h_free)
+            self.d2h_free = start + self.cost.offload_time(n * self.page_size)
+            self._ready = max(self._ready, self.d2h_free)
+            self.d2h_pages += n
+        return ok
+
+    def _load(self, pages: int, tier: str) -> None:
+        if pages:  # a load starts once this admission's demotions are done
+            start = max(self.clock(), self.h2d_free, self._ready)
+            self.h2d_free = start + self.cost.load_time(pages * self.page_size, tier)
+            self._ready = self.h2d_free
+            self.h2d_pages += pages
+
+    def host_to_device(self, host_pages: np.ndarray, device_pages: np.ndarray) -> bool:
+        ok = self.inner.host_to_device(host_pages, device_pages)
+        self._load(len(host_pages) if ok else 0, "host")
+        return ok
+
+    def spill(self, node: Node, idx: np.ndarray) -> bool:
+        return self.inner.spill(node, idx)  # written behind: delays no request
+
+    def store_run(self, hashes: np.ndarray, tenant: str) -> int:
+        return self.inner.store_run(hashes, tenant)
+
+    def load_store(
+        self, hashes: np.ndarray, tokens: np.ndarray, tenant: str, device_pages: np.ndarray
+    ) -> np.ndarray:
+        loaded = self.inner.load_store(hashes, tokens, tenant, device_pages)
+        self._load(int(loaded.sum()), "store")
+        return loaded
+
+
+def planner_costs(cost: CostModel) -> planner.CostModel:
+    """The engine planner's constants, read off a bench cost model."""
+    c0, c1 = cost.token_cost(0), cost.token_cost(1)
+    big = 1 << 20
+    host_s = cost.load_time(big, "host") - cost.load_time(0, "host")
+    store_s = cost.load_time(big, "store") - cost.load_time(0, "store")
+    nbytes = big * cost.kv_bytes_per_token
+    return planner.CostModel(
+        c_lin=c0,
+        c_attn=c1 - c0,
+        host_bytes_per_s=nbytes / host_s,
+        store_bytes_per_s=nbytes / store_s,
+        load_latency_s=cost.load_time(0, "host"),
+        kv_bytes_per_token=cost.kv_bytes_per_token,
+    )
