@@ -22,6 +22,7 @@ import numpy as np
 
 from bench.sessions import Session
 from penelope_engine.pages import mix64, seed64
+from penelope_engine.util import cdiv
 
 _U64 = np.uint64
 _GOLDEN = _U64(0x9E3779B97F4A7C15)
@@ -90,7 +91,7 @@ class TokenMap:
         blocks, bt = self._blocks(session, k), session.block_tokens
         b = max(p, min(n, len(blocks) * bt))
         if b > p:  # token = (mix(block id) xor mix(offset)) scaled into the vocabulary
-            first, last = p // bt, -(-b // bt)
+            first, last = p // bt, cdiv(b, bt)
             scope = _seed(self._seed, "block", session.block_scope)
             grid = mix64(blocks[first:last] ^ scope)[:, None] ^ self._offsets(bt)[None, :]
             out[p:b] = self._scale(grid.reshape(-1))[p - first * bt : b - first * bt]

@@ -41,6 +41,7 @@ from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest
 from penelope_engine.runner import build_metadata
 from penelope_engine.sequence import BatchItem, Sequence
+from penelope_engine.util import cdiv
 
 REFERENCES = ("none", "transformers")
 
@@ -133,7 +134,7 @@ def run_case(
     """max |fused - full| over the new tokens' logits and every position's K and V; NaN if
     either side holds a NaN (a hole the fused pass left unfilled reads NaN)."""
     n = len(case.tokens)
-    pages = -(-n // page_size)
+    pages = cdiv(n, page_size)
     pool_a = KVPool(lm.config, pages, page_size, dtype, device)
     pool_b = KVPool(lm.config, pages, page_size, dtype, device)
     table_a = np.arange(pages)

@@ -27,6 +27,7 @@ from penelope_engine.kv_pool import KVPool
 from penelope_engine.model.attention import build_metadata
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.protocol import GenerateRequest, SamplingParams
+from penelope_engine.util import cdiv
 from penelope_engine.verify import max_abs_diff, passes, worst
 
 TIERS = ("device", "host", "store", "recomputed", "new")
@@ -87,7 +88,7 @@ def _sessions(
 def tight_cache(lengths: list[int], page_size: int, store_uri: str, kv_bytes: int) -> CacheConfig:
     """Of the sessions' pages: a device pool of 1/3 (at least the longest session), a host tier
     of 1/2 (it also holds copies of device pages) and a store budget of 1/8."""
-    pages = [-(-n // page_size) for n in lengths]
+    pages = [cdiv(n, page_size) for n in lengths]
     working, floor = sum(pages), max(pages) + 2
     device, host = max(floor, working // 3), max(floor, working // 2)
     store_bytes = max(1, working // 8) * page_size * kv_bytes
@@ -174,7 +175,7 @@ def _from_scratch(
     lm: LoadedModel, model: str, dtype: str, device: str, page_size: int, req: GenerateRequest
 ) -> tuple[tuple[int, ...], list[torch.Tensor]]:
     """One request on a fresh engine whose device pool holds it all (no host, no store)."""
-    pages = -(-(len(req.prompt_token_ids) + req.sampling.max_tokens) // page_size) + 1
+    pages = cdiv(len(req.prompt_token_ids) + req.sampling.max_tokens, page_size) + 1
     cache = CacheConfig(page_size=page_size, device_pages=pages, host_pages=0)
     engine, tap = _engine(lm, model, dtype, device, cache)
     out = engine.generate_sync(req)
@@ -290,7 +291,7 @@ def run_reference(
 
 def _full_prefill(lm: LoadedModel, seq: list[int], rows: list[int], page_size: int) -> torch.Tensor:
     """Our decoder over the whole sequence in one pass, on a shuffled page table."""
-    pages = -(-len(seq) // page_size)
+    pages = cdiv(len(seq), page_size)
     device = lm.model.device
     kv = KVPool(lm.config, pages, page_size, lm.model.dtype, device)
     table = torch.randperm(pages, generator=torch.Generator().manual_seed(pages))

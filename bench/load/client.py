@@ -21,6 +21,7 @@ from bench.load.config import MODEL, LoadConfig
 from bench.sessions import Session
 from bench.tokens import TokenMap
 from bench.traces import load_claude_code
+from penelope_engine.util import cdiv
 
 SERVER_ERROR_CODES = ("internal_error", "engine_unavailable", "request_timeout")
 CLIENT_STARTUP_S = 60.0  # a spawned interpreter importing httpx, numpy and the trace
@@ -68,7 +69,7 @@ class Client:
     async def _turn(self, session: Session, k: int, rng: random.Random) -> None:
         cfg = self.cfg
         ids = self.tokens.input_ids(session, k)[:: cfg.stride]
-        out = -(-session.turns[k].output_tokens // cfg.stride)
+        out = cdiv(session.turns[k].output_tokens, cfg.stride)
         body = {
             "model": MODEL,
             "prompt": [int(t) for t in ids],

@@ -19,6 +19,7 @@ import numpy as np
 from penelope_engine.cache import PrefixCache
 from penelope_engine.helpformat import parser
 from penelope_engine.pages import PageHasher
+from penelope_engine.tier import Tier
 
 OPS = ("hash", "match", "lock", "allocate", "insert", "unlock")
 
@@ -37,12 +38,12 @@ def _turn(
     t2 = time.perf_counter()
     handle = cache.lock(m.nodes[-1] if m.num_pages else None)
     t3 = time.perf_counter()
-    missing = len(hashes) - int((m.where == 0).sum())
+    missing = len(hashes) - int((m.where == Tier.DEVICE).sum())
     fresh = cache.allocate(missing)
     t4 = time.perf_counter()
     pages = np.empty(len(hashes), dtype=np.int32)
     dev = np.zeros(len(hashes), dtype=bool)
-    dev[: m.num_pages] = m.where == 0
+    dev[: m.num_pages] = m.where == Tier.DEVICE
     pages[dev] = m.device[dev[: m.num_pages]]
     pages[~dev] = fresh
     cache.insert(hashes, pages, sid)

@@ -22,6 +22,7 @@ from penelope_engine.model.registry import load_model
 from penelope_engine.protocol import GenerateRequest
 from penelope_engine.runner import build_metadata
 from penelope_engine.sequence import BatchItem, Sequence
+from penelope_engine.util import cdiv
 
 
 def _pass(lm, pool: KVPool, seq: Sequence, positions: np.ndarray, chunk: int) -> float:
@@ -49,7 +50,7 @@ def run(
     if not 0 < segment <= context - prefix:
         raise ValueError("need 0 < segment <= context - prefix")
     lm = load_model(model, "float32", device)
-    pages = -(-context // page_size)
+    pages = cdiv(context, page_size)
     pool = KVPool(lm.config, pages, page_size, torch.float32, device)
     tokens = np.random.default_rng(0).integers(0, lm.config.vocab_size, context)
     seq = Sequence(GenerateRequest("bench", (0,)), np.empty(0, np.uint64), tokens.tolist())

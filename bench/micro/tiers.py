@@ -25,6 +25,7 @@ from penelope_engine.engine import Engine
 from penelope_engine.helpformat import parser
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest, SamplingParams
+from penelope_engine.util import cdiv
 
 
 def trace_prompts(
@@ -75,7 +76,7 @@ def run(
     ps = 16
     pages: dict[str, int] = {}
     for sid, p, _ in prompts:
-        pages[sid] = max(pages.get(sid, 0), -(-(len(p) + max_tokens) // ps))
+        pages[sid] = max(pages.get(sid, 0), cdiv(len(p) + max_tokens, ps))
     working = sum(pages.values())  # every session's longest turn, shared prefix counted each time
     ref, _ = replay(lm, prompts, CacheConfig(page_size=ps, device_pages=working + 8), max_tokens)
     longest = max(pages.values()) + 4

@@ -10,25 +10,12 @@ what `CpuCostModel.fit` fits.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
-from bench.sim.costmodel import StepLoad
+from bench.sim.costmodel import StepLoad, step_load
 from penelope_engine.engine import Engine
 from penelope_engine.runner import ModelRunner
 from penelope_engine.sequence import BatchItem
 from penelope_engine.sequence import Sequence as EngineSeq
-
-
-def step_load(items: Sequence[BatchItem]) -> StepLoad:
-    """A query at position p attends p + 1 keys (its own included), as in `bench.sim.replica`."""
-    tokens = pairs = keys = rows = 0
-    for it in items:
-        p = it.positions
-        tokens += len(p)
-        pairs += int(p.sum()) + len(p)
-        keys += int(p[-1]) + 1
-        rows += int(it.wants_token)
-    return StepLoad(tokens, rows, pairs, keys, len(items))
 
 
 class StepTimer:

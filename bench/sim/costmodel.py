@@ -19,6 +19,8 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from penelope_engine.sequence import BatchItem
+
 
 class StepLoad(NamedTuple):
     """What one batching step computes (sums over its requests)."""
@@ -39,6 +41,21 @@ class StepLoad(NamedTuple):
         return StepLoad(
             m + len(decode_contexts), n, pairs + sum(c + 1 for c in decode_contexts), read, n
         )
+
+
+def step_load(items: Sequence[BatchItem]) -> StepLoad:
+    """What a batch computes, the one measure for the engine's timer and the simulator's clock.
+
+    A query at position p attends p + 1 keys (its own included).
+    """
+    tokens = pairs = keys = rows = 0
+    for it in items:
+        p = it.positions
+        tokens += len(p)
+        pairs += int(p.sum()) + len(p)
+        keys += int(p[-1]) + 1
+        rows += int(it.wants_token)
+    return StepLoad(tokens, rows, pairs, keys, len(items))
 
 
 class CostModel(Protocol):

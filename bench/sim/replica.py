@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.replay.steptimer import step_load
-from bench.sim.costmodel import CostModel, decode_run, page_cost_fn
+from bench.sim.costmodel import CostModel, decode_run, page_cost_fn, step_load
 from bench.sim.tiers import NullTiers, TimedTiers, planner_costs
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import SchedulerConfig

@@ -57,6 +57,7 @@ from penelope_engine.sglang.results import (
     key_tokens,
 )
 from penelope_engine.sglang.shelf import ShelvedSuffix, SuffixShelf
+from penelope_engine.util import cdiv
 
 FULL = ComponentType.FULL
 
@@ -262,7 +263,7 @@ class PenelopeRadixCache(UnifiedRadixCache):
             self._remove_keeping_slots(node.id)
         chain_slots = torch.cat(slots)
         page = self.shelf.page_size
-        take = min(-(-want // page) * page, len(chain_slots))
+        take = min(cdiv(want, page) * page, len(chain_slots))
         self.counters.shelved_tokens += len(chain_slots)
         if take < len(chain_slots):
             record = ShelvedSuffix(

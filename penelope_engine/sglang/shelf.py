@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from penelope_engine.util import cdiv
+
 
 @dataclass
 class ShelvedSuffix:
@@ -124,7 +126,7 @@ class SuffixShelf:
 
         A record left with no suffix leaves the shelf.
         """
-        pages = -(-num_tokens // self.page_size)
+        pages = cdiv(num_tokens, self.page_size)
         take = min(pages * self.page_size, record.suffix_len)
         freed, record.indices = record.indices[:take], record.indices[take:]
         record.hole_end += take

@@ -7,10 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from bench.replay.steptimer import step_load
 from bench.sessions import Scale, Session, Trace, Turn
 from bench.sim.config import SimConfig
-from bench.sim.costmodel import CpuCostModel, StepLoad
+from bench.sim.costmodel import CpuCostModel, StepLoad, step_load
 from bench.sim.loop import Simulator
 from bench.workload import Workload, WorkloadConfig, sample_workload
 from penelope_engine.policies import POLICIES
