@@ -24,7 +24,7 @@ import numpy as np
 
 from penelope_engine.cache import PrefixCache
 from penelope_engine.errors import CapacityError
-from penelope_engine.planner import CostModel, choose
+from penelope_engine.planner import PlannerCost, choose
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sequence import Sequence
 from penelope_engine.tier import Tier
@@ -33,7 +33,7 @@ from penelope_engine.util import cdiv
 
 
 def admit(
-    seq: Sequence, cache: PrefixCache, tiers: SchedulerTiers, cost: CostModel, now: float
+    seq: Sequence, cache: PrefixCache, tiers: SchedulerTiers, cost: PlannerCost, now: float
 ) -> TokenUsage | None:
     """Admit `seq` (its page table, lock, todo and ready time); None when it does not fit now."""
     ps = cache.page_size
@@ -81,7 +81,7 @@ def admit(
 def _load(
     seq: Sequence,
     tiers: SchedulerTiers,
-    cost: CostModel,
+    cost: PlannerCost,
     ps: int,
     host: np.ndarray,
     where: np.ndarray,

@@ -1,17 +1,36 @@
 """Load or recompute: for each missing segment, the cheaper way back to the device.
 
-Recomputing m tokens at offset a costs ``m*c_lin + c_attn*(m*a + m*m/2)``
-(linear layers plus attention over earlier keys); loading them costs their
-bytes over the tier's bandwidth plus a fixed latency. Constants come from
-`CostModel.calibrate` on the running machine and are refined from observed
-step times.
+The planner asks a `PlannerCost` what recomputing a segment and loading it
+from a tier cost; whatever answers both (the engine's calibrated `CostModel`,
+or the simulator's cost models) drives the same decision.
+
+In the engine's `CostModel`, recomputing m tokens at offset a costs
+``m*c_lin + c_attn*(m*a + m*m/2)`` (linear layers plus attention over earlier
+keys); loading them costs their bytes over the tier's bandwidth plus a fixed
+latency. `CostCalibrator` refines the constants from observed step times.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
+import numpy as np
+
+from penelope_engine.fit import nonneg_lstsq
 from penelope_engine.tier import Tier
+
+
+class PlannerCost(Protocol):
+    """What the planner needs to know: seconds to recompute a segment, or to load it."""
+
+    def recompute_s(self, start: int, length: int) -> float:
+        """Prefill of `length` tokens at positions start, start + 1, ..."""
+        ...
+
+    def load_s(self, length: int, tier: Tier) -> float:
+        """Copy of `length` tokens' KV from `tier` (HOST or STORE) to the device."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -35,31 +54,27 @@ class CostModel:
         return replace(self, c_lin=max(c_lin, 0.0), c_attn=max(c_attn, 0.0))
 
 
-def choose(cost: CostModel, tier: Tier, start: int, length: int) -> str:
+def choose(cost: PlannerCost, tier: Tier, start: int, length: int) -> str:
     """'load' or 'recompute' for a segment of `length` tokens at `start` held by `tier`."""
     return "load" if cost.load_s(length, tier) <= cost.recompute_s(start, length) else "recompute"
 
 
 def fit_prefill(samples: list[tuple[int, int, float]]) -> tuple[float, float]:
-    """Least-squares (c_lin, c_attn) from (start, length, seconds) prefill timings."""
-    xs = [(float(m), m * a + m * m / 2.0, t) for a, m, t in samples]
-    s11 = sum(x * x for x, _, _ in xs)
-    s12 = sum(x * y for x, y, _ in xs)
-    s22 = sum(y * y for _, y, _ in xs)
-    b1 = sum(x * t for x, _, t in xs)
-    b2 = sum(y * t for _, y, t in xs)
-    det = s11 * s22 - s12 * s12
-    if abs(det) < 1e-30:
-        return (b1 / s11 if s11 else 0.0, 0.0)
-    return ((b1 * s22 - b2 * s12) / det, (s11 * b2 - s12 * b1) / det)
+    """(c_lin, c_attn) >= 0 by least squares from (start, length, seconds) prefill timings."""
+    if not samples:
+        return (0.0, 0.0)
+    x = np.array([(float(m), m * a + m * m / 2.0) for a, m, _ in samples])
+    y = np.array([t for _, _, t in samples], dtype=float)
+    c_lin, c_attn = nonneg_lstsq(x, y)
+    return (float(c_lin), float(c_attn))
 
 
 class CostCalibrator:
     """Refines a CostModel from what the running engine observes.
 
-    Prefill steps give (start, length, seconds) samples, refit by least
-    squares every `refit_every` samples over a sliding window; tier copies
-    give bytes/second, smoothed.
+    Prefill steps give (start, length, seconds) samples, refit by
+    non-negative least squares every `refit_every` samples over a sliding
+    window; tier copies give bytes/second, smoothed.
     """
 
     def __init__(self, cost: CostModel, window: int = 256, refit_every: int = 16) -> None:

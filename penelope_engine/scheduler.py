@@ -29,7 +29,7 @@ from penelope_engine.cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import CapacityError
 from penelope_engine.pages import PageHasher
-from penelope_engine.planner import CostModel
+from penelope_engine.planner import PlannerCost
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sequence import BatchItem, Sequence
 from penelope_engine.tier_protocol import SchedulerTiers
@@ -42,7 +42,7 @@ class Scheduler:
         cache: PrefixCache,
         hasher: PageHasher,
         tiers: SchedulerTiers,
-        cost: Callable[[], CostModel],
+        cost: Callable[[], PlannerCost],
         eos_token_ids: tuple[int, ...],
         max_model_len: int,
         write_through: bool = True,
@@ -52,7 +52,7 @@ class Scheduler:
         self.cache = cache
         self.hasher = hasher
         self.tiers = tiers
-        self.cost = cost  # the planner's current constants (the engine refines them)
+        self.cost = cost  # the planner's current cost model (the engine refines its own)
         self.eos = frozenset(eos_token_ids)
         self.max_model_len = max_model_len
         self.write_through = write_through

@@ -35,32 +35,27 @@ from bench.replay.runs import (
     working_set_tokens,
     workloads,
 )
+from bench.sim.cliargs import add_output_args, add_step_args, add_workload_args
 from bench.sim.config import SimConfig
 from bench.sim.report import plot, row, table, write_json
-from bench.sim.simulate import _list
-from bench.traces import DEFAULT_TRACE
-from bench.workload import ARRIVALS, Workload
+from bench.workload import Workload
 from penelope_engine.helpformat import parser
 from penelope_engine.kv_pool import DTYPES
 from penelope_engine.model.registry import LoadedModel, load_model
-from penelope_engine.policies import POLICIES
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = parser("penelope bench replay", __doc__)
-    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
-    ap.add_argument(
-        "--policies",
-        type=_list(str, POLICIES),
-        default=["lru", "penelope"],
-        help=f"comma list or 'all' ({', '.join(POLICIES)})",
+    add_workload_args(
+        ap,
+        tiers=("gpu", "gpu+cpu"),
+        sessions=8,
+        seeds=1,
+        length_scale=1 / 64,
+        time_scale=1 / 64,
+        mean_interarrival_s=0.5,
+        budget_help="comma list to sweep (default: --budget-fraction of the working set)",
     )
-    ap.add_argument(
-        "--tiers", type=_list(str, ("gpu", "gpu+cpu")), default=["gpu"], help="comma list"
-    )
-    ap.add_argument("--sessions", type=int, default=8, help="sessions sampled per seed")
-    ap.add_argument("--seeds", type=int, default=1, help="workloads, one per seed")
-    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
     ap.add_argument("--turns", type=int, default=6, help="first turns of each session")
     ap.add_argument("--max-output-tokens", type=int, default=8, help="cap on each turn's output")
     ap.add_argument(
@@ -68,12 +63,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=math.inf,
         help="cap on each scaled gap between turns (inf: none)",
-    )
-    ap.add_argument(
-        "--device-budget-tokens",
-        type=_list(int),
-        default=None,
-        help="comma list to sweep (default: --budget-fraction of the working set)",
     )
     ap.add_argument("--budget-fraction", type=float, default=0.5, help="of the working set")
     ap.add_argument(
@@ -83,14 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--dtype", default="float32", help="model and KV dtype")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (stated in the output)")
-    ap.add_argument("--length-scale", type=float, default=1 / 64, help="trace lengths x this")
-    ap.add_argument("--time-scale", type=float, default=1 / 64, help="tool gaps x this")
-    ap.add_argument("--mean-interarrival-s", type=float, default=0.5, help="scaled seconds")
-    ap.add_argument("--arrivals", choices=ARRIVALS, help="default: trace if Mooncake, else poisson")
-    ap.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
-    ap.add_argument("--max-batch-tokens", type=int, default=2048, help="tokens per engine step")
+    add_step_args(ap, page_size=16, max_batch_tokens=2048, max_running=64)
     ap.add_argument("--prefill-chunk", type=int, default=1024, help="a request's tokens per step")
-    ap.add_argument("--max-running", type=int, default=64, help="most requests running at once")
     ap.add_argument(
         "--repeats", type=int, default=1, help="runs per set-up and seed; the median is kept"
     )
@@ -102,9 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REPLAY_JSON",
         help="no replay: calibrate against the measured TTFTs of a saved replay (its settings)",
     )
-    ap.add_argument("--json", type=Path, default=None, help="write the results here")
-    ap.add_argument("--plot", type=Path, default=None, help="directory for the plots")
+    add_output_args(ap)
     return ap
+
 
 def saved_replay_argv(config: dict[str, Any]) -> list[str]:
     """The options that reproduce the workloads, engine and scheduler of a saved replay."""

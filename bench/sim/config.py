@@ -22,9 +22,9 @@ def default_scheduler() -> SchedulerConfig:
 @dataclass(frozen=True)
 class SimConfig:
     policy: str = "lru"
-    tiers: str = "gpu"  # "gpu" or "gpu+cpu"
+    tiers: str = "gpu"  # one of TIERS: "gpu", "gpu+cpu", "gpu+cpu+store"
     device_budget_tokens: int = 200_000
-    host_budget_tokens: int = 0  # used (and required) with tiers "gpu+cpu"
+    host_budget_tokens: int = 0  # used (and required) with a host tier
     replicas: int = 1
     router: str = "pow2"
     prefix_affinity: bool = True  # affinity router: send new sessions where their prefix is

@@ -4,7 +4,11 @@ One step of continuous batching runs some prefill chunks and some decode
 tokens: its `StepLoad` counts query tokens, sampled rows, attention pairs
 (a prefill chunk of m tokens at offset a has m*a + m(m+1)/2 (query, key)
 pairs, a decode token at context c has c+1), KV tokens read and requests.
-A `CostModel` turns a load into seconds and a copy between tiers into seconds.
+A `CostModel` turns a load into seconds and a copy between tiers into seconds;
+it is also the engine planner's `PlannerCost` (`recompute_s`: the sum of
+`token_cost` over a segment's positions; `load_s`: `load_time`), so the
+simulated scheduler decides load-or-recompute from the same numbers that time
+its steps and copies.
 
 `CpuCostModel` has coefficients fit by least squares to step timings of the
 real engine (`fit`); `bench.sim.roofline.GpuCostModel` is the stated roofline
@@ -19,7 +23,10 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from penelope_engine.fit import nonneg_lstsq
+from penelope_engine.planner import PlannerCost
 from penelope_engine.sequence import BatchItem
+from penelope_engine.tier import Tier
 
 
 class StepLoad(NamedTuple):
@@ -58,20 +65,31 @@ def step_load(items: Sequence[BatchItem]) -> StepLoad:
     return StepLoad(tokens, rows, pairs, keys, len(items))
 
 
-class CostModel(Protocol):
+class CostModel(PlannerCost, Protocol):
     @property
     def kv_bytes_per_token(self) -> int: ...
 
     def step_time(self, load: StepLoad) -> float:
         """Seconds of one step; attention_pairs and kv_read_tokens may be numpy arrays."""
 
-    def token_cost(self, position: int) -> float: ...
+    def token_cost(self, position: int) -> float:
+        """Prefill compute of one token at `position`; linear in the position."""
+        ...
 
-    def load_time(self, tokens: int, tier: str) -> float: ...
+    def load_time(self, tokens: int, tier: Tier) -> float:
+        """Copy of `tokens` tokens' KV from `tier` (HOST or STORE) to the device."""
+        ...
 
     def offload_time(self, tokens: int) -> float: ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+def linear_recompute_s(token_cost: Callable[[int], float], start: int, length: int) -> float:
+    """Sum of a linear `token_cost` over positions start .. start + length - 1 (closed form)."""
+    if length <= 0:
+        return 0.0
+    return length * (token_cost(start) + token_cost(start + length - 1)) / 2
 
 
 def decode_run(cost: CostModel, first: StepLoad, n: int) -> np.ndarray:
@@ -92,9 +110,8 @@ def prefill_time(cost: CostModel, m: int, a: int = 0) -> float:
 def page_cost_fn(cost: CostModel, page_size: int) -> Callable[[int], float]:
     """Recompute cost (s) of the page at a page index, for the cache's cost-aware policies."""
 
-    def page_cost(page: int) -> float:  # token_cost is linear: mean of the ends times the size
-        first = page * page_size
-        return page_size * (cost.token_cost(first) + cost.token_cost(first + page_size - 1)) / 2
+    def page_cost(page: int) -> float:
+        return cost.recompute_s(page * page_size, page_size)
 
     return page_cost
 
@@ -154,11 +171,18 @@ class CpuCostModel:
     def token_cost(self, position: int) -> float:
         return self.c_lin + self.c_attn * (position + 1)
 
-    def load_time(self, tokens: int, tier: str) -> float:
+    def load_time(self, tokens: int, tier: Tier) -> float:
+        """Both tiers copy at `copy_bytes_per_s` (host and store are CPU memory here)."""
         return tokens * self.kv_bytes_per_token / self.copy_bytes_per_s
 
     def offload_time(self, tokens: int) -> float:
-        return self.load_time(tokens, "host")
+        return self.load_time(tokens, Tier.HOST)
+
+    def recompute_s(self, start: int, length: int) -> float:
+        return linear_recompute_s(self.token_cost, start, length)
+
+    def load_s(self, length: int, tier: Tier) -> float:
+        return self.load_time(length, tier)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "cpu-fit", **asdict(self)}
@@ -192,7 +216,7 @@ class CpuCostModel:
         else:
             known = np.zeros(len(y))
         w = 1.0 / np.maximum(y, 1e-9)
-        coef = [float(c) for c in _nnls(x * w[:, None], (y - known) * w)]
+        coef = [float(c) for c in nonneg_lstsq(x * w[:, None], (y - known) * w)]
         c_step, c_lin, c_attn, c_seq = coef[:4]
         return CpuCostModel(
             c_step=c_step,
@@ -214,17 +238,3 @@ def _table_time(table: tuple[float, ...], rows: int) -> float:
         return table[rows - 1]
     slope = table[-1] - table[-2] if len(table) >= 2 else table[-1]
     return table[-1] + max(slope, 0.0) * (rows - len(table))
-
-
-def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares with coefficients >= 0: drop the most negative column and refit."""
-    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)
-    active = list(range(x.shape[1]))
-    coef = np.zeros(x.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(x[:, active] / scale[active], y, rcond=None)
-        if (sol >= 0).all():
-            coef[active] = sol / scale[active]
-            return coef
-        active.pop(int(np.argmin(sol)))
-    return coef

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bench.sim.costmodel import CostModel, decode_run, page_cost_fn, step_load
-from bench.sim.tiers import NullTiers, TimedTiers, planner_costs
+from bench.sim.tiers import NullTiers, TimedTiers
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.pages import PageHasher
@@ -144,13 +144,12 @@ class Replica:
             time_fn=clock,
             page_cost=page_cost_fn(cost, ps),
         )
-        plan = planner_costs(cost)
         scheduler = Scheduler(
             sched,
             cache,
             PageHasher(ps, setup.namespace),
             tiers,
-            lambda: plan,
+            lambda: cost,
             (),
             MAX_MODEL_LEN,
             write_through=setup.host_pages > 0,
@@ -164,17 +163,16 @@ class Replica:
     ) -> Replica:
         """The engine's own scheduler and cache on `clock`, copies timed, planner fixed.
 
-        The planner's constants come from `cost` (not from the engine's measured
-        step times) and every copy is charged to `TimedTiers`, exactly as in
+        The planner asks `cost` itself (not the engine's calibrated constants)
+        and every copy is charged to `TimedTiers`, exactly as in
         `Replica.simulated`; the bytes still move through the engine's tiers.
         """
         ps = engine.config.cache.page_size
         tiers = TimedTiers(engine.tiers, cost, ps, clock)
-        plan = planner_costs(cost)
         engine.cache.time_fn = clock
         engine.cache.placement.io = tiers
         sched = engine.scheduler
-        sched.tiers, sched.clock, sched.cost = tiers, clock, lambda: plan
+        sched.tiers, sched.clock, sched.cost = tiers, clock, lambda: cost
         return cls(index, sched, tiers, cost, engine.runner.run, fast_decode=False)
 
     @property

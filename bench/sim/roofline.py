@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from bench.sim.costmodel import StepLoad
+from bench.sim.costmodel import StepLoad, linear_recompute_s
 from penelope_engine.config import ModelConfig
+from penelope_engine.tier import Tier
 
 
 def _qwen3(name: str, hidden: int, inter: int, layers: int, heads: int) -> ModelConfig:
@@ -84,7 +85,6 @@ def param_count(m: ModelConfig) -> int:
     return m.num_layers * layer + embed + h
 
 
-
 class GpuCostModel:
     def __init__(
         self, model: ModelConfig, hw: Hardware, dtype_bytes: int = 2, mem_fraction: float = 0.88
@@ -131,16 +131,23 @@ class GpuCostModel:
         """Position where a token's attention FLOPs equal its linear FLOPs."""
         return round(2 * self.body_params / self._attn)
 
-    def load_time(self, tokens: int, tier: str) -> float:
+    def load_time(self, tokens: int, tier: Tier) -> float:
         nbytes = tokens * self.kv_bytes_per_token
-        if tier == "host":
+        if tier == Tier.HOST:
             return self.hw.copy_latency_s + nbytes / (self.hw.pcie_bytes_per_s * self.hw.pcie_eff)
-        if tier == "store":
+        if tier == Tier.STORE:
             return self.hw.store_latency_s + nbytes / self.hw.store_bytes_per_s
-        raise ValueError(f"tier must be 'host' or 'store', got {tier!r}")
+        raise ValueError(f"tier must be Tier.HOST or Tier.STORE, got {tier!r}")
 
     def offload_time(self, tokens: int) -> float:
-        return self.load_time(tokens, "host")
+        return self.load_time(tokens, Tier.HOST)
+
+    def recompute_s(self, start: int, length: int) -> float:
+        """Sum of `token_cost` over the segment's positions."""
+        return linear_recompute_s(self.token_cost, start, length)
+
+    def load_s(self, length: int, tier: Tier) -> float:
+        return self.load_time(length, tier)
 
     def describe(self) -> dict[str, Any]:
         m = self.model

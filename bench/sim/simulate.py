@@ -17,52 +17,38 @@ import itertools
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from bench.sessions import Scale, Trace
+from bench.sim.cliargs import add_output_args, add_step_args, add_workload_args, comma_list
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CostModel, CpuCostModel
 from bench.sim.loop import simulate
 from bench.sim.metrics import RunMetrics
+from bench.sim.replica import TIERS
 from bench.sim.report import plot, row, table, write_json
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
-from bench.traces import DEFAULT_TRACE, load_trace
-from bench.workload import ARRIVALS, Workload, WorkloadConfig, sample_workload
+from bench.traces import load_trace
+from bench.workload import Workload, WorkloadConfig, sample_workload
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.helpformat import parser
-from penelope_engine.policies import POLICIES
 from router.policies import ROUTING_POLICIES
-
-
-def _list(kind: type, choices: Any = None):
-    def parse(text: str) -> list:
-        items = [kind(x) for x in text.split(",") if x]
-        if choices is not None:
-            if items == ["all"]:
-                return list(choices)
-            bad = [x for x in items if x not in choices]
-            if bad:
-                raise argparse.ArgumentTypeError(f"unknown {bad}; valid: {', '.join(choices)}")
-        return items
-
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = parser("penelope bench simulate", __doc__)
-    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
-    ap.add_argument(
-        "--policies",
-        type=_list(str, POLICIES),
-        default=["lru", "penelope"],
-        help=f"comma list or 'all' ({', '.join(POLICIES)})",
-    )
-    ap.add_argument(
-        "--tiers", type=_list(str, ("gpu", "gpu+cpu")), default=["gpu"], help="comma list"
+    add_workload_args(
+        ap,
+        tiers=TIERS,
+        sessions=48,
+        seeds=3,
+        length_scale=1.0,
+        time_scale=1.0,
+        mean_interarrival_s=5.0,
+        budget_help="per replica, comma list to sweep (default: what fits after weights)",
     )
     ap.add_argument(
         "--router",
-        type=_list(str, ROUTING_POLICIES),
+        type=comma_list(str, ROUTING_POLICIES),
         default=["pow2"],
         help=f"comma list ({', '.join(ROUTING_POLICIES)})",
     )
@@ -72,20 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="affinity router: place new sessions by hashing, not by where a prefix is cached",
     )
-    ap.add_argument("--sessions", type=int, default=48, help="sessions sampled per seed")
-    ap.add_argument("--seeds", type=int, default=3, help="workloads, one per seed")
-    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
-    ap.add_argument(
-        "--device-budget-tokens",
-        type=_list(int),
-        default=None,
-        help="per replica, comma list to sweep (default: what fits after weights)",
-    )
     ap.add_argument(
         "--host-budget-tokens",
         type=int,
         default=None,
-        help="per replica with gpu+cpu (default: --host-budget-factor x the device budget)",
+        help="per replica with a host tier (default: --host-budget-factor x the device budget)",
     )
     ap.add_argument(
         "--host-budget-factor", type=float, default=4.0, help="host budget / device budget"
@@ -98,20 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="JSON of fitted CpuCostModel fields (bench calibrate); replaces the GPU",
     )
-    ap.add_argument("--length-scale", type=float, default=1.0, help="trace lengths x this")
-    ap.add_argument("--time-scale", type=float, default=1.0, help="tool gaps x this")
-    ap.add_argument("--mean-interarrival-s", type=float, default=5.0, help="scaled seconds")
-    ap.add_argument(
-        "--arrivals",
-        choices=ARRIVALS,
-        default=None,
-        help="poisson (default for Claude Code) or trace (default for Mooncake)",
-    )
-    ap.add_argument("--page-size", type=int, default=64, help="tokens per KV page")
-    ap.add_argument("--max-batch-tokens", type=int, default=8192, help="tokens per engine step")
-    ap.add_argument("--max-running", type=int, default=64, help="most requests running at once")
-    ap.add_argument("--json", type=Path, default=None, help="write the results here")
-    ap.add_argument("--plot", type=Path, default=None, help="directory for the plots")
+    add_step_args(ap, page_size=64, max_batch_tokens=8192, max_running=64)
+    add_output_args(ap)
     return ap
 
 
@@ -170,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, cdfs = [], []
     for i, (policy, tiers, router, budget) in enumerate(setups):
         host = args.host_budget_tokens or int(args.host_budget_factor * budget)
-        host = host if tiers == "gpu+cpu" else 0
+        host = host if tiers != "gpu" else 0  # gpu+cpu and gpu+cpu+store have a host tier
         cfg = SimConfig(
             policy=policy,
             tiers=tiers,

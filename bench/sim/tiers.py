@@ -20,8 +20,8 @@ from typing import Protocol
 import numpy as np
 
 from bench.sim.costmodel import CostModel
-from penelope_engine import planner
 from penelope_engine.cache import TierIO
+from penelope_engine.tier import Tier
 from penelope_engine.tier_protocol import SchedulerTiers
 from penelope_engine.tree import Node
 
@@ -93,7 +93,7 @@ class TimedTiers:
             self.d2h_pages += n
         return ok
 
-    def _load(self, pages: int, tier: str) -> None:
+    def _load(self, pages: int, tier: Tier) -> None:
         if pages:  # a load starts once this admission's demotions are done
             start = max(self.clock(), self.h2d_free, self._ready)
             self.h2d_free = start + self.cost.load_time(pages * self.page_size, tier)
@@ -102,7 +102,7 @@ class TimedTiers:
 
     def host_to_device(self, host_pages: np.ndarray, device_pages: np.ndarray) -> bool:
         ok = self.inner.host_to_device(host_pages, device_pages)
-        self._load(len(host_pages) if ok else 0, "host")
+        self._load(len(host_pages) if ok else 0, Tier.HOST)
         return ok
 
     def spill(self, node: Node, idx: np.ndarray) -> bool:
@@ -115,22 +115,5 @@ class TimedTiers:
         self, hashes: np.ndarray, tokens: np.ndarray, tenant: str, device_pages: np.ndarray
     ) -> np.ndarray:
         loaded = self.inner.load_store(hashes, tokens, tenant, device_pages)
-        self._load(int(loaded.sum()), "store")
+        self._load(int(loaded.sum()), Tier.STORE)
         return loaded
-
-
-def planner_costs(cost: CostModel) -> planner.CostModel:
-    """The engine planner's constants, read off a bench cost model."""
-    c0, c1 = cost.token_cost(0), cost.token_cost(1)
-    big = 1 << 20
-    host_s = cost.load_time(big, "host") - cost.load_time(0, "host")
-    store_s = cost.load_time(big, "store") - cost.load_time(0, "store")
-    nbytes = big * cost.kv_bytes_per_token
-    return planner.CostModel(
-        c_lin=c0,
-        c_attn=c1 - c0,
-        host_bytes_per_s=nbytes / host_s,
-        store_bytes_per_s=nbytes / store_s,
-        load_latency_s=cost.load_time(0, "host"),
-        kv_bytes_per_token=cost.kv_bytes_per_token,
-    )

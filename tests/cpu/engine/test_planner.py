@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from penelope_engine.engine import Engine
+from penelope_engine.fit import nonneg_lstsq
 from penelope_engine.planner import CostCalibrator, CostModel, choose, fit_prefill
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 from penelope_engine.tier import Tier
@@ -28,6 +29,24 @@ def test_the_prefill_fit_recovers_the_constants_it_was_given() -> None:
     samples = [(a, m, truth.recompute_s(a, m)) for a in (0, 512, 2048, 8192) for m in (16, 256)]
     c_lin, c_attn = fit_prefill(samples)
     assert np.isclose(c_lin, 70e-6, rtol=1e-6) and np.isclose(c_attn, 0.05e-6, rtol=1e-6)
+
+
+def test_the_prefill_fit_never_goes_negative() -> None:
+    # times that fall with the offset: plain least squares gives c_attn < 0
+    samples = [(a, 64, 5e-3 - 1e-7 * a) for a in (0, 1000, 2000, 4000)]
+    c_lin, c_attn = fit_prefill(samples)
+    assert c_attn == 0.0 and c_lin > 0
+    assert fit_prefill([]) == (0.0, 0.0)
+
+
+def test_nonneg_lstsq_drops_the_negative_column_and_refits_the_rest() -> None:
+    x = np.array([[1.0, 1e6, 0.0], [1.0, 2e6, 1.0], [1.0, 3e6, 0.0], [1.0, 4e6, 1.0]])
+    truth = np.array([2.0, 3e-6, 0.5])
+    assert np.allclose(nonneg_lstsq(x, x @ truth), truth)  # columns of very different scales
+    y = x @ np.array([2.0, 3e-6, -0.5])
+    coef = nonneg_lstsq(x, y)
+    assert coef[2] == 0.0 and (coef >= 0).all()
+    assert np.allclose(coef[:2], np.linalg.lstsq(x[:, :2], y, rcond=None)[0])
 
 
 def test_the_calibrator_refits_from_observed_steps() -> None:

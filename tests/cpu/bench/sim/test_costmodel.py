@@ -9,6 +9,8 @@ import pytest
 
 from bench.sim.costmodel import CpuCostModel, StepLoad, page_cost_fn, prefill_time
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel, param_count
+from penelope_engine.planner import choose
+from penelope_engine.tier import Tier
 
 
 def _gpu(model: str = "qwen3-8b", hw: str = "h200") -> GpuCostModel:
@@ -66,10 +68,10 @@ def test_step_load_of_chunks() -> None:
 
 def test_copies_and_page_cost() -> None:
     c = _gpu()
-    assert c.load_time(10_000, "host") < c.load_time(10_000, "store")
-    assert c.load_time(20_000, "host") > c.load_time(10_000, "host")
+    assert c.load_time(10_000, Tier.HOST) < c.load_time(10_000, Tier.STORE)
+    assert c.load_time(20_000, Tier.HOST) > c.load_time(10_000, Tier.HOST)
     with pytest.raises(ValueError, match="tier"):
-        c.load_time(1, "disk")
+        c.load_time(1, Tier.DEVICE)
     cost = page_cost_fn(c, 16)
     assert cost(3) == pytest.approx(sum(c.token_cost(48 + i) for i in range(16)))
     assert cost(5000) > cost(0)
@@ -140,3 +142,26 @@ def test_cpu_fit_with_measured_row_costs_recovers_the_rest() -> None:
     linear = CpuCostModel.fit([(x, truth.step_time(x)) for x in loads], kv_bytes_per_token=4096)
     worst = max(abs(linear.step_time(x) / truth.step_time(x) - 1) for x in loads)
     assert worst > 0.1
+
+
+@pytest.mark.parametrize(
+    "cost",
+    [_gpu(), CpuCostModel(2e-3, 66e-6, 0.041e-6, 1e-4, kv_bytes_per_token=4096)],
+    ids=["gpu", "cpu"],
+)
+def test_the_bench_models_are_the_planners_cost(cost: GpuCostModel | CpuCostModel) -> None:
+    """recompute_s sums token_cost over the positions, load_s is load_time: the planner's."""
+    for start, length in ((0, 1), (0, 64), (4096, 512), (100_000, 1000)):
+        exact = sum(cost.token_cost(p) for p in range(start, start + length))
+        assert cost.recompute_s(start, length) == pytest.approx(exact, rel=1e-12)
+    assert cost.recompute_s(123, 0) == 0.0
+    for tier in (Tier.HOST, Tier.STORE):
+        assert cost.load_s(4096, tier) == cost.load_time(4096, tier)
+    assert choose(cost, Tier.HOST, 50_000, 1 << 16) == "load"  # a long late segment
+
+
+def test_the_planner_recomputes_a_short_early_segment_rather_than_wait_on_the_store() -> None:
+    c = _gpu()  # 16 tokens: ~0.4 ms of prefill against the store's 1 ms latency
+    assert c.recompute_s(0, 16) < c.hw.store_latency_s
+    assert choose(c, Tier.STORE, 0, 16) == "recompute"
+    assert choose(c, Tier.HOST, 0, 16) == "load"  # the host's latency is 20 us

@@ -1,0 +1,93 @@
+"""The options `bench simulate` and `bench replay` share: the workload, the set-ups, the output.
+
+Both sample sessions from a trace by seed and sweep policy x tiers x device
+budget; they differ in their defaults (the simulator runs full-length traces
+on Qwen3, the replay scaled-down ones on the tiny model), which each passes in.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.traces import DEFAULT_TRACE
+from bench.workload import ARRIVALS
+from penelope_engine.policies import POLICIES
+
+
+def comma_list(kind: Callable[[str], Any], choices: Collection[Any] | None = None):
+    """An argparse type: "a,b,c" as a list of `kind`; with `choices`, each must be one ('all')."""
+
+    def parse(text: str) -> list:
+        items = [kind(x) for x in text.split(",") if x]
+        if choices is not None:
+            if items == ["all"]:
+                return list(choices)
+            bad = [x for x in items if x not in choices]
+            if bad:
+                raise argparse.ArgumentTypeError(f"unknown {bad}; valid: {', '.join(choices)}")
+        return items
+
+    return parse
+
+
+def add_workload_args(
+    ap: argparse.ArgumentParser,
+    *,
+    tiers: Sequence[str],
+    sessions: int,
+    seeds: int,
+    length_scale: float,
+    time_scale: float,
+    mean_interarrival_s: float,
+    budget_help: str,
+) -> None:
+    """Trace, sampled sessions and seeds, the policy x tiers x device budget sweep, scaling."""
+    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
+    ap.add_argument(
+        "--policies",
+        type=comma_list(str, POLICIES),
+        default=["lru", "penelope"],
+        help=f"comma list or 'all' ({', '.join(POLICIES)})",
+    )
+    ap.add_argument(
+        "--tiers",
+        type=comma_list(str, tuple(tiers)),
+        default=["gpu"],
+        help=f"comma list ({', '.join(tiers)})",
+    )
+    ap.add_argument("--sessions", type=int, default=sessions, help="sessions sampled per seed")
+    ap.add_argument("--seeds", type=int, default=seeds, help="workloads, one per seed")
+    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
+    ap.add_argument("--device-budget-tokens", type=comma_list(int), default=None, help=budget_help)
+    ap.add_argument("--length-scale", type=float, default=length_scale, help="trace lengths x this")
+    ap.add_argument("--time-scale", type=float, default=time_scale, help="tool gaps x this")
+    ap.add_argument(
+        "--mean-interarrival-s", type=float, default=mean_interarrival_s, help="scaled seconds"
+    )
+    ap.add_argument(
+        "--arrivals",
+        choices=ARRIVALS,
+        default=None,
+        help="poisson (default for Claude Code) or trace (default for Mooncake)",
+    )
+
+
+def add_step_args(
+    ap: argparse.ArgumentParser, *, page_size: int, max_batch_tokens: int, max_running: int
+) -> None:
+    """The KV page size and the scheduler's per-step limits."""
+    ap.add_argument("--page-size", type=int, default=page_size, help="tokens per KV page")
+    ap.add_argument(
+        "--max-batch-tokens", type=int, default=max_batch_tokens, help="tokens per engine step"
+    )
+    ap.add_argument(
+        "--max-running", type=int, default=max_running, help="most requests running at once"
+    )
+
+
+def add_output_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--plot", type=Path, default=None, help="directory for the plots")
