@@ -116,8 +116,32 @@ def page_cost_fn(cost: CostModel, page_size: int) -> Callable[[int], float]:
     return page_cost
 
 
+class TimedCosts:
+    """What a cost model with `token_cost` and `load_time` answers the planner with.
+
+    Offloads copy like host loads; recomputing a segment is the sum of its
+    tokens' costs; loading it is its copy time.
+    """
+
+    def token_cost(self, position: int) -> float:
+        raise NotImplementedError
+
+    def load_time(self, tokens: int, tier: Tier) -> float:
+        raise NotImplementedError
+
+    def offload_time(self, tokens: int) -> float:
+        return self.load_time(tokens, Tier.HOST)
+
+    def recompute_s(self, start: int, length: int) -> float:
+        """Sum of `token_cost` over the segment's positions."""
+        return linear_recompute_s(self.token_cost, start, length)
+
+    def load_s(self, length: int, tier: Tier) -> float:
+        return self.load_time(length, tier)
+
+
 @dataclass(frozen=True)
-class CpuCostModel:
+class CpuCostModel(TimedCosts):
     """step = c_step + c_lin * tokens + c_attn * attention_pairs + c_seq * sequences
     + c_row * logit_rows.
 
@@ -174,15 +198,6 @@ class CpuCostModel:
     def load_time(self, tokens: int, tier: Tier) -> float:
         """Both tiers copy at `copy_bytes_per_s` (host and store are CPU memory here)."""
         return tokens * self.kv_bytes_per_token / self.copy_bytes_per_s
-
-    def offload_time(self, tokens: int) -> float:
-        return self.load_time(tokens, Tier.HOST)
-
-    def recompute_s(self, start: int, length: int) -> float:
-        return linear_recompute_s(self.token_cost, start, length)
-
-    def load_s(self, length: int, tier: Tier) -> float:
-        return self.load_time(length, tier)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "cpu-fit", **asdict(self)}

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.sim.costmodel import StepLoad, linear_recompute_s
+from bench.sim.costmodel import StepLoad, TimedCosts
 from penelope_engine.config import ModelConfig
 from penelope_engine.tier import Tier
 
@@ -85,7 +85,7 @@ def param_count(m: ModelConfig) -> int:
     return m.num_layers * layer + embed + h
 
 
-class GpuCostModel:
+class GpuCostModel(TimedCosts):
     def __init__(
         self, model: ModelConfig, hw: Hardware, dtype_bytes: int = 2, mem_fraction: float = 0.88
     ) -> None:
@@ -138,16 +138,6 @@ class GpuCostModel:
         if tier == Tier.STORE:
             return self.hw.store_latency_s + nbytes / self.hw.store_bytes_per_s
         raise ValueError(f"tier must be Tier.HOST or Tier.STORE, got {tier!r}")
-
-    def offload_time(self, tokens: int) -> float:
-        return self.load_time(tokens, Tier.HOST)
-
-    def recompute_s(self, start: int, length: int) -> float:
-        """Sum of `token_cost` over the segment's positions."""
-        return linear_recompute_s(self.token_cost, start, length)
-
-    def load_s(self, length: int, tier: Tier) -> float:
-        return self.load_time(length, tier)
 
     def describe(self) -> dict[str, Any]:
         m = self.model
