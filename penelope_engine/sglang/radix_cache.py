@@ -24,14 +24,11 @@ Holes form on the device tier only, and only while no host tier is attached:
 SGLang's host tier (HiCache) loads a node back only below a device-resident
 parent, and its pool needs CUDA pinned memory, so it cannot be exercised on
 CPU. With a host tier attached, eviction is SGLang's own (LRU demotion).
-Full-attention models only (no SWA/Mamba components, no EAGLE bigram keys).
-"""
+What the backend supports: `penelope_engine.sglang.support`."""
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -57,25 +54,8 @@ from penelope_engine.sglang.results import (
     key_tokens,
 )
 from penelope_engine.sglang.shelf import ShelvedSuffix, SuffixShelf
+from penelope_engine.sglang.support import FULL, path_above, supported_params
 from penelope_engine.util import cdiv
-
-FULL = ComponentType.FULL
-
-
-def _python_core_params(params: CacheInitParams) -> CacheInitParams:
-    unsupported = set(params.tree_components or ()) - {FULL}
-    if unsupported:
-        raise ValueError(
-            "the penelope radix cache supports full-attention models only; this model "
-            f"needs components {sorted(str(c) for c in unsupported)}. Drop "
-            "--radix-cache-backend penelope for it."
-        )
-    if params.is_eagle:
-        raise ValueError("the penelope radix cache does not support EAGLE (bigram) keys")
-    if params.enable_session_radix_cache:
-        raise ValueError("the penelope radix cache does not support --enable-session-radix-cache")
-    # Holes need the tree's nodes: the pure-Python TreeCore exposes them.
-    return replace(params, tree_core_backend="python")
 
 
 class PenelopeRadixCache(UnifiedRadixCache):
@@ -85,7 +65,7 @@ class PenelopeRadixCache(UnifiedRadixCache):
         self._reconnecting = False
         self._shared_ids: set[int] = set()  # nodes two sessions' paths have used (sticky)
         self.refills = RefillCoordinator(self)
-        super().__init__(_python_core_params(params))
+        super().__init__(supported_params(params))
         if not hasattr(self.tree_core, "evictable_device_leaves"):
             raise TypeError(
                 f"the penelope radix cache needs SGLang's Python TreeCore, got "
@@ -251,7 +231,7 @@ class PenelopeRadixCache(UnifiedRadixCache):
         Returns the front slots (at least `want` tokens, in whole pages, at most
         the chain) for the caller to free; the hole is where they were.
         """
-        path = self._path_above(chain.nodes[0])
+        path = path_above(chain.nodes[0])
         slots: list[torch.Tensor] = []
         for node in chain.nodes:
             path.extend(key_tokens(node.key))
@@ -277,19 +257,6 @@ class PenelopeRadixCache(UnifiedRadixCache):
             )
             self.shelf.add(record)
         return chain_slots[:take]
-
-    @staticmethod
-    def _path_above(node: object) -> array:
-        """Token ids on the root path above `node`."""
-        parts: list[array] = []
-        cur = node.parent  # type: ignore[attr-defined]
-        while cur.parent is not None:
-            parts.append(key_tokens(cur.key))
-            cur = cur.parent
-        path = array("q")
-        for part in reversed(parts):
-            path.extend(part)
-        return path
 
     def _remove_keeping_slots(self, node_id: int) -> None:
         """Delete one device leaf through the tree core, without freeing its KV slots."""
