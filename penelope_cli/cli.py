@@ -2,7 +2,7 @@
 
     penelope demo                 a three-turn agent session on the embedded engine
     penelope serve                the OpenAI-compatible server in one process
-    penelope verify               fused recompute == full prefill on your model
+    penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           recompute | cache-ops | store | tiers | replay | simulate
                                   | load | ablation | agree
 
@@ -25,7 +25,7 @@ from penelope_engine.helpformat import parser
 COMMANDS = {
     "demo": ("penelope_cli.demo", "a three-turn agent session on the embedded engine"),
     "serve": ("deployments.standalone", "the OpenAI-compatible server in one process"),
-    "verify": ("penelope_engine.verify", "fused recompute == full prefill on your model"),
+    "verify": ("penelope_engine.verify", "exactness: fused recompute, engine turns, a reference"),
 }
 BENCHES = {
     "recompute": ("bench.micro.recompute", "rebuilding the front of a cached history vs its tail"),
