@@ -107,7 +107,7 @@ class TokenMap:
         return self.sequence_ids(session, k)[session.turns[k].input_tokens :]
 
 
-def repeat_answer(ids: np.ndarray, last: tuple[np.ndarray, list[int]] | None) -> np.ndarray:
+def repeat_answer(ids: np.ndarray, last: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
     """Turn k+1's input `ids` (the trace's) with what the session really sent and got before.
 
     `last` is turn k's whole sequence twice: as the trace has it (prompt and
@@ -115,6 +115,8 @@ def repeat_answer(ids: np.ndarray, last: tuple[np.ndarray, list[int]] | None) ->
     Where turn k+1 extends turn k in the trace, those positions carry the
     tokens that really ran, as an agent repeats the answers it got; earlier
     turns' answers are in turn k's prompt already, so they carry over too.
+    Returns `ids` itself when nothing differs (the simulator's scripted answers
+    are the trace's), else a copy.
     """
     if last is None:
         return ids
@@ -122,6 +124,8 @@ def repeat_answer(ids: np.ndarray, last: tuple[np.ndarray, list[int]] | None) ->
     n = min(len(ids), len(raw), len(actual))
     diff = np.flatnonzero(ids[:n] != raw[:n])
     common = int(diff[0]) if len(diff) else n
+    if np.array_equal(ids[:common], actual[:common]):
+        return ids
     out = ids.copy()
     out[:common] = actual[:common]
     return out

@@ -42,16 +42,17 @@ class Sequence:
     admitted_at: float | None = None  # first admission, on the scheduler's clock
     ready_at: float = 0.0  # its copies (demotions, loads) are done; prefill waits for it
 
-    _prompt_array: np.ndarray | None = field(default=None, repr=False)
+    # the prompt as int32, converted from `tokens` on first use unless the caller has it
+    prompt_array: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.prompt_len = len(self.tokens)
 
     def token_array(self, n: int) -> np.ndarray:
         """The first `n` tokens as int32 (the prompt's part is converted once)."""
-        if self._prompt_array is None:
-            self._prompt_array = np.asarray(self.tokens[: self.prompt_len], dtype=np.int32)
-        head = self._prompt_array[: min(n, self.prompt_len)]
+        if self.prompt_array is None:
+            self.prompt_array = np.asarray(self.tokens[: self.prompt_len], dtype=np.int32)
+        head = self.prompt_array[: min(n, self.prompt_len)]
         if n <= self.prompt_len:
             return head
         return np.concatenate([head, np.asarray(self.tokens[self.prompt_len : n], np.int32)])

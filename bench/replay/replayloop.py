@@ -69,7 +69,7 @@ class EngineReplay:
         self._pending: dict[str, _Pending] = {}
         self._starts: dict[str, float] = {}
         # each session's last turn: its trace tokens, and the tokens it really ran
-        self._last: dict[str, tuple[np.ndarray, list[int]]] = {}
+        self._last: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.requests: list[RequestRecord] = []
         self.session_records: list[SessionRecord] = []
         self.failed = 0
@@ -159,7 +159,7 @@ class EngineReplay:
             self.failed += 1
         else:
             raw = self.tokens.sequence_ids(self.sessions[p.session_id], p.turn)
-            self._last[p.session_id] = (raw, list(seq.tokens))
+            self._last[p.session_id] = (raw, seq.token_array(len(seq.tokens)))
             u = seq.usage
             self.requests.append(
                 RequestRecord(

@@ -48,7 +48,7 @@ class _SessionState:
     start: float | None = None
     prev_hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
     raw: np.ndarray | None = None  # the current turn's trace tokens (prompt and output)
-    last: tuple[np.ndarray, list[int]] | None = None  # the last turn: trace tokens, as run
+    last: tuple[np.ndarray, np.ndarray] | None = None  # the last turn: trace tokens, as run
 
 
 def _common_pages(a: np.ndarray, b: np.ndarray) -> int:
@@ -198,10 +198,10 @@ class Simulator:
 
     def _request(self, st: _SessionState, k: int) -> SimRequest:
         s, turn = st.session, st.session.turns[k]
-        seq = self.tokens.sequence_ids(s, k)
-        raw = seq
-        seq = seq.copy()
-        seq[: turn.input_tokens] = repeat_answer(raw[: turn.input_tokens], st.last)
+        raw = self.tokens.sequence_ids(s, k)
+        n = turn.input_tokens
+        prompt = repeat_answer(raw[:n], st.last)  # a view of raw unless an answer differs
+        seq = raw if np.shares_memory(prompt, raw) else np.concatenate([prompt, raw[n:]])
         st.raw = raw
         hashes = self.hasher.hashes(seq)
         ps = self.cfg.page_size
@@ -229,7 +229,7 @@ class Simulator:
             st = self.states[req.session_id]
             assert req.seq is not None
             assert st.raw is not None
-            st.last = (st.raw, req.seq.tokens)
+            st.last = (st.raw, req.seq.token_array(len(req.seq.tokens)))
             nxt = (
                 st.session.turns[req.turn + 1].think_time_s
                 if req.turn + 1 < len(st.session.turns)

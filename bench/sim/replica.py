@@ -170,7 +170,7 @@ class Replica:
         ps = engine.config.cache.page_size
         tiers = TimedTiers(engine.tiers, cost, ps, clock)
         engine.cache.time_fn = clock
-        engine.cache.placement.io = tiers
+        engine.cache.io = tiers
         sched = engine.scheduler
         sched.tiers, sched.clock, sched.cost = tiers, clock, lambda: cost
         return cls(index, sched, tiers, cost, engine.runner.run, fast_decode=False)
@@ -193,7 +193,13 @@ class Replica:
             session_id=req.session_id,
             stop_reason_hint=req.stop_reason or None,
         )
-        req.seq = Sequence(greq, req.hashes, prompt, arrival=now)
+        req.seq = Sequence(
+            greq,
+            req.hashes,
+            prompt,
+            arrival=now,
+            prompt_array=req.tokens[: req.prompt_len].astype(np.int32),
+        )
         self.requests[req.request_id] = req
         self.scheduler.add(req.seq)
 
