@@ -158,3 +158,58 @@ def clip_workload(
         sessions=tuple(_clip(s, max_turns, max_output_tokens, max_think_s) for s in wl.sessions),
         children=children,
     )
+
+
+def cut_at_window(wl: Workload, window_tokens: int) -> tuple[Workload, int]:
+    """Every session ends before its first request longer than `window_tokens` (prompt plus
+    output); returns the cut workload and how many turns it dropped.
+
+    Sessions left without a turn are dropped with their starts, and a subagent
+    is kept only when the turn it follows is kept (and so are its own).
+    """
+    if window_tokens < 1:
+        raise ValueError(f"window_tokens must be >= 1, got {window_tokens}")
+    dropped = 0
+
+    def cut(s: Session, keep: bool) -> Session | None:
+        """`s` cut at the window, or None (its turns and its subagents' counted as dropped)."""
+        nonlocal dropped
+        n = (
+            next(
+                (
+                    i
+                    for i, t in enumerate(s.turns)
+                    if t.input_tokens + t.output_tokens > window_tokens
+                ),
+                len(s.turns),
+            )
+            if keep
+            else 0
+        )
+        dropped += len(s.turns) - n
+        if n == 0:
+            for k in wl.children.get(s.id, ()):
+                cut(k, False)
+            return None
+        return dataclasses.replace(s, turns=s.turns[:n])
+
+    tops = [(c, t0) for s, t0 in zip(wl.sessions, wl.starts) if (c := cut(s, True)) is not None]
+    children: dict[str, tuple[Session, ...]] = {}
+    stack = [c for c, _ in tops]
+    while stack:
+        parent = stack.pop()
+        kids = []
+        for k in wl.children.get(parent.id, ()):
+            c = cut(k, k.after_turn < len(parent.turns))
+            if c is not None:
+                kids.append(c)
+                stack.append(c)
+        if kids:
+            children[parent.id] = tuple(kids)
+    cut_wl = dataclasses.replace(
+        wl,
+        sessions=tuple(c for c, _ in tops),
+        starts=tuple(t0 for _, t0 in tops),
+        children=children,
+    )
+    return cut_wl, dropped

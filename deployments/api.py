@@ -1,9 +1,11 @@
 """The OpenAI-compatible FastAPI app; it takes its backend as a factory.
 
 Routes: `/v1/chat/completions`, `/v1/completions` (SSE streaming or not),
-`/v1/models`, `/health`, `/metrics`. The backend factory runs at startup
-(the app's lifespan), so the same app serves an in-process engine
-(standalone, tests) or Ray Serve engine replicas (the ingress deployment).
+`/v1/models`, `/health`, `/metrics`, and SGLang's `/server_info` and
+`/model_info` probes for sgl-router (`deployments.sglang_probes`). The
+backend factory runs at startup (the app's lifespan), so the same app serves
+an in-process engine (standalone, tests) or Ray Serve engine replicas (the
+ingress deployment).
 
 A session is named by the `x-session-id` header (Ray Serve's session header)
 or the body's `session_id`; the header wins. Without either, the request is
@@ -34,6 +36,7 @@ from deployments.middleware import BodySizeLimit, RequestCounter
 from deployments.prepare import Caller, prepare_chat, prepare_text
 from deployments.schemas import ChatCompletionRequest, CompletionRequest
 from deployments.settings import ApiSettings
+from deployments.sglang_probes import add_sglang_probes
 from penelope_engine.protocol import EngineStats
 
 SESSION_HEADER = "x-session-id"
@@ -133,6 +136,8 @@ def _add_routes(app: FastAPI, state: AppState) -> None:
             "owned_by": "penelope",
         }
         return JSONResponse({"object": "list", "data": [card]})
+
+    add_sglang_probes(app, state.ready_backend, [Depends(_caller)])  # for sgl-router
 
     @app.get("/health")
     async def health() -> JSONResponse:

@@ -4,7 +4,7 @@
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           recompute | cache-ops | store | tiers | replay | simulate
-                                  | load | ablation | agree
+                                  | load | ablation | agree | peers
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks. The
@@ -37,6 +37,7 @@ BENCHES = {
     "load": ("bench.load.cli", "many concurrent agent sessions against the standalone server"),
     "ablation": ("bench.sim.ablation", "the ablation table from `bench simulate --json` files"),
     "agree": ("bench.sim.agree", "the real engine and the simulator, request by request"),
+    "peers": ("bench.sim.peers", "Penelope against the best peer set-ups, both length regimes"),
 }
 
 

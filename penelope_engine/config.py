@@ -93,6 +93,47 @@ class CacheConfig:
         check_policy_name(self.policy)
 
 
+ADMISSION_ORDERS = ("fcfs", "program", "aged")
+RETENTIONS = ("none", "ttl", "return_aware")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Agent-aware scheduling levers (`penelope_engine.agent_sched`); the defaults are off.
+
+    admission: "fcfs" (arrival order, as SGLang and vLLM), "program" (by the
+    session's first arrival: Continuum's program-level FCFS) or "aged" (by
+    session, but a turn passes only requests that arrived at most
+    `age_cap_s` before it, so nobody starves). backfill: when the head of the
+    queue does not fit, admit later requests that do, unless the head has
+    waited `starvation_s`. retention: pin a session's KV on the device after
+    its turn, "ttl" (Continuum: a TTL from the fleet's tool-time distribution,
+    held until it expires) or "return_aware" (from the session's own tool
+    gaps and stop reason, yielded when a queued request needs the memory).
+    park_on_preempt: a preempted request's KV is written through to the host.
+    """
+
+    admission: str = "fcfs"
+    age_cap_s: float = 60.0
+    backfill: bool = False
+    starvation_s: float = 30.0
+    retention: str = "none"
+    default_ttl_s: float = 10.0  # until enough tool gaps are seen
+    min_samples: int = 8  # fleet tool gaps before the TTL is fit (3 for one session's own)
+    memory_price: float = 1.0  # device-seconds of compute one device-second of memory is worth
+    max_pinned_fraction: float = 0.5  # most of the device that pins may hold
+    park_on_preempt: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.admission in ADMISSION_ORDERS, f"admission must be one of {ADMISSION_ORDERS}")
+        require(self.retention in RETENTIONS, f"retention must be one of {RETENTIONS}")
+        require(self.age_cap_s >= 0 and self.starvation_s >= 0, "age_cap_s, starvation_s >= 0")
+        require(self.default_ttl_s >= 0, "default_ttl_s must be >= 0")
+        require(self.min_samples >= 1, "min_samples must be >= 1")
+        require(self.memory_price > 0, "memory_price must be positive")
+        require(0 < self.max_pinned_fraction <= 1, "max_pinned_fraction must be in (0, 1]")
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Continuous batching: how many tokens and sequences one step may carry."""
@@ -101,6 +142,7 @@ class SchedulerConfig:
     max_running: int = 64
     prefill_chunk: int = 1024  # max query tokens of one request in one step
     max_queue: int = 1024
+    agent: AgentConfig = field(default_factory=AgentConfig)
 
     def __post_init__(self) -> None:
         require(self.max_batch_tokens > 0, "max_batch_tokens must be positive")

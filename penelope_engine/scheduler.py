@@ -5,11 +5,13 @@ the real model runner and real tiers; `bench.sim` drives it with a cost model's
 clock, scripted tokens and tiers that only time their copies. Torch-free.
 
 Each step carries every running decode (one token each), then continues
-prefills, then admits waiting requests in arrival order, within the step's
-token budget. Admission matches the prompt against the tree, locks the
-matched path, allocates device pages for everything not on the device (only
-when they can be had: a request that does not fit evicts nothing), loads
-host and store pages the planner chooses to load, and queues the rest
+prefills, then admits waiting requests in queue order (arrival by default;
+the agent-aware orders, backfill and KV retention of `agent_sched` are
+levers of `SchedulerConfig.agent`), within the step's token budget.
+Admission matches the prompt against the tree, locks the matched path,
+allocates device pages for everything not on the device (only when they
+can be had: a request that does not fit evicts nothing), loads host and
+store pages the planner chooses to load, and queues the rest
 (holes, failed loads, new tokens) as query positions of a fused prefill.
 Decode pages are allocated as decoding goes, preempting the newest running
 request when none is left. A request's prefill starts once its copies are
@@ -19,12 +21,12 @@ done (`Sequence.ready_at`, from the tiers).
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 
 from penelope_engine.admission import admit
+from penelope_engine.agent_sched import Retention, WaitingQueue, queue_key
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import CapacityError
@@ -58,16 +60,23 @@ class Scheduler:
         self.write_through = write_through
         self.clock = clock
         self.page_size = cache.page_size
-        self.waiting: deque[Sequence] = deque()
+        self.agent = config.agent
+        self.waiting = WaitingQueue()
         self.running: list[Sequence] = []
+        self.retention = Retention(config.agent, cache)
         self.totals = TokenUsage()
         self._released = 0  # bumps whenever pages may have become free or evictable
-        self._blocked_at = -1  # `_released` when the head of the queue last failed to fit
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
-        self.cache.on_arrival(seq.req.session, seq.arrival)
-        self.waiting.append(seq)
+        sid = seq.req.session
+        info = self.cache.session(sid)
+        gap = None if info.turn_end is None else max(0.0, seq.arrival - info.turn_end)
+        if self.retention.on_arrival(sid, gap, info.last_stop == "tool_use"):
+            self._released += 1
+        self.cache.on_arrival(sid, seq.arrival)
+        start = info.first_arrival if info.first_arrival is not None else seq.arrival
+        self.waiting.insert(seq, queue_key(self.agent, seq.arrival, start))
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -88,16 +97,35 @@ class Scheduler:
                 budget -= 1
         for seq in [s for s in self.running if s.in_prefill]:
             budget -= self._take_chunk(seq, budget, items, now)
-        while (
-            budget > 0
-            and self.waiting
-            and len(self.running) < self.config.max_running
-            and self._admit(self.waiting[0], now)
-        ):
-            seq = self.waiting.popleft()
-            self.running.append(seq)
-            budget -= self._take_chunk(seq, budget, items, now)
+        if self.retention.expire(now):
+            self._released += 1
+        while budget > 0 and self.waiting and len(self.running) < self.config.max_running:
+            new = self._next_admitted(now)
+            if new is None:
+                break
+            self.waiting.remove(new)
+            self.running.append(new)
+            budget -= self._take_chunk(new, budget, items, now)
         return items
+
+    def _next_admitted(self, now: float) -> Sequence | None:
+        """Admit the first waiting request that fits, in queue order.
+
+        Without backfill only the head may go. With it, later requests may
+        pass a head that does not fit, until the head has waited
+        `starvation_s`. A head that does not fit first takes back the pins
+        that yield (`Retention.yield_one`), one at a time.
+        """
+        for i, seq in enumerate(self.waiting):
+            while not self._admit(seq, now):
+                if i or not self.retention.yield_one():
+                    break
+                self._released += 1
+            else:
+                return seq
+            if not self.agent.backfill or now - seq.arrival >= self.agent.starvation_s:
+                return None
+        return None
 
     def extend_decodes(self, items: list[BatchItem], steps: int) -> int:
         """Grant up to `steps` decode steps for a step of decodes only; returns how many.
@@ -115,13 +143,20 @@ class Scheduler:
         return max(steps, 1)
 
     def next_ready(self) -> float | None:
-        """When the first running prefill still waiting on its copies can start."""
+        """When the first running prefill still waiting on its copies can start, or, with a
+        queue, the first pin expires."""
         times = [s.ready_at for s in self.running if s.in_prefill]
+        expiry = self.retention.next_expiry() if self.waiting else None
+        if expiry is not None:
+            times.append(expiry)
         return min(times) if times else None
 
     def break_deadlock(self) -> Sequence | None:
         """Nothing could run: running requests hold every page. Fail the newest one."""
-        if not self.has_work() or any(s.ready_at > self.clock() for s in self.running):
+        now = self.clock()
+        if not self.has_work() or any(s.ready_at > now for s in self.running):
+            return None
+        if self.retention.pins:  # pinned pages free up when their TTL expires
             return None
         seq = self.running[-1] if self.running else self.waiting[0]
         seq.finish_reason = "abort"
@@ -157,8 +192,7 @@ class Scheduler:
         if not seq.in_prefill:
             self._insert(seq, len(seq.tokens) - 1)
         if seq.lock is not None:
-            self.cache.unlock(seq.lock)
-            seq.lock = None
+            self._unlock(seq, self.agent.park_on_preempt)
         self.cache.free(seq.page_table[seq.owned])
         seq.page_table = np.empty(0, np.int32)
         seq.owned = np.empty(0, bool)
@@ -182,15 +216,16 @@ class Scheduler:
         return True
 
     def _admit(self, seq: Sequence, now: float) -> bool:
-        if self._blocked_at == self._released:  # nothing was freed since it last failed
+        if seq.blocked_at == self._released:  # nothing was freed since it last failed
             return False
         usage = admit(seq, self.cache, self.tiers, self.cost(), now)
         if usage is None:
-            self._blocked_at = self._released
+            seq.blocked_at = self._released
             return False
         if not seq.preemptions:  # usage describes the request's first admission
             seq.usage = usage
             self.totals += usage
+            self.retention.on_admit(now - seq.arrival)
         return True
 
     # -- results -----------------------------------------------------------------
@@ -209,19 +244,11 @@ class Scheduler:
             seq.tokens.append(tok)
             if seq.first_token_at is None:
                 seq.first_token_at = now
-            seq.finish_reason = self._finish_reason(seq, tok)
+            seq.finish_reason = seq.stop_for(tok, self.eos, self.max_model_len)
             if seq.finish_reason is not None:
                 self.finish(seq, seq.req.stop_reason_hint)
             out.append(seq)
         return out
-
-    def _finish_reason(self, seq: Sequence, tok: int) -> str | None:
-        sp = seq.req.sampling
-        if tok in sp.stop_token_ids or (tok in self.eos and not sp.ignore_eos):
-            return "stop"
-        if seq.num_generated >= sp.max_tokens or len(seq.tokens) >= self.max_model_len:
-            return "length"
-        return None
 
     def _insert(self, seq: Sequence, computed: int) -> None:
         n = computed // self.page_size
@@ -244,6 +271,7 @@ class Scheduler:
 
     def finish(self, seq: Sequence, stop_reason: str | None, aborted: bool = False) -> None:
         """Release a running or waiting sequence (mutates the cache)."""
+        now = self.clock()
         if seq in self.waiting:
             self.waiting.remove(seq)
             self.cache.on_abort(seq.req.session)
@@ -254,11 +282,19 @@ class Scheduler:
         if not aborted and not seq.in_prefill:
             self._insert(seq, len(seq.tokens) - 1)
         if seq.lock is not None:
-            leaf = seq.lock.node
-            self.cache.unlock(seq.lock)
-            seq.lock = None
-            if self.write_through and leaf is not None and leaf.parent is not None:
-                self.cache.write_through(leaf)
+            self._unlock(seq, True)
         self.cache.free(seq.page_table[seq.owned])
         seq.owned[:] = False
         self.cache.on_turn_end(seq.req.session, stop_reason)
+        if not aborted:
+            context = len(seq.tokens) - 1
+            self.retention.on_turn_end(seq.req.session, stop_reason, context, self.cost(), now)
+
+    def _unlock(self, seq: Sequence, write_through: bool) -> None:
+        """Drop the request's lock; write its path through to the host when asked."""
+        assert seq.lock is not None
+        leaf = seq.lock.node
+        self.cache.unlock(seq.lock)
+        seq.lock = None
+        if write_through and self.write_through and leaf is not None and leaf.parent is not None:
+            self.cache.write_through(leaf)

@@ -41,6 +41,7 @@ class Sequence:
     preemptions: int = 0  # times the scheduler put it back in the queue to free pages
     admitted_at: float | None = None  # first admission, on the scheduler's clock
     ready_at: float = 0.0  # its copies (demotions, loads) are done; prefill waits for it
+    blocked_at: int = -1  # the scheduler's release count when it last failed to fit
 
     # the prompt as int32, converted from `tokens` on first use unless the caller has it
     prompt_array: np.ndarray | None = field(default=None, repr=False)
@@ -72,6 +73,15 @@ class Sequence:
     @property
     def owned_pages(self) -> int:
         return int(self.owned.sum())
+
+    def stop_for(self, tok: int, eos: frozenset[int], max_model_len: int) -> str | None:
+        """Why the sequence ends with the new token `tok` ("stop", "length"), or None."""
+        sp = self.req.sampling
+        if tok in sp.stop_token_ids or (tok in eos and not sp.ignore_eos):
+            return "stop"
+        if self.num_generated >= sp.max_tokens or len(self.tokens) >= max_model_len:
+            return "length"
+        return None
 
     def extend_pages(self, pages: np.ndarray) -> None:
         self.page_table = np.concatenate([self.page_table, pages.astype(np.int32)])

@@ -21,6 +21,7 @@ class SessionInfo:
     """What the cache knows about one session's timing."""
 
     last_access: float = 0.0
+    first_arrival: float | None = None  # the session's first request (program-level order)
     turn_end: float | None = None  # end of the last turn; None while a turn runs
     last_stop: str | None = None  # "tool_use" | "end_turn" | None
     gap_ewma: float | None = None  # smoothed past gaps between turn end and next arrival
@@ -33,6 +34,8 @@ class SessionInfo:
 
     def arrive(self, now: float) -> None:
         """A request of the session is queued: fold the gap since its last turn ended."""
+        if self.first_arrival is None:
+            self.first_arrival = now
         if self.turn_end is not None:
             gap = max(0.0, now - self.turn_end)
             self.gap_ewma = gap if self.gap_ewma is None else 0.5 * self.gap_ewma + 0.5 * gap

@@ -123,6 +123,7 @@ class RouteRequest:
     prefix_hashes: tuple[int, ...] = ()  # hashes of its first full pages, in order
     tenant: str = "default"
     request_id: str = ""
+    prompt_pages: tuple[int, ...] = ()  # every full page's hash (the prompt-tree peers read it)
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ class AffinityRouter:
     """Cache-affinity routing (see the module docstring). One event loop; not thread-safe."""
 
     name = "affinity"
+    reads_prompt = False
 
     def __init__(
         self, config: RouterConfig | None = None, clock: Callable[[], float] = time.monotonic

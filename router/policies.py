@@ -23,10 +23,13 @@ from router.core import (
     RouteRequest,
     pick_replica,
 )
+from router.ray_prefix import RayPrefixAffinityRouter
+from router.sgl_cache_aware import SglCacheAwareRouter
 
 
 class RoutingPolicy(Protocol):
     name: str
+    reads_prompt: bool  # needs RouteRequest.prompt_pages (every page of the prompt)
 
     def rank(self, views: Sequence[ReplicaView], request: RouteRequest) -> RouteDecision: ...
 
@@ -46,6 +49,7 @@ class Pow2Router:
     """Ray Serve's power of two choices: a random pair, the less loaded wins."""
 
     name = "pow2"
+    reads_prompt = False
 
     def __init__(
         self, config: RouterConfig | None = None, clock: Callable[[], float] = time.monotonic
@@ -72,6 +76,8 @@ class Pow2Router:
 ROUTING_POLICIES: dict[str, Callable[[RouterConfig, Callable[[], float]], RoutingPolicy]] = {
     AffinityRouter.name: AffinityRouter,
     Pow2Router.name: Pow2Router,
+    RayPrefixAffinityRouter.name: RayPrefixAffinityRouter,
+    SglCacheAwareRouter.name: SglCacheAwareRouter,
 }
 
 

@@ -17,6 +17,7 @@ Example (about 4 minutes on one thread)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_think_s": None if math.isinf(args.max_think_s) else args.max_think_s,
         "mean_interarrival_s": args.mean_interarrival_s,
         "page_size": args.page_size,
-        "scheduler": vars(scheduler_config(args)),
+        "scheduler": dataclasses.asdict(scheduler_config(args)),
         "device_budgets": budgets,
         "working_set_tokens": {s: working_set_tokens(w) for s, w in wls.items()},
     }

@@ -6,6 +6,7 @@ states (`describe`); `cache_setup` is one replica's `CacheSetup`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,4 +63,4 @@ class SimConfig:
 
     def describe(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "scheduler"}
-        return {**d, "scheduler": vars(self.scheduler)}
+        return {**d, "scheduler": dataclasses.asdict(self.scheduler)}

@@ -191,7 +191,10 @@ class Simulator:
             return
         views = self._views()
         prefix = tuple(int(h) for h in req.hashes[:ROUTE_PREFIX_PAGES])
-        choice = self.router.choose(views, RouteRequest(sid, prefix, request_id=f"{sid}:{k}"))
+        pages = tuple(req.hashes.tolist()) if self.router.reads_prompt else ()
+        choice = self.router.choose(
+            views, RouteRequest(sid, prefix, request_id=f"{sid}:{k}", prompt_pages=pages)
+        )
         rep = self.replicas[int(choice.replica_id)]
         rep.enqueue(req, self.now)
         self._kick(rep)

@@ -80,3 +80,29 @@ def test_clip_keeps_first_turns_caps_outputs_and_gaps() -> None:
     assert len(w.children["s0"][0].turns) == 2 and w.starts == (0.0,)
     with pytest.raises(ValueError, match="max_turns"):
         clip_workload(w, 0, 8)
+
+
+def test_cut_at_window_ends_sessions_at_their_first_overlong_request() -> None:
+    from bench.workload import cut_at_window
+
+    def t(n: int) -> Turn:
+        return Turn(0.0, 0.0, ((1, 2),), n, 4, "tool_use", 10)
+
+    long_ = Session("long", (t(100), t(200), t(50)), 64, "long")  # cut at turn 1: 2 dropped
+    never = Session("never", (t(500), t(10)), 64, "never")  # gone: 2 dropped
+    kid_kept = Session("long/a", (t(10),), 64, "long", parent_id="long", after_turn=0)
+    kid_cut = Session("long/b", (t(10), t(10)), 64, "long", parent_id="long", after_turn=1)
+    kid_gone = Session("never/a", (t(10),), 64, "never", parent_id="never", after_turn=0)
+    trace = Trace("claude_code", (long_, never, kid_kept, kid_cut, kid_gone), Scale(), 64)
+    wl = sample_workload(trace, WorkloadConfig(sessions=2, seed=0))
+    cut, dropped = cut_at_window(wl, 150)
+    assert [s.id for s in cut.sessions] == ["long"]
+    assert len(cut.starts) == 1
+    assert [len(s.turns) for s in cut.sessions] == [1]
+    assert [k.id for k in cut.children["long"]] == ["long/a"]
+    assert dropped == 2 + 2 + 2 + 1  # long's tail, never, long/b, never/a
+    assert sum(len(s.turns) for s in cut.all_sessions) + dropped == sum(
+        len(s.turns) for s in wl.all_sessions
+    )
+    with pytest.raises(ValueError):
+        cut_at_window(wl, 0)

@@ -1,0 +1,279 @@
+"""`penelope bench peers`: Penelope against the best set-up a user can build today.
+
+Runs every peer set-up (`bench.sim.setups`: SGLang radix, HiCache and
+Continuum caches behind Ray's pow2, Ray's PrefixCacheAffinityRouter and
+sgl-router's cache_aware), Penelope and its ablations over the same seeded
+workloads, simulated (Qwen3-8B on H200 by default). Two length regimes:
+`--lengths quarter` (the trace's lengths x 1/4, as in the earlier figures;
+nothing is cut) and `--lengths true` (the trace's lengths; a session ends at its
+first request longer than `--window-tokens`, and the JSON says how many
+turns that drops). JSON: `runs` (one per set-up: system, router, cache,
+levers, the metrics as the mean over seeds, and `per_seed`), `best_peer`
+(per metric, the peer set-up with the best mean), `vs_best_peer`
+(Penelope's per-seed ratio to it). Example::
+
+    penelope bench peers --lengths true --sessions 48 --seeds 3 --replicas 4 --json peers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.sessions import Scale
+from bench.sim.cliargs import comma_list
+from bench.sim.config import SimConfig, default_scheduler
+from bench.sim.loop import simulate
+from bench.sim.metrics import RunMetrics
+from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
+from bench.sim.setups import Setup, setups
+from bench.traces import DEFAULT_TRACE, load_trace
+from bench.workload import Workload, WorkloadConfig, cut_at_window, sample_workload
+from penelope_engine.helpformat import parser
+
+LENGTHS = {"true": 1.0, "quarter": 0.25}
+LOWER = ("mean_ttft_s", "p90_ttft_s", "mean_queue_s", "mean_llm_time_s", "mean_jct_s")
+HIGHER = ("turns_per_hour_per_replica",)
+METRICS = LOWER + HIGHER + ("mean_llm_floor_s", "hit_ratio", "recompute_ratio")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = parser("penelope bench peers", __doc__)
+    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
+    ap.add_argument("--lengths", choices=sorted(LENGTHS), default="true", help="length regime")
+    ap.add_argument(
+        "--window-tokens", type=int, default=131072, help="true lengths: the model's window"
+    )
+    ap.add_argument("--sessions", type=int, default=48, help="sessions sampled per seed")
+    ap.add_argument("--seeds", type=int, default=3, help="workloads, one per seed")
+    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
+    ap.add_argument("--replicas", type=int, default=4, help="simulated replicas")
+    ap.add_argument("--mean-interarrival-s", type=float, default=5.0, help="Poisson session starts")
+    ap.add_argument(
+        "--device-budget-tokens",
+        type=int,
+        default=None,
+        help="KV tokens per replica (default: what fits on the GPU after the weights)",
+    )
+    ap.add_argument(
+        "--host-budget-factor", type=float, default=2.0, help="host tier / device budget"
+    )
+    ap.add_argument("--model", choices=sorted(QWEN3), default="qwen3-8b", help="the cost model's")
+    ap.add_argument("--gpu", choices=sorted(HARDWARE), default="h200", help="the cost model's")
+    ap.add_argument("--setups", type=comma_list(str), default=None, help="names (default: all)")
+    ap.add_argument("--no-ablations", action="store_true", help="skip Penelope's ablations")
+    ap.add_argument("--jobs", type=int, default=1, help="simulations run in parallel")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--plot", type=Path, default=None, help="PNG of mean TTFT per set-up")
+    return ap
+
+
+def workloads(args: argparse.Namespace) -> tuple[dict[int, Workload], dict[int, int]]:
+    trace = load_trace(args.trace_file, Scale(LENGTHS[args.lengths], 1.0))
+    wls, dropped = {}, {}
+    for s in range(args.seed_base, args.seed_base + args.seeds):
+        wl = sample_workload(
+            trace,
+            WorkloadConfig(args.sessions, seed=s, mean_interarrival_s=args.mean_interarrival_s),
+        )
+        # 1/4 length is the regime of the earlier figures: nothing is cut there
+        wls[s], dropped[s] = (
+            cut_at_window(wl, args.window_tokens) if args.lengths == "true" else (wl, 0)
+        )
+    return wls, dropped
+
+
+def sim_config(setup: Setup, budget: int, host_factor: float, replicas: int) -> SimConfig:
+    spec = setup.spec
+    return SimConfig(
+        policy=spec.policy,
+        tiers=spec.tiers,
+        device_budget_tokens=budget,
+        host_budget_tokens=int(host_factor * budget) if spec.tiers != "gpu" else 0,
+        replicas=replicas,
+        router=setup.router,
+        page_size=64,
+        scheduler=dataclasses.replace(default_scheduler(), agent=spec.agent),
+    )
+
+
+def _one(job: tuple[Workload, SimConfig, GpuCostModel, int]) -> RunMetrics:
+    wl, cfg, cost, seed = job
+    return simulate(wl, cfg, cost, seed)
+
+
+def metrics_of(m: RunMetrics, replicas: int) -> dict[str, float]:
+    out = {k: float(getattr(m, k)) for k in METRICS if k != "turns_per_hour_per_replica"}
+    out["mean_llm_floor_s"] = float(m.mean_llm_floor_s or 0.0)
+    hours = max(m.sim_time_s, 1e-9) / 3600.0
+    out["turns_per_hour_per_replica"] = m.requests / hours / replicas
+    out["failed_requests"] = float(m.failed_requests)
+    return out
+
+
+def summarize(setup: Setup, per_seed: list[dict[str, float]]) -> dict[str, Any]:
+    run: dict[str, Any] = {
+        "name": setup.name,
+        "system": setup.system,
+        "router": setup.router,
+        "cache": setup.cache,
+        "levers": setup.levers,
+    }
+    for k in per_seed[0]:
+        run[k] = float(np.mean([p[k] for p in per_seed]))
+    run["per_seed"] = {k: [p[k] for p in per_seed] for k in per_seed[0]}
+    return run
+
+
+def best_peer(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    peers = [r for r in runs if r["system"] != "penelope"]
+    out = {}
+    for k in LOWER + HIGHER:
+        pick = (max if k in HIGHER else min)(peers, key=lambda r: r[k])
+        out[k] = {"setup": pick["name"], "value": pick[k]}
+    return out
+
+
+def vs_best_peer(runs: list[dict[str, Any]], best: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each Penelope set-up's per-seed ratio to the best peer of each metric."""
+    by_name = {r["name"]: r for r in runs}
+    out: dict[str, Any] = {}
+    for r in runs:
+        if r["system"] != "penelope":
+            continue
+        row = {}
+        for k, b in best.items():
+            ratio = np.asarray(r["per_seed"][k]) / np.maximum(
+                by_name[b["setup"]]["per_seed"][k], 1e-12
+            )
+            row[k] = {
+                "mean": float(ratio.mean()),
+                "min": float(ratio.min()),
+                "max": float(ratio.max()),
+            }
+        out[r["name"]] = row
+    return out
+
+
+def table(runs: list[dict[str, Any]], vs: dict[str, Any]) -> str:
+    cols = (
+        "mean_ttft_s",
+        "p90_ttft_s",
+        "mean_queue_s",
+        "mean_llm_time_s",
+        "mean_llm_floor_s",
+        "mean_jct_s",
+        "turns_per_hour_per_replica",
+        "hit_ratio",
+    )
+    head = [
+        "set-up",
+        "ttft",
+        "p90",
+        "queue",
+        "llm",
+        "floor",
+        "jct",
+        "turns/h/rep",
+        "hit",
+        "ttft/best",
+        "llm/best",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(runs, key=lambda r: r["mean_ttft_s"]):
+        v = vs.get(r["name"])
+        extra = (
+            [
+                f"{v[k]['mean']:.2f} [{v[k]['min']:.2f}-{v[k]['max']:.2f}]"
+                for k in ("mean_ttft_s", "mean_llm_time_s")
+            ]
+            if v
+            else ["", ""]
+        )
+        lines.append("| " + " | ".join([r["name"]] + [f"{r[c]:.4g}" for c in cols] + extra) + " |")
+    return "\n".join(lines)
+
+
+def plot(path: Path, runs: list[dict[str, Any]], title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted(runs, key=lambda r: r["mean_ttft_s"])
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(runs) + 1.5))
+    y = np.arange(len(runs))
+    vals = [r["mean_ttft_s"] for r in runs]
+    lo = [v - min(r["per_seed"]["mean_ttft_s"]) for v, r in zip(vals, runs)]
+    hi = [max(r["per_seed"]["mean_ttft_s"]) - v for v, r in zip(vals, runs)]
+    colors = ["tab:red" if r["system"] == "penelope" else "tab:gray" for r in runs]
+    ax.barh(y, vals, xerr=[lo, hi], color=colors)
+    ax.set_yticks(y, [r["name"] for r in runs], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean TTFT, s (bars: min-max over seeds)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cost = GpuCostModel(QWEN3[args.model], HARDWARE[args.gpu])
+    budget = args.device_budget_tokens or cost.kv_capacity_tokens()
+    wls, dropped = workloads(args)
+    chosen = setups(args.setups, with_ablations=not args.no_ablations)
+    jobs = [
+        (wl, sim_config(s, budget, args.host_budget_factor, args.replicas), cost, seed)
+        for s in chosen
+        for seed, wl in wls.items()
+    ]
+    with ProcessPoolExecutor(max(1, args.jobs)) as pool:
+        results = list(pool.map(_one, jobs))
+    runs = []
+    for i, s in enumerate(chosen):
+        ms = results[i * len(wls) : (i + 1) * len(wls)]
+        for seed, m in zip(wls, ms):
+            print(
+                f"{s.name} seed={seed}: ttft {m.mean_ttft_s:.3g}s queue {m.mean_queue_s:.3g}s "
+                f"({m.wall_time_s:.0f}s)",
+                file=sys.stderr,
+                flush=True,
+            )
+        runs.append(summarize(s, [metrics_of(m, args.replicas) for m in ms]))
+    best = best_peer(runs) if any(r["system"] != "penelope" for r in runs) else {}
+    vs = vs_best_peer(runs, best) if best else {}
+    print(table(runs, vs))
+    config = {
+        **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "device_budget_tokens": budget,
+        "cost_model": cost.describe(),
+        "dropped_turns": dropped,
+        "turns": {s: sum(len(x.turns) for x in wl.all_sessions) for s, wl in wls.items()},
+    }
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                {"config": config, "runs": runs, "best_peer": best, "vs_best_peer": vs}, indent=1
+            )
+        )
+    if args.plot is not None:
+        title = (
+            f"{args.lengths} lengths, {args.sessions} sessions, "
+            f"{args.replicas} replicas, {len(wls)} seeds"
+        )
+        print(f"wrote {plot(args.plot, runs, title)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

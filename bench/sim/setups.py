@@ -1,0 +1,114 @@
+"""Named set-ups: a router plus an engine cache, for Penelope and for the peers it is
+measured against.
+
+A peer set-up is what a user can assemble today. Routers (`router.policies`):
+`pow2` (Ray Serve's default), `ray_prefix` (Ray Serve LLM's
+`PrefixCacheAffinityRouter`, `router.ray_prefix`) and `sgl_cache_aware`
+(sgl-router's `cache_aware`, `router.sgl_cache_aware`). Engine caches:
+
+* `sglang-radix`: SGLang's RadixCache, GPU only, LRU leaf eviction, FCFS.
+* `sglang-hicache`: SGLang HiCache, a host tier written through, LRU, hits in
+  the host loaded back.
+* `continuum`: Continuum (arXiv 2511.02230, a vLLM fork) with host offload:
+  program-level FCFS and a TTL pin after each tool call, LRU.
+
+Penelope is `affinity` over its own cache: GreedyDual eviction with holes, a
+host tier, and the agent levers of `penelope_engine.agent_sched` (aged
+session order, backfill, return-aware retention that yields, preempted KV
+parked on the host). `ablations` switches each off in turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+from penelope_engine.config import AgentConfig
+from penelope_engine.errors import UnknownNameError
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    policy: str
+    tiers: str  # bench.sim.replica.TIERS
+    agent: AgentConfig = AgentConfig()
+
+
+CACHES: dict[str, CacheSpec] = {
+    "sglang-radix": CacheSpec("lru", "gpu"),
+    "sglang-hicache": CacheSpec("lru", "gpu+cpu"),
+    "continuum": CacheSpec("lru", "gpu+cpu", AgentConfig(admission="program", retention="ttl")),
+    "penelope": CacheSpec(
+        "greedydual",
+        "gpu+cpu",
+        AgentConfig(
+            admission="aged", backfill=True, retention="return_aware", park_on_preempt=True
+        ),
+    ),
+}
+PEER_ROUTERS = ("pow2", "ray_prefix", "sgl_cache_aware")
+PEER_CACHES = ("sglang-radix", "sglang-hicache", "continuum")
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    system: str  # "penelope" or the peer's name
+    router: str
+    cache: str  # a CACHES name
+    spec: CacheSpec
+
+    @property
+    def levers(self) -> dict[str, object]:
+        a = self.spec.agent
+        return {
+            "policy": self.spec.policy,
+            "tiers": self.spec.tiers,
+            "admission": a.admission,
+            "backfill": a.backfill,
+            "retention": a.retention,
+            "park_on_preempt": a.park_on_preempt,
+        }
+
+
+def peer_setups() -> list[Setup]:
+    return [
+        Setup(f"{c}/{r}", c, r, c, CACHES[c])
+        for c, r in itertools.product(PEER_CACHES, PEER_ROUTERS)
+    ]
+
+
+def penelope_setup() -> Setup:
+    return Setup("penelope", "penelope", "affinity", "penelope", CACHES["penelope"])
+
+
+def ablations() -> list[Setup]:
+    """Penelope with one lever switched off, each in turn."""
+    full = CACHES["penelope"]
+    a = full.agent
+    off = {
+        "aged order": dataclasses.replace(full, agent=dataclasses.replace(a, admission="fcfs")),
+        "backfill": dataclasses.replace(full, agent=dataclasses.replace(a, backfill=False)),
+        "retention": dataclasses.replace(full, agent=dataclasses.replace(a, retention="none")),
+        "park on preempt": dataclasses.replace(
+            full, agent=dataclasses.replace(a, park_on_preempt=False)
+        ),
+        "policy (lru)": dataclasses.replace(full, policy="lru"),
+        "host tier": dataclasses.replace(full, tiers="gpu"),
+    }
+    out = [Setup(f"penelope - {k}", "penelope", "affinity", "penelope", s) for k, s in off.items()]
+    out.append(Setup("penelope - router (pow2)", "penelope", "pow2", "penelope", full))
+    return out
+
+
+def setups(names: list[str] | None = None, with_ablations: bool = True) -> list[Setup]:
+    """Every peer set-up and Penelope (with its ablations), or those named."""
+    every = peer_setups() + [penelope_setup()] + (ablations() if with_ablations else [])
+    if not names:
+        return every
+    by_name = {s.name: s for s in peer_setups() + [penelope_setup()] + ablations()}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise UnknownNameError(f"unknown set-ups {missing}; valid: {sorted(by_name)}")
+    return [by_name[n] for n in names]

@@ -1,0 +1,95 @@
+"""`penelope bench peers`: set-ups, JSON schema, best peer and ratios on a small run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.sim import peers
+from bench.sim.setups import CACHES, PEER_CACHES, PEER_ROUTERS, ablations, setups
+from penelope_engine.errors import UnknownNameError
+from router.policies import ROUTING_POLICIES
+
+
+def test_every_peer_set_up_is_a_router_times_an_engine_cache() -> None:
+    names = {s.name for s in setups(with_ablations=False)}
+    assert len(names) == len(PEER_CACHES) * len(PEER_ROUTERS) + 1
+    assert all(r in ROUTING_POLICIES for r in PEER_ROUTERS)
+    assert CACHES["continuum"].agent.admission == "program"
+    assert CACHES["continuum"].agent.retention == "ttl"
+    assert CACHES["sglang-radix"].tiers == "gpu" and CACHES["sglang-hicache"].tiers == "gpu+cpu"
+    full = CACHES["penelope"]
+    for ab in ablations():  # each switches exactly one thing off
+        diff = [k for k, v in ab.levers.items() if v != setups(["penelope"])[0].levers[k]]
+        assert len(diff) + (ab.router != "affinity") == 1, ab.name
+    assert full.agent.backfill and full.agent.retention == "return_aware"
+    with pytest.raises(UnknownNameError):
+        setups(["nope"])
+
+
+def test_peers_json_names_the_best_peer_and_penelopes_ratio(tmp_path: Path) -> None:
+    out = tmp_path / "peers.json"
+    chosen = "sglang-radix/pow2,sglang-hicache/ray_prefix,penelope"
+    argv = [
+        "--lengths",
+        "quarter",
+        "--sessions",
+        "3",
+        "--seeds",
+        "2",
+        "--replicas",
+        "2",
+        "--setups",
+        chosen,
+        "--json",
+        str(out),
+        "--plot",
+        str(tmp_path / "p.png"),
+    ]
+    assert peers.main(argv) == 0
+    d = json.loads(out.read_text())
+    runs = {r["name"]: r for r in d["runs"]}
+    assert set(runs) == set(chosen.split(","))
+    for r in runs.values():
+        for k in (
+            "system",
+            "router",
+            "cache",
+            "levers",
+            "mean_ttft_s",
+            "p90_ttft_s",
+            "mean_queue_s",
+            "mean_llm_time_s",
+            "mean_llm_floor_s",
+            "mean_jct_s",
+            "turns_per_hour_per_replica",
+        ):
+            assert k in r, k
+        assert len(r["per_seed"]["mean_ttft_s"]) == 2
+        assert r["mean_llm_time_s"] >= r["mean_llm_floor_s"] * 0.999
+    best = d["best_peer"]["mean_ttft_s"]
+    peer_ttfts = {n: r["mean_ttft_s"] for n, r in runs.items() if r["system"] != "penelope"}
+    assert best["setup"] == min(peer_ttfts, key=peer_ttfts.__getitem__)
+    ratio = d["vs_best_peer"]["penelope"]["mean_ttft_s"]
+    per_seed = [
+        a / b
+        for a, b in zip(
+            runs["penelope"]["per_seed"]["mean_ttft_s"],
+            runs[best["setup"]]["per_seed"]["mean_ttft_s"],
+        )
+    ]
+    assert ratio["mean"] == pytest.approx(sum(per_seed) / 2)
+    assert d["config"]["dropped_turns"] == {"0": 0, "1": 0}  # 1/4 length: nothing is cut
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_true_lengths_end_sessions_at_the_window() -> None:
+    args = peers.build_parser().parse_args(
+        ["--lengths", "true", "--sessions", "6", "--seeds", "1", "--window-tokens", "60000"]
+    )
+    wls, dropped = peers.workloads(args)
+    turns = [t for s in wls[0].all_sessions for t in s.turns]
+    assert dropped[0] > 0 and turns
+    assert all(t.input_tokens + t.output_tokens <= 60000 for t in turns)
