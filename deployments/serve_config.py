@@ -115,6 +115,11 @@ class RouterSettings:
             self.policy in ROUTING_POLICIES,
             f"router policy must be one of {', '.join(ROUTING_POLICIES)}, got {self.policy!r}",
         )
+        _require(
+            not getattr(ROUTING_POLICIES[self.policy], "reads_prompt", False),
+            f"router policy {self.policy!r} models a peer over whole prompts; the ingress passes "
+            "only session ids, so it runs in the simulator (penelope bench peers), not here",
+        )
         _require(self.stats_period_s > 0, "stats_period_s must be positive")
         _require(self.stats_timeout_s > 0, "stats_timeout_s must be positive")
 

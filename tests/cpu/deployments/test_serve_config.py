@@ -74,6 +74,7 @@ def test_a_fixed_replica_count_when_autoscaling_is_off() -> None:
         ({"engine_deployment": {"num_cpus": 0}}, "num_cpus must be positive"),
         ({"engine_deployment": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}, "max_r"),
         ({"router": {"policy": "random"}}, "router policy must be one of"),
+        ({"router": {"policy": "ray_prefix"}}, "runs in the simulator"),
         ({"router": {"options": {"overload": 1}}}, "unknown key(s) ['overload']"),
         ({"api": {"api_keys": {"k" * 8: "t"}}}, "api_keys_file"),
     ],
@@ -86,3 +87,13 @@ def test_bad_config_names_the_key(args: dict, needle: str) -> None:
 
 def test_defaults_without_args() -> None:
     assert parse_serve_config(None) == ServeConfig()
+
+
+def test_agent_levers_come_from_the_yaml() -> None:
+    args = {"engine": {"scheduler": {"agent": {"admission": "aged", "backfill": True}}}}
+    agent = parse_serve_config(args).engine.scheduler.agent
+    assert (agent.admission, agent.backfill, agent.retention) == ("aged", True, "none")
+    with pytest.raises(ConfigError, match="admission must be one of"):
+        parse_serve_config({"engine": {"scheduler": {"agent": {"admission": "lifo"}}}})
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['ttl'\]"):
+        parse_serve_config({"engine": {"scheduler": {"agent": {"ttl": 5}}}})
