@@ -21,7 +21,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -238,17 +238,20 @@ def main(argv: list[str] | None = None) -> int:
         for seed, wl in wls.items()
     ]
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
-        results = list(pool.map(_one, jobs))
-    runs = []
-    for i, s in enumerate(chosen):
-        ms = results[i * len(wls) : (i + 1) * len(wls)]
-        for seed, m in zip(wls, ms):
+        futures = {pool.submit(_one, job): i for i, job in enumerate(jobs)}
+        results: dict[int, RunMetrics] = {}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            m = results[i] = fut.result()
             print(
-                f"{s.name} seed={seed}: ttft {m.mean_ttft_s:.3g}s queue {m.mean_queue_s:.3g}s "
-                f"({m.wall_time_s:.0f}s)",
+                f"[{len(results)}/{len(jobs)}] {chosen[i // len(wls)].name} seed={jobs[i][3]}: "
+                f"ttft {m.mean_ttft_s:.3g}s queue {m.mean_queue_s:.3g}s ({m.wall_time_s:.0f}s)",
                 file=sys.stderr,
                 flush=True,
             )
+    runs = []
+    for i, s in enumerate(chosen):
+        ms = [results[j] for j in range(i * len(wls), (i + 1) * len(wls))]
         runs.append(summarize(s, [metrics_of(m, args.replicas) for m in ms]))
     best = best_peer(runs) if any(r["system"] != "penelope" for r in runs) else {}
     vs = vs_best_peer(runs, best) if best else {}
