@@ -13,6 +13,10 @@ in that tier: load it, or recompute it, whichever the planner finds cheaper.
 Pages that fail to load are recomputed. Device pages are allocated only when
 all of them can be had, so a request that does not fit evicts nothing.
 
+After the prefill (`insert_path`) the computed pages join the tree, and the
+request's lock moves to its new leaf; `release_lock` drops it at the end,
+writing the path through to the host when asked.
+
 Usage: tokens whose page the session had cached before (its longest inserted
 path, `SessionInfo.seen_hashes`) and must compute again are `recomputed`; the
 rest of what it computes is `new`.
@@ -24,6 +28,7 @@ import numpy as np
 
 from penelope_engine.cache import PrefixCache
 from penelope_engine.errors import CapacityError
+from penelope_engine.pages import PageHasher
 from penelope_engine.planner import PlannerCost, choose
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sequence import Sequence
@@ -122,3 +127,35 @@ def _usage(
         recomputed_tokens=recomputed,
         new_tokens=len(seq.todo) - recomputed,
     )
+
+
+def insert_path(seq: Sequence, cache: PrefixCache, hasher: PageHasher, computed: int) -> None:
+    """Insert the request's first `computed` tokens' full pages; lock its new leaf."""
+    ps = cache.page_size
+    n = computed // ps
+    if n == 0:
+        return
+    tokens = seq.token_array(n * ps)
+    hashes = (
+        seq.hashes[:n]
+        if n <= len(seq.hashes)
+        else hasher.hashes(tokens, seq.req.tenant, seq.public_pages)
+    )
+    res = cache.insert(
+        hashes, seq.page_table[:n], seq.req.session, seq.req.tenant, tokens.reshape(n, ps)
+    )
+    seq.page_table[:n] = res.pages
+    seq.owned[:n] = False
+    old, seq.lock = seq.lock, cache.lock(res.leaf)
+    if old is not None:
+        cache.unlock(old)
+
+
+def release_lock(seq: Sequence, cache: PrefixCache, write_through: bool) -> None:
+    """Drop the request's lock; write its path through to the host when asked."""
+    assert seq.lock is not None
+    leaf = seq.lock.node
+    cache.unlock(seq.lock)
+    seq.lock = None
+    if write_through and leaf is not None and leaf.parent is not None:
+        cache.write_through(leaf)

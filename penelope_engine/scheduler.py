@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from penelope_engine.admission import admit
+from penelope_engine.admission import admit, insert_path, release_lock
 from penelope_engine.agent_sched import Retention, WaitingQueue, queue_key
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
@@ -142,6 +142,18 @@ class Scheduler:
                     return j
         return max(steps, 1)
 
+    def released(self) -> None:
+        """Pages were given back outside the scheduler (the simulator's cut decode runs)."""
+        self._released += 1
+
+    def commit_decoded(self, items: list[BatchItem], tokens: list[np.ndarray]) -> None:
+        """Apply all but the last step of a decode run granted by `extend_decodes`: the
+        tokens only, since no request ends inside the run (the run stops at the first
+        last token, and the simulator's requests have no stop tokens)."""
+        assert not self.eos and not any(it.seq.req.sampling.stop_token_ids for it in items)
+        for it, toks in zip(items, tokens):
+            it.seq.tokens.extend(toks.tolist())
+
     def next_ready(self) -> float | None:
         """When the first running prefill still waiting on its copies can start, or, with a
         queue, the first pin expires."""
@@ -190,9 +202,9 @@ class Scheduler:
         """
         self.running.remove(seq)
         if not seq.in_prefill:
-            self._insert(seq, len(seq.tokens) - 1)
+            insert_path(seq, self.cache, self.hasher, len(seq.tokens) - 1)
         if seq.lock is not None:
-            self._unlock(seq, self.agent.park_on_preempt)
+            release_lock(seq, self.cache, self.write_through and self.agent.park_on_preempt)
         self.cache.free(seq.page_table[seq.owned])
         seq.page_table = np.empty(0, np.int32)
         seq.owned = np.empty(0, bool)
@@ -238,7 +250,7 @@ class Scheduler:
             if seq.in_prefill:
                 seq.cursor += len(it.positions)
                 if not seq.in_prefill:
-                    self._insert(seq, len(seq.tokens))
+                    insert_path(seq, self.cache, self.hasher, len(seq.tokens))
             if tok is None:
                 continue
             seq.tokens.append(tok)
@@ -249,25 +261,6 @@ class Scheduler:
                 self.finish(seq, seq.req.stop_reason_hint)
             out.append(seq)
         return out
-
-    def _insert(self, seq: Sequence, computed: int) -> None:
-        n = computed // self.page_size
-        if n == 0:
-            return
-        ps = self.page_size
-        tokens = seq.token_array(n * ps)
-        hashes = (
-            seq.hashes[:n]
-            if n <= len(seq.hashes)
-            else self.hasher.hashes(tokens, seq.req.tenant, seq.public_pages)
-        )
-        tokens = tokens.reshape(n, ps)
-        res = self.cache.insert(hashes, seq.page_table[:n], seq.req.session, seq.req.tenant, tokens)
-        seq.page_table[:n] = res.pages
-        seq.owned[:n] = False
-        old, seq.lock = seq.lock, self.cache.lock(res.leaf)
-        if old is not None:
-            self.cache.unlock(old)
 
     def finish(self, seq: Sequence, stop_reason: str | None, aborted: bool = False) -> None:
         """Release a running or waiting sequence (mutates the cache)."""
@@ -280,21 +273,12 @@ class Scheduler:
         self.running.remove(seq)
         self._released += 1
         if not aborted and not seq.in_prefill:
-            self._insert(seq, len(seq.tokens) - 1)
+            insert_path(seq, self.cache, self.hasher, len(seq.tokens) - 1)
         if seq.lock is not None:
-            self._unlock(seq, True)
+            release_lock(seq, self.cache, self.write_through)
         self.cache.free(seq.page_table[seq.owned])
         seq.owned[:] = False
         self.cache.on_turn_end(seq.req.session, stop_reason)
         if not aborted:
             context = len(seq.tokens) - 1
             self.retention.on_turn_end(seq.req.session, stop_reason, context, self.cost(), now)
-
-    def _unlock(self, seq: Sequence, write_through: bool) -> None:
-        """Drop the request's lock; write its path through to the host when asked."""
-        assert seq.lock is not None
-        leaf = seq.lock.node
-        self.cache.unlock(seq.lock)
-        seq.lock = None
-        if write_through and self.write_through and leaf is not None and leaf.parent is not None:
-            self.cache.write_through(leaf)

@@ -17,6 +17,7 @@ over Qwen3 on H100 and H200.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple, Protocol
@@ -110,6 +111,7 @@ def prefill_time(cost: CostModel, m: int, a: int = 0) -> float:
 def page_cost_fn(cost: CostModel, page_size: int) -> Callable[[int], float]:
     """Recompute cost (s) of the page at a page index, for the cache's cost-aware policies."""
 
+    @functools.cache  # a pure function of the page index, asked on every eviction-key update
     def page_cost(page: int) -> float:
         return cost.recompute_s(page * page_size, page_size)
 

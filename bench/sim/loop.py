@@ -94,6 +94,7 @@ class Simulator:
         self.hasher = self.replicas[0].scheduler.hasher  # one namespace for the whole fleet
         self.states = {s.id: _SessionState(s) for s in workload.all_sessions}
         self._heap: list[tuple[float, int, str, Any]] = []
+        self._arrivals: list[float] = []  # times of pending arrivals (decode runs end there)
         self._seq = itertools.count()
         self._digests = [decode_digest({}) for _ in self.replicas]
         self._digest_at = -math.inf
@@ -106,6 +107,8 @@ class Simulator:
     # -- events ---------------------------------------------------------------------------
     def _push(self, t: float, kind: str, data: Any) -> None:
         heapq.heappush(self._heap, (t, next(self._seq), kind, data))
+        if kind == "arrive":
+            heapq.heappush(self._arrivals, t)
 
     def run(self) -> RunMetrics:
         wall = time.perf_counter()
@@ -131,13 +134,16 @@ class Simulator:
         )
 
     def _horizon(self) -> float:
-        return self._heap[0][0] if self._heap else math.inf
+        """The next arrival: nothing else can change a replica during its decode run (other
+        replicas' steps only schedule arrivals, and an arrival routed here cuts the run)."""
+        return self._arrivals[0] if self._arrivals else math.inf
 
     def _kick(self, rep: Replica) -> None:
         while not rep.busy:
             step = rep.plan(self.now, self._horizon())
             if step is not None:
                 rep.busy = True
+                rep.current = step
                 self._push(step.end, "step", (rep, step))
                 return
             ready = rep.next_ready()
@@ -179,6 +185,7 @@ class Simulator:
 
     # -- a turn arrives -------------------------------------------------------------------
     def _arrive(self, data: tuple[str, int]) -> None:
+        heapq.heappop(self._arrivals)  # this one: arrivals are handled in time order
         sid, k = data
         st = self.states[sid]
         if st.start is None:
@@ -197,6 +204,9 @@ class Simulator:
         )
         rep = self.replicas[int(choice.replica_id)]
         rep.enqueue(req, self.now)
+        cut = rep.truncate(self.now) if rep.busy else None
+        if cut is not None:
+            self._push(cut.end, "step", (rep, cut))
         self._kick(rep)
 
     def _request(self, st: _SessionState, k: int) -> SimRequest:
@@ -226,7 +236,10 @@ class Simulator:
     # -- a step ends ----------------------------------------------------------------------
     def _step_done(self, data: tuple[Replica, Step]) -> None:
         rep, step = data
+        if step.stale:
+            return
         rep.busy = False
+        rep.current = None
         for req in rep.commit(step):
             self._record(req)
             st = self.states[req.session_id]

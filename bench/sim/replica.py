@@ -91,6 +91,8 @@ class Step:
     items: list[BatchItem] = field(default_factory=list)
     decode_steps: int = 1  # > 1: that many decode-only steps run as one event
     tokens: list[int | None] | None = None  # from the model; None: the trace's
+    ends: np.ndarray | None = None  # a decode run: each step's end, from `start`
+    stale: bool = False  # cut short by `Replica.truncate`: its event is ignored
 
 
 Runner = Callable[[list[BatchItem]], list[int | None]]
@@ -121,6 +123,7 @@ class Replica:
         self.fast_decode = fast_decode and runner is None
         self.requests: dict[str, SimRequest] = {}
         self.busy = False
+        self.current: Step | None = None  # the step running now
 
     @classmethod
     def simulated(
@@ -208,8 +211,9 @@ class Replica:
         """The step starting now (admission mutates the cache then), or None if none runs.
 
         When it only decodes, and decodes every running request, it runs as many
-        decode steps as fit before `horizon` (the next event anywhere) or the
-        first request's last token: the same times as stepping one by one.
+        decode steps as fit before `horizon` (the next arrival anywhere) or the
+        first request's last token: the same times as stepping one by one. An
+        arrival routed here during the run cuts it short (`truncate`).
         """
         sched = self.scheduler
         items = sched.schedule()
@@ -218,25 +222,61 @@ class Replica:
         load = step_load(items)
         if self.runner is not None:  # the model runs the step now; its tokens land at the end
             return Step(now, now + self.cost.step_time(load), items, tokens=self.runner(items))
-        if self.fast_decode and len(items) == len(sched.running) and not any(
-            it.seq.in_prefill for it in items
+        if (
+            self.fast_decode
+            and len(items) == len(sched.running)
+            and not any(it.seq.in_prefill for it in items)
         ):
             most = min(it.seq.req.sampling.max_tokens - it.seq.num_generated for it in items)
             ends = np.cumsum(decode_run(self.cost, load, most))
             want = min(most, int(np.searchsorted(ends, horizon - now)) + 1)
             steps = sched.extend_decodes(items, want)
-            return Step(now, now + float(ends[steps - 1]), items, steps)
+            return Step(now, now + float(ends[steps - 1]), items, steps, ends=ends[:steps])
         return Step(now, now + self.cost.step_time(load), items)
+
+    def truncate(self, now: float) -> Step | None:
+        """A request arrived here at `now` during a decode run: end the run with the step
+        running at `now`, as stepping one by one would, and return the shorter step.
+
+        Pages granted for the steps cut off are given back, so the pool holds
+        what it would after those steps; None when the run ends by then anyway.
+        """
+        step = self.current
+        if step is None or step.ends is None or step.stale:
+            return None
+        # the step running at `now` (one ending exactly then is followed by one more, which
+        # started before this arrival was seen)
+        k = int(np.searchsorted(step.ends, now - step.start, side="right")) + 1
+        if k >= step.decode_steps:
+            return None
+        for it in step.items:
+            seq = it.seq
+            keep = (len(seq.tokens) + k - 2) // self.page_size + 1
+            if keep < len(seq.page_table):
+                assert seq.owned[keep:].all(), "decode pages are the request's own"
+                self.cache.free(seq.page_table[keep:])
+                seq.page_table, seq.owned = seq.page_table[:keep], seq.owned[:keep]
+        self.scheduler.released()
+        step.stale = True
+        self.current = Step(
+            step.start, step.start + float(step.ends[k - 1]), step.items, k, ends=step.ends[:k]
+        )
+        return self.current
 
     def commit(self, step: Step) -> list[SimRequest]:
         """Apply a finished step at `step.end`; returns the requests whose turn ended."""
         done = []
-        for j in range(step.decode_steps):
-            tokens = step.tokens if step.tokens is not None else self._scripted(step.items)
-            for seq in self.scheduler.commit(step.items, tokens):
-                if seq.finish_reason is not None:
-                    assert j == step.decode_steps - 1, "a request finished inside a decode run"
-                    done.append(self._finished(seq, step.end))
+        if step.decode_steps > 1:  # a decode run: every token but the last step's at once
+            k = step.decode_steps - 1
+            runs = []
+            for it in step.items:
+                n = len(it.seq.tokens)
+                runs.append(self.requests[it.seq.request_id].tokens[n : n + k])
+            self.scheduler.commit_decoded(step.items, runs)
+        tokens = step.tokens if step.tokens is not None else self._scripted(step.items)
+        for seq in self.scheduler.commit(step.items, tokens):
+            if seq.finish_reason is not None:
+                done.append(self._finished(seq, step.end))
         return done
 
     def _scripted(self, items: list[BatchItem]) -> list[int | None]:
