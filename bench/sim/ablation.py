@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.sim.report import FLOOR, load_rows
+from bench.sim.report import FLOOR, load_rows, save_figure
 from penelope_engine.helpformat import parser
 
 METRICS = (("mean_ttft_s", "TTFT"), ("mean_llm_time_s", "LLM time"), ("mean_jct_s", "JCT"))
@@ -215,11 +215,7 @@ def plot_levers(path: Path, by: dict[Key, dict[str, Any]], title: str = "") -> P
     ax.set_xlabel("ratio to lru/gpu/pow2 (per seed; bars: mean, whiskers: min-max)")
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=90)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.sim.roofline import HARDWARE, QWEN3
 from bench.traces import DEFAULT_TRACE
 from bench.workload import ARRIVALS
 from penelope_engine.policies import POLICIES
@@ -91,3 +92,9 @@ def add_step_args(
 def add_output_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--plot", type=Path, default=None, help="directory for the plots")
+
+
+def add_gpu_args(ap: argparse.ArgumentParser) -> None:
+    """The modelled GPU and model (`bench.sim.roofline`)."""
+    ap.add_argument("--model", choices=sorted(QWEN3), default="qwen3-8b", help="the cost model's")
+    ap.add_argument("--gpu", choices=sorted(HARDWARE), default="h200", help="the cost model's")

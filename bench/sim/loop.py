@@ -82,9 +82,7 @@ class Simulator:
             self.replicas = [Replica.over_engine(i, e, cost, clock) for i, e in enumerate(engines)]
         else:
             self.replicas = [
-                Replica.simulated(
-                    i, cfg.cache_setup(), cfg.scheduler, cost, clock, cfg.fast_decode
-                )
+                Replica.simulated(i, cfg.cache_setup(), cfg.scheduler, cost, clock, cfg.fast_decode)
                 for i in range(cfg.replicas)
             ]
         self.router = make_policy(

@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 
 from bench.sessions import Scale
-from bench.sim.cliargs import comma_list
+from bench.sim.cliargs import add_gpu_args, comma_list
 from bench.sim.config import SimConfig, default_scheduler
 from bench.sim.loop import simulate
 from bench.sim.metrics import RunMetrics
+from bench.sim.report import save_figure
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.sim.setups import Setup, setups
 from bench.traces import DEFAULT_TRACE, load_trace
@@ -65,8 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--host-budget-factor", type=float, default=2.0, help="host tier / device budget"
     )
-    ap.add_argument("--model", choices=sorted(QWEN3), default="qwen3-8b", help="the cost model's")
-    ap.add_argument("--gpu", choices=sorted(HARDWARE), default="h200", help="the cost model's")
+    add_gpu_args(ap)
     ap.add_argument("--setups", type=comma_list(str), default=None, help="names (default: all)")
     ap.add_argument("--no-ablations", action="store_true", help="skip Penelope's ablations")
     ap.add_argument("--jobs", type=int, default=1, help="simulations run in parallel")
@@ -219,11 +219,7 @@ def plot(path: Path, runs: list[dict[str, Any]], title: str) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("mean TTFT, s (bars: min-max over seeds)")
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

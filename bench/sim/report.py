@@ -217,7 +217,7 @@ def plot(
         ax.plot(vals, np.arange(1, len(vals) + 1) / len(vals), label=_label(setup))
     ax.set(xscale="log", xlabel="TTFT (s)", ylabel="fraction of requests", title="TTFT CDF")
     ax.legend(fontsize=7)
-    paths.append(_save(fig, out / "ttft_cdf.png"))
+    paths.append(save_figure(fig, out / "ttft_cdf.png"))
     for metric, name in (("mean_ttft_s", "ttft"), ("mean_jct_s", "jct")):
         fig, ax = plt.subplots(figsize=(6, 4))
         for label in sorted({_label(r) for r in rows}):
@@ -242,13 +242,15 @@ def plot(
             title=f"{name.upper()} vs device budget",
         )
         ax.legend(fontsize=7)
-        paths.append(_save(fig, out / f"{name}_vs_budget.png"))
+        paths.append(save_figure(fig, out / f"{name}_vs_budget.png"))
     return paths
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path, dpi: int = 120) -> Path:
+    """Lay out, write (making the folder) and close a matplotlib figure."""
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -19,7 +19,13 @@ import sys
 from pathlib import Path
 
 from bench.sessions import Scale, Trace
-from bench.sim.cliargs import add_output_args, add_step_args, add_workload_args, comma_list
+from bench.sim.cliargs import (
+    add_gpu_args,
+    add_output_args,
+    add_step_args,
+    add_workload_args,
+    comma_list,
+)
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CostModel, CpuCostModel
 from bench.sim.loop import simulate
@@ -67,8 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--host-budget-factor", type=float, default=4.0, help="host budget / device budget"
     )
-    ap.add_argument("--model", choices=sorted(QWEN3), default="qwen3-8b", help="the cost model's")
-    ap.add_argument("--gpu", choices=sorted(HARDWARE), default="h200", help="the cost model's")
+    add_gpu_args(ap)
     ap.add_argument(
         "--cpu-cost",
         type=Path,
