@@ -146,3 +146,38 @@ def test_tenants_never_share_cached_pages(make_engine: Callable[..., Engine]) ->
         req = GenerateRequest(f"{tenant}-{hit}", prompt, SAMPLING, tenant=tenant)
         assert engine.generate_sync(req).usage.device_tokens == hit
     engine.check_integrity()
+
+
+@pytest.mark.parametrize("retention", ["return_aware", "ttl"])
+def test_agent_levers_keep_greedy_tokens_exact(
+    retention: str, reference: Replay, tiny_qwen3
+) -> None:
+    """Aged order, backfill, pins (yielded, or held until a short TTL) and parking on
+    preemption change what is cached when, never the tokens."""
+    from penelope_engine.config import AgentConfig, CacheConfig, EngineConfig, SchedulerConfig
+
+    agent = AgentConfig(
+        admission="aged",
+        backfill=True,
+        retention=retention,
+        default_ttl_s=0.05,
+        max_pinned_fraction=0.6,
+        park_on_preempt=True,
+    )
+    cache = CacheConfig(4, SMALL_POOL, 40, "greedydual")
+    engine = Engine(
+        EngineConfig(cache=cache, scheduler=SchedulerConfig(agent=agent)), loaded=tiny_qwen3
+    )
+    pinned = []
+    on_turn_end = engine.scheduler.retention.on_turn_end
+
+    def spy(*args, **kwargs):  # records whether each tool-use turn left a pin
+        on_turn_end(*args, **kwargs)
+        pinned.append(args[0] in engine.scheduler.retention.pins)
+
+    engine.scheduler.retention.on_turn_end = spy  # type: ignore[method-assign]
+    run = replay(engine)
+    assert run.tokens == reference.tokens
+    check_usage(run)
+    assert any(pinned), "no turn was pinned: the lever was not exercised"
+    assert sum(u.recomputed_tokens + u.host_tokens for u in run.usage) > 0
