@@ -10,7 +10,8 @@ first request longer than `--window-tokens`, and the JSON says how many
 turns that drops). JSON: `runs` (one per set-up: system, router, cache,
 levers, the metrics as the mean over seeds, and `per_seed`), `best_peer`
 (per metric, the peer set-up with the best mean), `vs_best_peer`
-(Penelope's per-seed ratio to it). Example::
+(Penelope's per-seed ratio to it); `bench.sim.peers_report` merges runs
+over more seeds. Example::
 
     penelope bench peers --lengths true --sessions 48 --seeds 3 --replicas 4 --json peers.json
 """
@@ -23,16 +24,13 @@ import json
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from bench.sessions import Scale
 from bench.sim.cliargs import add_gpu_args, comma_list
 from bench.sim.config import SimConfig, default_scheduler
 from bench.sim.loop import simulate
 from bench.sim.metrics import RunMetrics
-from bench.sim.report import save_figure
+from bench.sim.peers_report import METRICS, describe, document, plot, summarize, table
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.sim.setups import Setup, setups
 from bench.traces import DEFAULT_TRACE, load_trace
@@ -40,9 +38,6 @@ from bench.workload import Workload, WorkloadConfig, cut_at_window, sample_workl
 from penelope_engine.helpformat import parser
 
 LENGTHS = {"true": 1.0, "quarter": 0.25}
-LOWER = ("mean_ttft_s", "p90_ttft_s", "mean_queue_s", "mean_llm_time_s", "mean_jct_s")
-HIGHER = ("turns_per_hour_per_replica",)
-METRICS = LOWER + HIGHER + ("mean_llm_floor_s", "hit_ratio", "recompute_ratio")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,110 +113,6 @@ def metrics_of(m: RunMetrics, replicas: int) -> dict[str, float]:
     return out
 
 
-def summarize(setup: Setup, per_seed: list[dict[str, float]]) -> dict[str, Any]:
-    run: dict[str, Any] = {
-        "name": setup.name,
-        "system": setup.system,
-        "router": setup.router,
-        "cache": setup.cache,
-        "levers": setup.levers,
-    }
-    for k in per_seed[0]:
-        run[k] = float(np.mean([p[k] for p in per_seed]))
-    run["per_seed"] = {k: [p[k] for p in per_seed] for k in per_seed[0]}
-    return run
-
-
-def best_peer(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    peers = [r for r in runs if r["system"] != "penelope"]
-    out = {}
-    for k in LOWER + HIGHER:
-        pick = (max if k in HIGHER else min)(peers, key=lambda r: r[k])
-        out[k] = {"setup": pick["name"], "value": pick[k]}
-    return out
-
-
-def vs_best_peer(runs: list[dict[str, Any]], best: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Each Penelope set-up's per-seed ratio to the best peer of each metric."""
-    by_name = {r["name"]: r for r in runs}
-    out: dict[str, Any] = {}
-    for r in runs:
-        if r["system"] != "penelope":
-            continue
-        row = {}
-        for k, b in best.items():
-            ratio = np.asarray(r["per_seed"][k]) / np.maximum(
-                by_name[b["setup"]]["per_seed"][k], 1e-12
-            )
-            row[k] = {
-                "mean": float(ratio.mean()),
-                "min": float(ratio.min()),
-                "max": float(ratio.max()),
-            }
-        out[r["name"]] = row
-    return out
-
-
-def table(runs: list[dict[str, Any]], vs: dict[str, Any]) -> str:
-    cols = (
-        "mean_ttft_s",
-        "p90_ttft_s",
-        "mean_queue_s",
-        "mean_llm_time_s",
-        "mean_llm_floor_s",
-        "mean_jct_s",
-        "turns_per_hour_per_replica",
-        "hit_ratio",
-    )
-    head = [
-        "set-up",
-        "ttft",
-        "p90",
-        "queue",
-        "llm",
-        "floor",
-        "jct",
-        "turns/h/rep",
-        "hit",
-        "ttft/best",
-        "llm/best",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in sorted(runs, key=lambda r: r["mean_ttft_s"]):
-        v = vs.get(r["name"])
-        extra = (
-            [
-                f"{v[k]['mean']:.2f} [{v[k]['min']:.2f}-{v[k]['max']:.2f}]"
-                for k in ("mean_ttft_s", "mean_llm_time_s")
-            ]
-            if v
-            else ["", ""]
-        )
-        lines.append("| " + " | ".join([r["name"]] + [f"{r[c]:.4g}" for c in cols] + extra) + " |")
-    return "\n".join(lines)
-
-
-def plot(path: Path, runs: list[dict[str, Any]], title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = sorted(runs, key=lambda r: r["mean_ttft_s"])
-    fig, ax = plt.subplots(figsize=(9, 0.35 * len(runs) + 1.5))
-    y = np.arange(len(runs))
-    vals = [r["mean_ttft_s"] for r in runs]
-    lo = [v - min(r["per_seed"]["mean_ttft_s"]) for v, r in zip(vals, runs)]
-    hi = [max(r["per_seed"]["mean_ttft_s"]) - v for v, r in zip(vals, runs)]
-    colors = ["tab:red" if r["system"] == "penelope" else "tab:gray" for r in runs]
-    ax.barh(y, vals, xerr=[lo, hi], color=colors)
-    ax.set_yticks(y, [r["name"] for r in runs], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("mean TTFT, s (bars: min-max over seeds)")
-    ax.set_title(title, fontsize=9)
-    return save_figure(fig, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cost = GpuCostModel(QWEN3[args.model], HARDWARE[args.gpu])
@@ -248,23 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for i, s in enumerate(chosen):
         ms = [results[j] for j in range(i * len(wls), (i + 1) * len(wls))]
-        runs.append(summarize(s, [metrics_of(m, args.replicas) for m in ms]))
-    best = best_peer(runs) if any(r["system"] != "penelope" for r in runs) else {}
-    vs = vs_best_peer(runs, best) if best else {}
-    print(table(runs, vs))
+        runs.append(summarize(describe(s), [metrics_of(m, args.replicas) for m in ms]))
     config = {
         **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "device_budget_tokens": budget,
         "cost_model": cost.describe(),
+        "seeds": len(wls),
         "dropped_turns": dropped,
         "turns": {s: sum(len(x.turns) for x in wl.all_sessions) for s, wl in wls.items()},
     }
+    doc = document(config, runs)
+    print(table(runs, doc["vs_best_peer"]))
     if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {"config": config, "runs": runs, "best_peer": best, "vs_best_peer": vs}, indent=1
-            )
-        )
+        args.json.write_text(json.dumps(doc, indent=1))
     if args.plot is not None:
         title = (
             f"{args.lengths} lengths, {args.sessions} sessions, "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.sim import peers
+from bench.sim import peers, peers_report
 from bench.sim.setups import CACHES, PEER_CACHES, PEER_ROUTERS, ablations, setups
 from penelope_engine.errors import UnknownNameError
 from router.policies import ROUTING_POLICIES
@@ -83,6 +83,21 @@ def test_peers_json_names_the_best_peer_and_penelopes_ratio(tmp_path: Path) -> N
     assert ratio["mean"] == pytest.approx(sum(per_seed) / 2)
     assert d["config"]["dropped_turns"] == {"0": 0, "1": 0}  # 1/4 length: nothing is cut
     assert (tmp_path / "p.png").stat().st_size > 0
+    # the same two seeds run one at a time and merged give the same document
+    parts = []
+    for seed in (0, 1):
+        part = tmp_path / f"s{seed}.json"
+        one = [a for a in argv if a not in ("--plot", str(tmp_path / "p.png"))]
+        one[one.index("--seeds") + 1] = "1"
+        one[one.index("--json") + 1] = str(part)
+        assert peers.main([*one, "--seed-base", str(seed)]) == 0
+        parts.append(part)
+    merged = tmp_path / "merged.json"
+    assert peers_report.main([*map(str, parts), "--json", str(merged)]) == 0
+    m = json.loads(merged.read_text())
+    assert [r["per_seed"] for r in m["runs"]] == [r["per_seed"] for r in d["runs"]]
+    assert m["best_peer"] == d["best_peer"] and m["vs_best_peer"] == d["vs_best_peer"]
+    assert m["config"]["dropped_turns"] == d["config"]["dropped_turns"]
 
 
 def test_true_lengths_end_sessions_at_the_window() -> None:

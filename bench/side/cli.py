@@ -1,0 +1,167 @@
+"""`penelope bench side`: real routers side by side on this machine, through the HTTP API.
+
+    penelope bench side [--sessions 8] [--turns 5] [--sglang-router-python PATH] [--json]
+
+The same seeded Claude Code sessions (`bench.side.plan`: text prompts, one
+token per trace block, tool gaps scaled and capped) are replayed once per
+router set-up (`bench.side.config`) through the OpenAI API, as streamed
+`/v1/completions` with the session in `x-session-id`: Ray Serve's default
+power-of-two router, Ray Serve LLM's `PrefixCacheAffinityRouter`, ours, each
+in the Ray Serve app on a local Ray (tiny Qwen3, two engine replicas), and
+sgl-router in front of two `penelope serve` processes when its interpreter is
+given. The client runs in a spawned process under a deadline
+(`bench.child.run_child`). Per set-up: mean and p90 TTFT, requests, failures
+and the hit ratio from `usage`. A set-up that fails is reported with its error
+and the next one runs; the exit status is 1 if any failed. Set-ups run one
+after the other, so a machine whose load changes meanwhile skews the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from typing import Any
+
+from bench.child import run_child
+from bench.side.config import MODEL, RAY_SETUPS, SGL_ROUTER, SideConfig, serve_args
+from bench.side.plan import SessionPlan, describe, plan_sessions
+
+_HELP = {  # one per SideConfig field (tests/cpu/test_cli_help.py fails on a missing one)
+    "sessions": "agent sessions drawn from the trace (seeded)",
+    "turns": "each session's first turns",
+    "seed": "seed of the draw and of the start times",
+    "mean_interarrival_s": "mean gap between session starts (Poisson)",
+    "time_scale": "tool times x this",
+    "max_think_s": "cap on each scaled tool time",
+    "window_tokens": "only sessions whose first turns all fit in this many tokens are drawn",
+    "max_tokens": "cap on each request's output tokens",
+    "replicas": "engine replicas (sgl-router: penelope serve workers)",
+    "device_pages": "KV pages per replica",
+    "page_size": "tokens per KV page",
+    "max_ongoing_requests": "requests one Ray engine replica runs at once",
+    "stats_period_s": "how often Ray engine replicas publish their session digests",
+    "setups": "comma-separated set-ups, run in this order",
+    "startup_timeout_s": "a set-up must serve within this",
+    "run_timeout_s": "a set-up's sessions must finish within this",
+    "sglang_router_python": "python of a venv with sglang-router==0.3.2 (none: skip sgl-router)",
+    "trace": "Claude Code trace file",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from penelope_engine.helpformat import parser
+
+    d = SideConfig()
+    ap = parser("penelope bench side", __doc__)
+    for f in dataclasses.fields(SideConfig):
+        default = getattr(d, f.name)
+        kind: Any = (
+            float if isinstance(default, float) else int if isinstance(default, int) else str
+        )
+        shown = ",".join(default) if isinstance(default, tuple) else default
+        ap.add_argument(
+            f"--{f.name.replace('_', '-')}", type=kind, default=shown, help=_HELP[f.name]
+        )
+    ap.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
+    return ap
+
+
+def table(result: dict[str, Any]) -> str:
+    cols = ("router", "mean_ttft_s", "p90_ttft_s", "requests", "failed", "hit_ratio")
+    rows = [cols] + [
+        tuple("-" if e.get(c) is None else str(e[c]) for c in cols) for e in result["setups"]
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    for e in result["setups"]:
+        if "error" in e or "skipped" in e:
+            lines.append(f"{e['router']}: {e.get('error') or e.get('skipped')}")
+    return "\n".join(lines)
+
+
+def _failed(router: str, why: str, key: str = "error") -> dict[str, Any]:
+    return {"router": router, "mean_ttft_s": None, "p90_ttft_s": None, "requests": 0,
+            "failed": 0, "hit_ratio": None, key: why}  # fmt: skip
+
+
+def _replay(
+    router: str, plans: tuple[SessionPlan, ...], url: str, cfg: SideConfig
+) -> dict[str, Any]:
+    from bench.side.client import CLIENT_STARTUP_S, client_main, summarize
+
+    t0 = time.monotonic()
+    records = run_child(
+        client_main,
+        (plans, url, MODEL, cfg.run_timeout_s),
+        timeout_s=cfg.run_timeout_s + CLIENT_STARTUP_S,
+        name=f"side-client-{router}",
+    )
+    return {**summarize(router, records), "elapsed_s": round(time.monotonic() - t0, 1)}
+
+
+def _ray_setups(cfg: SideConfig, plans: tuple[SessionPlan, ...]) -> list[dict[str, Any]]:
+    from bench.side.ray_app import local_ray, serve_setup
+    from deployments.serve_config import parse_serve_config
+
+    config = parse_serve_config(serve_args(cfg))
+    out = []
+    with local_ray():
+        for setup in (s for s in cfg.setups if s in RAY_SETUPS):
+            print(f"side: {setup} ...", file=sys.stderr, flush=True)
+            try:
+                with serve_setup(setup, config, cfg.startup_timeout_s) as url:
+                    out.append(_replay(setup, plans, url, cfg))
+            except Exception as exc:  # the next set-up still runs; this one reports why
+                out.append(_failed(setup, f"{type(exc).__name__}: {exc}"))
+    return out
+
+
+def _sgl_setup(cfg: SideConfig, plans: tuple[SessionPlan, ...]) -> dict[str, Any]:
+    if not cfg.sglang_router_python:
+        return _failed(SGL_ROUTER, "no --sglang-router-python given", key="skipped")
+    from bench.side.sgl import sgl_fleet
+
+    print(f"side: {SGL_ROUTER} ...", file=sys.stderr, flush=True)
+    try:
+        with sgl_fleet(cfg, cfg.sglang_router_python) as url:
+            return _replay(SGL_ROUTER, plans, url, cfg)
+    except Exception as exc:
+        return _failed(SGL_ROUTER, f"{type(exc).__name__}: {exc}")
+
+
+def run_side(cfg: SideConfig) -> dict[str, Any]:
+    t0 = time.monotonic()
+    plans = plan_sessions(cfg)
+    by_name: dict[str, dict[str, Any]] = {}
+    if any(s in RAY_SETUPS for s in cfg.setups):
+        by_name.update((e["router"], e) for e in _ray_setups(cfg, plans))
+    if SGL_ROUTER in cfg.setups:
+        by_name[SGL_ROUTER] = _sgl_setup(cfg, plans)
+    setups = [by_name[s] for s in cfg.setups]
+    return {
+        "bench": "side",
+        "config": {**dataclasses.asdict(cfg), "model": MODEL},
+        "workload": describe(plans),
+        "setups": setups,
+        "elapsed_s": round(time.monotonic() - t0, 1),
+        "ok": all("error" not in e and e["failed"] == 0 for e in setups),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    as_json = args.pop("json")
+    args["setups"] = tuple(s.strip() for s in args["setups"].split(",") if s.strip())
+    try:
+        cfg = SideConfig(**args)
+    except ValueError as exc:
+        print(f"penelope bench side: {exc}", file=sys.stderr)
+        return 2
+    result = run_side(cfg)
+    if as_json:
+        print(json.dumps(result))
+    print(table(result), file=sys.stderr if as_json else sys.stdout)
+    return 0 if result["ok"] else 1

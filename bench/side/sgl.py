@@ -1,0 +1,97 @@
+"""sgl-router (`cache_aware`) in front of two `penelope serve` processes.
+
+sgl-router is not a dependency of this package: its interpreter is named by
+`--sglang-router-python` (a venv with `pip install sglang-router==0.3.2`).
+The workers answer its `/server_info` and `/model_info` probes
+(`deployments.sglang_probes`). Every process starts in its own process
+group with its output in a log file; on the way out (or when one does not
+come up within the deadline, with the end of its log) each group gets
+SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.side.config import SideConfig, serve_command_args
+from bench.side.ray_app import ROOT, free_port, wait_http
+
+STOP_GRACE_S = 10.0
+
+
+@dataclass
+class Started:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def wait_http(self, url: str, deadline: float) -> None:
+        """`wait_http` on `url` while the process lives; the end of its log if it fails."""
+        try:
+            wait_http(url, max(1.0, deadline - time.monotonic()), lambda: self.proc.poll() is None)
+        except RuntimeError as exc:
+            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-15:])
+            raise RuntimeError(f"{self.name}: {exc}; end of its log {self.log}:\n{tail}") from exc
+
+
+@contextmanager
+def process(argv: list[str], name: str) -> Iterator[Started]:
+    """`argv` in its own process group, logging to a temporary file; stopped on exit."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    fd, log_name = tempfile.mkstemp(prefix=f"penelope-side-{name}-", suffix=".log")
+    with os.fdopen(fd, "wb") as out:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        yield Started(name, proc, Path(log_name))
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextmanager
+def sgl_fleet(cfg: SideConfig, router_python: str) -> Iterator[str]:
+    """`cfg.replicas` workers and sgl-router over them; yields the router's base URL."""
+    deadline = time.monotonic() + cfg.startup_timeout_s
+    with ExitStack() as stack:
+        workers = []
+        for i in range(cfg.replicas):
+            port = free_port()
+            argv = [sys.executable, "-m", "penelope_cli.cli", "serve", "--port", str(port)]
+            argv += [*serve_command_args(cfg), "--log-level", "warning"]
+            workers.append(
+                (f"http://127.0.0.1:{port}", stack.enter_context(process(argv, f"worker{i}")))
+            )
+        for url, worker in workers:
+            worker.wait_http(f"{url}/health", deadline)
+        port = free_port()
+        argv = [router_python, "-m", "sglang_router.launch_router", "--worker-urls"]
+        argv += [url for url, _ in workers]
+        argv += ["--policy", "cache_aware", "--host", "127.0.0.1", "--port", str(port)]
+        router = stack.enter_context(process(argv, "sgl-router"))
+        url = f"http://127.0.0.1:{port}"
+        router.wait_http(f"{url}/v1/models", deadline)
+        yield url

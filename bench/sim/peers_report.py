@@ -1,0 +1,189 @@
+"""Results of `penelope bench peers`: per set-up rows, the best peer, ratios, table, plot.
+
+A run (one set-up over several seeds) keeps each metric as the mean over
+seeds and every seed's value under `per_seed`, so ratios to the best peer
+are taken seed by seed (same sessions, same arrivals). `merge` joins runs of
+the same set-ups over different seeds (`--seed-base`), e.g. to go from 3
+seeds to 6::
+
+    python -m bench.sim.peers_report a.json b.json --json both.json --plot both.png
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.sim.report import save_figure
+from bench.sim.setups import Setup
+from penelope_engine.helpformat import parser
+
+LOWER = ("mean_ttft_s", "p90_ttft_s", "mean_queue_s", "mean_llm_time_s", "mean_jct_s")
+HIGHER = ("turns_per_hour_per_replica",)
+METRICS = LOWER + HIGHER + ("mean_llm_floor_s", "hit_ratio", "recompute_ratio")
+
+
+def describe(setup: Setup) -> dict[str, Any]:
+    return {
+        "name": setup.name,
+        "system": setup.system,
+        "router": setup.router,
+        "cache": setup.cache,
+        "levers": setup.levers,
+    }
+
+
+def summarize(about: dict[str, Any], per_seed: list[dict[str, float]]) -> dict[str, Any]:
+    """One run: `about` (describe) plus each metric's mean over seeds and `per_seed`."""
+    run = dict(about)
+    for k in per_seed[0]:
+        run[k] = float(np.mean([p[k] for p in per_seed]))
+    run["per_seed"] = {k: [p[k] for p in per_seed] for k in per_seed[0]}
+    return run
+
+
+def best_peer(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    peers = [r for r in runs if r["system"] != "penelope"]
+    out = {}
+    for k in LOWER + HIGHER:
+        pick = (max if k in HIGHER else min)(peers, key=lambda r: r[k])
+        out[k] = {"setup": pick["name"], "value": pick[k]}
+    return out
+
+
+def vs_best_peer(runs: list[dict[str, Any]], best: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each Penelope set-up's per-seed ratio to the best peer of each metric."""
+    by_name = {r["name"]: r for r in runs}
+    out: dict[str, Any] = {}
+    for r in runs:
+        if r["system"] != "penelope":
+            continue
+        row = {}
+        for k, b in best.items():
+            ratio = np.asarray(r["per_seed"][k]) / np.maximum(
+                by_name[b["setup"]]["per_seed"][k], 1e-12
+            )
+            row[k] = {
+                "mean": float(ratio.mean()),
+                "min": float(ratio.min()),
+                "max": float(ratio.max()),
+            }
+        out[r["name"]] = row
+    return out
+
+
+def table(runs: list[dict[str, Any]], vs: dict[str, Any]) -> str:
+    cols = (
+        "mean_ttft_s",
+        "p90_ttft_s",
+        "mean_queue_s",
+        "mean_llm_time_s",
+        "mean_llm_floor_s",
+        "mean_jct_s",
+        "turns_per_hour_per_replica",
+        "hit_ratio",
+    )
+    head = [
+        "set-up",
+        "ttft",
+        "p90",
+        "queue",
+        "llm",
+        "floor",
+        "jct",
+        "turns/h/rep",
+        "hit",
+        "ttft/best",
+        "llm/best",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(runs, key=lambda r: r["mean_ttft_s"]):
+        v = vs.get(r["name"])
+        extra = (
+            [
+                f"{v[k]['mean']:.2f} [{v[k]['min']:.2f}-{v[k]['max']:.2f}]"
+                for k in ("mean_ttft_s", "mean_llm_time_s")
+            ]
+            if v
+            else ["", ""]
+        )
+        lines.append("| " + " | ".join([r["name"]] + [f"{r[c]:.4g}" for c in cols] + extra) + " |")
+    return "\n".join(lines)
+
+
+def plot(path: Path, runs: list[dict[str, Any]], title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted(runs, key=lambda r: r["mean_ttft_s"])
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(runs) + 1.5))
+    y = np.arange(len(runs))
+    vals = [r["mean_ttft_s"] for r in runs]
+    lo = [v - min(r["per_seed"]["mean_ttft_s"]) for v, r in zip(vals, runs)]
+    hi = [max(r["per_seed"]["mean_ttft_s"]) - v for v, r in zip(vals, runs)]
+    colors = ["tab:red" if r["system"] == "penelope" else "tab:gray" for r in runs]
+    ax.barh(y, vals, xerr=[lo, hi], color=colors)
+    ax.set_yticks(y, [r["name"] for r in runs], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean TTFT, s (bars: min-max over seeds)")
+    ax.set_title(title, fontsize=9)
+    return save_figure(fig, path)
+
+
+def document(config: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    best = best_peer(runs) if any(r["system"] != "penelope" for r in runs) else {}
+    return {
+        "config": config,
+        "runs": runs,
+        "best_peer": best,
+        "vs_best_peer": vs_best_peer(runs, best) if best else {},
+    }
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same set-ups over the seeds of every document, in order."""
+    names = [r["name"] for r in docs[0]["runs"]]
+    for d in docs[1:]:
+        if [r["name"] for r in d["runs"]] != names:
+            raise ValueError("the documents ran different set-ups")
+    runs = []
+    for i in range(len(names)):
+        keys = docs[0]["runs"][i]["per_seed"].keys()
+        per_seed = [
+            {k: d["runs"][i]["per_seed"][k][j] for k in keys}
+            for d in docs
+            for j in range(len(d["runs"][i]["per_seed"]["mean_ttft_s"]))
+        ]
+        about = {k: docs[0]["runs"][i][k] for k in ("name", "system", "router", "cache", "levers")}
+        runs.append(summarize(about, per_seed))
+    config = dict(docs[0]["config"])
+    for key in ("dropped_turns", "turns"):
+        config[key] = {s: n for d in docs for s, n in d["config"][key].items()}
+    config["seeds"] = len(config["turns"])
+    return document(config, runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser("python -m bench.sim.peers_report", __doc__)
+    ap.add_argument("files", type=Path, nargs="+", help="bench peers --json files")
+    ap.add_argument("--json", type=Path, default=None, help="write the merged results here")
+    ap.add_argument("--plot", type=Path, default=None, help="PNG of mean TTFT per set-up")
+    args = ap.parse_args(argv)
+    doc = merge([json.loads(p.read_text()) for p in args.files])
+    print(table(doc["runs"], doc["vs_best_peer"]))
+    if args.json is not None:
+        args.json.write_text(json.dumps(doc, indent=1))
+    if args.plot is not None:
+        c = doc["config"]
+        title = f"{c['lengths']} lengths, {c['sessions']} sessions, {c['replicas']} replicas, "
+        plot(args.plot, doc["runs"], title + f"{c['seeds']} seeds")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
