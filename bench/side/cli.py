@@ -19,8 +19,10 @@ after the other, so a machine whose load changes meanwhile skews the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import logging
 import sys
 import time
 from typing import Any
@@ -107,15 +109,22 @@ def _ray_setups(cfg: SideConfig, plans: tuple[SessionPlan, ...]) -> list[dict[st
     from deployments.serve_config import parse_serve_config
 
     config = parse_serve_config(serve_args(cfg))
-    out = []
-    with local_ray():
-        for setup in (s for s in cfg.setups if s in RAY_SETUPS):
-            print(f"side: {setup} ...", file=sys.stderr, flush=True)
-            try:
-                with serve_setup(setup, config, cfg.startup_timeout_s) as url:
-                    out.append(_replay(setup, plans, url, cfg))
-            except Exception as exc:  # the next set-up still runs; this one reports why
-                out.append(_failed(setup, f"{type(exc).__name__}: {exc}"))
+    setups = [s for s in cfg.setups if s in RAY_SETUPS]
+    out: list[dict[str, Any]] = []
+    try:
+        with local_ray():
+            for setup in setups:
+                print(f"side: {setup} ...", file=sys.stderr, flush=True)
+                try:
+                    with serve_setup(setup, config, cfg.startup_timeout_s) as url:
+                        out.append(_replay(setup, plans, url, cfg))
+                except Exception as exc:  # the next set-up still runs; this one reports why
+                    out.append(_failed(setup, f"{type(exc).__name__}: {exc}"))
+    except Exception as exc:  # Ray itself did not start (or stop)
+        done = {e["router"] for e in out}
+        out += [
+            _failed(s, f"local Ray: {type(exc).__name__}: {exc}") for s in setups if s not in done
+        ]
     return out
 
 
@@ -133,6 +142,13 @@ def _sgl_setup(cfg: SideConfig, plans: tuple[SessionPlan, ...]) -> dict[str, Any
 
 
 def run_side(cfg: SideConfig) -> dict[str, Any]:
+    """Every set-up of `cfg`, one after the other; Ray's and the servers' chatter on stderr."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # Ray's log config shows each GET
+    with contextlib.redirect_stdout(sys.stderr):
+        return _run_side(cfg)
+
+
+def _run_side(cfg: SideConfig) -> dict[str, Any]:
     t0 = time.monotonic()
     plans = plan_sessions(cfg)
     by_name: dict[str, dict[str, Any]] = {}

@@ -39,11 +39,11 @@ INGRESS_CPUS = 0.25
 @dataclass(frozen=True)
 class SideConfig:
     sessions: int = 8
-    turns: int = 5  # each session's first turns
+    turns: int = 6  # each session's first turns
     seed: int = 0
-    mean_interarrival_s: float = 2.0  # Poisson session starts
-    time_scale: float = 0.1  # tool times x this ...
-    max_think_s: float = 5.0  # ... and capped at this
+    mean_interarrival_s: float = 4.0  # Poisson session starts
+    time_scale: float = 0.25  # tool times x this ...
+    max_think_s: float = 10.0  # ... and capped at this
     window_tokens: int = 4096  # only sessions whose first turns all fit are drawn
     max_tokens: int = 16  # cap on each request's output tokens
     replicas: int = 2

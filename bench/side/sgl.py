@@ -3,10 +3,11 @@
 sgl-router is not a dependency of this package: its interpreter is named by
 `--sglang-router-python` (a venv with `pip install sglang-router==0.3.2`).
 The workers answer its `/server_info` and `/model_info` probes
-(`deployments.sglang_probes`). Every process starts in its own process
-group with its output in a log file; on the way out (or when one does not
-come up within the deadline, with the end of its log) each group gets
-SIGTERM, then SIGKILL.
+(`deployments.sglang_probes`) and run the Ray replicas' engine (tiny Qwen3,
+one torch thread, the same pages). Every process starts in its own process
+group with its output in a temporary log file; a process that does not come
+up within the deadline fails the set-up with the end of its log. On the way
+out each group gets SIGTERM, then SIGKILL, and its log is removed.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def process(argv: list[str], name: str) -> Iterator[Started]:
         yield Started(name, proc, Path(log_name))
     finally:
         _stop(proc)
+        Path(log_name).unlink(missing_ok=True)  # a failure to start already quoted its end
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

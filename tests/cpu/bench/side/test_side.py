@@ -50,7 +50,11 @@ def test_the_sessions_are_seeded_clipped_and_written_one_token_per_word() -> Non
 def test_each_ray_set_up_configures_only_the_engine_deployments_router() -> None:
     config = parse_serve_config(serve_args(CFG))
     pow2 = engine_deployment_options(POW2, config)
-    assert "request_router_config" not in pow2  # Ray's own default router
+    assert "request_router_config" not in pow2  # Ray's own default router:
+    from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter
+    from ray.serve.config import RequestRouterConfig
+
+    assert RequestRouterConfig().get_request_router_class() is PowerOfTwoChoicesRequestRouter
     assert pow2["num_replicas"] == CFG.replicas and pow2["name"] == ENGINE_DEPLOYMENT
     ray_prefix = engine_deployment_options(RAY_PREFIX, config)["request_router_config"]
     assert ray_prefix.request_router_class == RAY_PREFIX_ROUTER_CLASS
