@@ -44,6 +44,11 @@ OPERATIONS = [
     ("GET", "/v1/models"),
     ("GET", "/health"),
     ("GET", "/metrics"),
+    # SGLang's metadata probes, for sgl-router (deployments/sglang_probes.py)
+    ("GET", "/server_info"),
+    ("GET", "/get_server_info"),
+    ("GET", "/model_info"),
+    ("GET", "/get_model_info"),
 ]
 
 
