@@ -108,6 +108,15 @@ def prefill_time(cost: CostModel, m: int, a: int = 0) -> float:
     return cost.step_time(StepLoad.of([(m, a)], []))
 
 
+def turn_floor(cost: CostModel, prompt_len: int, known: int, output_len: int) -> float:
+    """Least time of a turn on any cache: the `prompt_len - known` tokens its session and
+    the shared prefix never had, prefilled in one step, then its other output tokens
+    decoded alone (chunking and batching only add time)."""
+    new = max(prompt_len - known, 1)
+    decode = decode_run(cost, StepLoad.of([], [prompt_len]), output_len - 1)
+    return prefill_time(cost, new, prompt_len - new) + float(decode.sum())
+
+
 def page_cost_fn(cost: CostModel, page_size: int) -> Callable[[int], float]:
     """Recompute cost (s) of the page at a page index, for the cache's cost-aware policies."""
 

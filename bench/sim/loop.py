@@ -27,7 +27,7 @@ import numpy as np
 
 from bench.sessions import Session
 from bench.sim.config import SimConfig
-from bench.sim.costmodel import CostModel, StepLoad, decode_run, prefill_time
+from bench.sim.costmodel import CostModel, turn_floor
 from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
 from bench.sim.replica import Replica, SimRequest, Step
 from bench.tokens import TokenMap, repeat_answer
@@ -253,20 +253,12 @@ class Simulator:
             self._turn_over(st, req.turn)
         self._kick(rep)
 
-    def _floor(self, r: SimRequest) -> float:
-        """Least time of this turn on any cache: the tokens neither its session nor the
-        shared prefix had before, prefilled in one step, then its other output tokens
-        decoded alone (chunking and batching only add time)."""
-        known = max(r.reusable_pages, r.shared_pages) * self.cfg.page_size
-        new = max(r.prompt_len - known, 1)
-        decode = decode_run(self.cost, StepLoad.of([], [r.prompt_len]), r.output_len - 1)
-        return prefill_time(self.cost, new, r.prompt_len - new) + float(decode.sum())
-
     def _record(self, r: SimRequest) -> None:
         u, ps = r.usage, self.cfg.page_size
         assert r.admitted_at is not None and r.first_token_at is not None
         assert r.finished_at is not None
-        floor = self._floor(r)
+        known = max(r.reusable_pages, r.shared_pages) * ps
+        floor = turn_floor(self.cost, r.prompt_len, known, r.output_len)
         self._floors[r.session_id] = self._floors.get(r.session_id, 0.0) + floor
         self.requests.append(
             RequestRecord(
