@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import ray
 from ray import serve
 from ray.serve import api as serve_api
 
+from bench.side.ray_app import wait_running
 from deployments.autoscaling import OCCUPANCY, RECOMPUTE, WORKING_SET
 from deployments.builder import ENGINE_DEPLOYMENT, build_application
 from deployments.serve_config import parse_serve_config
@@ -86,23 +86,6 @@ def base_url() -> Iterator[str]:
     finally:
         serve.shutdown()
         ray.shutdown()
-
-
-def wait_running(app: str, timeout_s: float) -> None:
-    """Until the application runs; its status message if it fails or the deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        status = serve.status().applications.get(app)
-        state = status.status if status is not None else "NOT_STARTED"
-        if state == "RUNNING":
-            return
-        if state in ("DEPLOY_FAILED", "UNHEALTHY") or time.monotonic() > deadline:
-            detail = status.message if status is not None else ""
-            deployments = {n: d.message for n, d in (status.deployments if status else {}).items()}
-            pytest.fail(
-                f"application {app} is {state} after {timeout_s:g} s: {detail} {deployments}"
-            )
-        time.sleep(1)
 
 
 async def run_session(client: httpx.AsyncClient, sid: str) -> list[tuple[str, int]]:
