@@ -223,7 +223,10 @@ def real_router(monkeypatch: pytest.MonkeyPatch) -> Any:
     from ray.serve.request_router import ReplicaID, RunningReplica
 
     deployment = DeploymentID(name="llm", app_name="app")
-    monkeypatch.setattr(par, "ray", SimpleNamespace(get=lambda value: value))
+    # the class's own module globals: once Serve has resolved the router class by its
+    # import path, they are not `par.__dict__`
+    router_globals = par.PrefixCacheAffinityRouter.update_replicas.__globals__
+    monkeypatch.setitem(router_globals, "ray", SimpleNamespace(get=lambda value: value))
 
     class FakeReplica(RunningReplica):
         def __init__(self, unique_id: str) -> None:
