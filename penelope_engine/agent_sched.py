@@ -201,8 +201,8 @@ class WaitingQueue:
         i = next(i for i, s in enumerate(self._seqs) if s is seq)
         del self._keys[i], self._seqs[i]
 
-    def __iter__(self) -> Iterator[Sequence]:
-        return iter(list(self._seqs))
+    def __iter__(self) -> Iterator[Sequence]:  # callers do not change the queue meanwhile
+        return iter(self._seqs)
 
     def __len__(self) -> int:
         return len(self._seqs)

@@ -279,6 +279,6 @@ class Scheduler:
         self.cache.free(seq.page_table[seq.owned])
         seq.owned[:] = False
         self.cache.on_turn_end(seq.req.session, stop_reason)
-        if not aborted:
+        if not aborted and self.retention.enabled:  # cost() only when a pin may be set
             context = len(seq.tokens) - 1
             self.retention.on_turn_end(seq.req.session, stop_reason, context, self.cost(), now)
