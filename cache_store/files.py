@@ -5,6 +5,7 @@ Layout under the store's URI::
     <uri>/<namespace dir>/<key>.arrow               one segment per file
     <uri>/<namespace dir>/<key>.arrow.tmp-<id>      being written (renamed when complete)
     <uri>/<namespace dir>/quarantine/<key>.<id>     files found corrupt, kept for inspection
+    <uri>/<namespace dir>/records/<name>.json       path records (`cache_store.records`)
 
 A file appears under its final name only complete: it is written under a
 temporary name and renamed, except on object stores, where an object becomes
@@ -20,12 +21,17 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from cache_store import codec
+from cache_store.location import StoreLocation, resolve_uri
+from cache_store.records import RECORDS
+
+__all__ = ["FileEntry", "SegmentFiles", "namespace_dir", "resolve_uri"]
 
 SUFFIX = ".arrow"
 QUARANTINE = "quarantine"
@@ -48,25 +54,20 @@ class FileEntry:
     mtime_ns: int
 
 
-def resolve_uri(uri: str) -> str:
-    """A URI as given (`s3://...`), or a local path made absolute: `~` and `$VARS` expanded.
-
-    Expanded where the store opens, so every node of a cluster resolves a local
-    path in its own environment.
-    """
-    if "://" in uri:
-        return uri
-    return os.path.abspath(os.path.expanduser(os.path.expandvars(uri)))
-
-
 class SegmentFiles:
     """The files of one namespace of a store; it knows paths, not what they mean."""
 
-    def __init__(self, uri: str, namespace: str, filesystem: pafs.FileSystem | None = None):
+    def __init__(
+        self,
+        where: str | StoreLocation,
+        namespace: str,
+        filesystem: pafs.FileSystem | None = None,
+    ):
+        location = where if isinstance(where, StoreLocation) else StoreLocation(where)
         if filesystem is None:
-            filesystem, root = pafs.FileSystem.from_uri(resolve_uri(uri))
+            filesystem, root = location.open()
         else:
-            root = uri
+            root = location.uri
         self.fs: pafs.FileSystem = filesystem
         self.dir = f"{root.rstrip('/')}/{namespace_dir(namespace)}"
         self.local = isinstance(filesystem, pafs.LocalFileSystem)
@@ -77,25 +78,43 @@ class SegmentFiles:
 
     def ensure_dirs(self) -> None:
         self.fs.create_dir(f"{self.dir}/{QUARANTINE}", recursive=True)
+        self.fs.create_dir(f"{self.dir}/{RECORDS}", recursive=True)
+
+    def record_path(self, name: str) -> str:
+        return f"{self.dir}/{RECORDS}/{name}"
 
     def write(self, key: str, batch: pa.RecordBatch) -> None:
         """Write `batch` as the file of `key`, visible under its name only when complete."""
+        self._atomic(self.path(key), lambda sink: codec.write(sink, batch))
+
+    def write_record(self, name: str, data: bytes) -> None:
+        """Write (or replace) the record file `name`, visible only when complete."""
+        self._atomic(self.record_path(name), lambda sink: sink.write(data))
+
+    def read_record(self, name: str) -> bytes | None:
+        """The bytes of the record file `name`, or None when there is none."""
         try:
-            self._write(key, batch)
+            with self.fs.open_input_stream(self.record_path(name)) as f:
+                return bytes(f.read())
+        except FileNotFoundError:
+            return None
+
+    def _atomic(self, final: str, fill: Callable[[pa.NativeFile], object]) -> None:
+        try:
+            self._write(final, fill)
         except FileNotFoundError:  # the directory was removed (or never created): once more
             self.ensure_dirs()
-            self._write(key, batch)
+            self._write(final, fill)
 
-    def _write(self, key: str, batch: pa.RecordBatch) -> None:
-        final = self.path(key)
+    def _write(self, final: str, fill: Callable[[pa.NativeFile], object]) -> None:
         if self._direct_write:
             with self.fs.open_output_stream(final) as sink:
-                codec.write(sink, batch)
+                fill(sink)
             return
         temp = f"{final}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             with self.fs.open_output_stream(temp) as sink:
-                codec.write(sink, batch)
+                fill(sink)
             self.fs.move(temp, final)
         except BaseException:
             self._remove_quietly(temp)

@@ -17,77 +17,39 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Literal
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
-from cache_store import codec
+from cache_store import codec, records
 from cache_store.files import SegmentFiles
 from cache_store.index import IndexEntry, SegmentIndex
-from cache_store.segment import Segment, SegmentError
+from cache_store.location import StoreLocation
+from cache_store.records import PathRecord
+from cache_store.scan import CORRUPT, scan
+from cache_store.segment import Segment
+from cache_store.stats import Counters, StoreStats
 
 logger = logging.getLogger(__name__)
 
 LostReason = Literal["missing", "corrupt", "read_errors"]  # the counter a failed get bumps
 
-_CORRUPT = (
-    codec.CorruptSegmentError,
-    SegmentError,
-    pa.ArrowException,
-    ValueError,
-    KeyError,
-    IndexError,
-    TypeError,
-    OverflowError,
-)  # I/O errors (OSError) are not corruption: the file may read fine later
-
-
-@dataclass
-class _Counters:
-    puts: int = 0  # segments written
-    hits: int = 0
-    misses: int = 0  # every failed get, whatever the reason
-    corrupt: int = 0  # files quarantined (on read or at start)
-    missing: int = 0  # indexed files that had disappeared
-    read_errors: int = 0  # I/O errors of a remote filesystem (file kept)
-    evictions: int = 0
-    write_errors: int = 0
-    rejected: int = 0  # segments larger than the whole budget
-    bytes_written: int = 0
-    bytes_read: int = 0
-
-
-@dataclass(frozen=True)
-class StoreStats:
-    """A snapshot of a store's counters (see `_Counters`) and occupancy."""
-
-    puts: int
-    hits: int
-    misses: int
-    corrupt: int
-    missing: int
-    read_errors: int
-    evictions: int
-    write_errors: int
-    rejected: int
-    bytes_written: int
-    bytes_read: int
-    segments: int
-    used_bytes: int
-    budget_bytes: int
-
 
 class ArrowSegmentStore:
-    """KV segments as Arrow IPC files under `uri` (a local path or any `pyarrow.fs` URI).
+    """KV segments as Arrow IPC files under `where` (a local path, a `pyarrow.fs` URI, or a
+    `StoreLocation` with an S3 endpoint and region).
 
-    `filesystem`, when given, is used as is and `uri` is a path inside it (for a
-    configured S3 or GCS filesystem, or tests).
+    `filesystem`, when given, is used as is and `where` is a path inside it (tests).
     """
 
     def __init__(
-        self, uri: str, budget_bytes: int, namespace: str, filesystem: pafs.FileSystem | None = None
+        self,
+        where: str | StoreLocation,
+        budget_bytes: int,
+        namespace: str,
+        filesystem: pafs.FileSystem | None = None,
     ) -> None:
         if budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
@@ -95,15 +57,19 @@ class ArrowSegmentStore:
             raise ValueError("namespace must be a non-empty model fingerprint")
         self.namespace = namespace
         self.budget_bytes = budget_bytes
-        self._files = SegmentFiles(uri, namespace, filesystem)
+        self._files = SegmentFiles(where, namespace, filesystem)
         self._lock = threading.Lock()
         self._index = SegmentIndex()
         self._reserved = 0
-        self._counters = _Counters()
+        self._counters = Counters()
         self._warned = False
         try:
             self._files.ensure_dirs()
-            self._scan()
+            found, self._counters.corrupt = scan(self._files, namespace)
+            for entry in found:
+                self._index.add(entry)
+            for victim in self._over_budget():
+                self._files.delete(victim.key)
         except OSError as e:
             self._warn(e)
 
@@ -179,12 +145,12 @@ class ArrowSegmentStore:
         try:
             with self._files.open(key) as f:  # a mapped payload outlives the handle
                 seg = codec.read_segment(f)
-            if seg.key != key or seg.namespace != self.namespace:
+            if seg.key != key or (seg.namespace, seg.tenant) != (self.namespace, entry.tenant):
                 raise codec.CorruptSegmentError("segment does not match its file name")
         except FileNotFoundError:
             self._lost(entry, "missing")
             return None
-        except _CORRUPT as e:
+        except CORRUPT as e:
             logger.info("quarantining corrupt KV segment %s: %s", key, e)
             self._lost(entry, "corrupt")
             return None
@@ -205,7 +171,76 @@ class ArrowSegmentStore:
             self._files.delete(key)
         return entry is not None
 
+    # --- path records (`cache_store.records`) -------------------------------
+
+    def put_record(self, tenant: str, name: str, pages: Sequence[tuple[str, int]]) -> bool:
+        """Record session `name`'s path, `pages` as (owner tenant, page hash), and the
+        segments that hold those pages now. False when it cannot be written."""
+        with self._lock:
+            held = {}
+            for owner, h in pages:
+                key = self._index.lookup(owner, h)
+                if key is not None and key not in held:
+                    held[key] = self._index.get(key)
+        segments = tuple(e for e in held.values() if e is not None)
+        owners, hashes = tuple(o for o, _ in pages), tuple(h for _, h in pages)
+        data = records.encode(self.namespace, PathRecord(tenant, name, owners, hashes, segments))
+        try:
+            self._files.write_record(records.record_name(tenant, name), data)
+        except OSError as e:
+            with self._lock:
+                self._counters.write_errors += 1
+            self._warn(e)
+            return False
+        with self._lock:
+            self._counters.records_written += 1
+        return True
+
+    def get_record(self, tenant: str, name: str) -> PathRecord | None:
+        """Session `name`'s record, its segments now indexed here; None when there is none."""
+        try:
+            data = self._files.read_record(records.record_name(tenant, name))
+            record = data and records.decode(data, self.namespace, tenant, name)
+        except OSError as e:
+            logger.debug("reading the path record of %s failed: %s", name, e)
+            with self._lock:
+                self._counters.read_errors += 1
+            return None
+        except codec.CorruptSegmentError as e:
+            logger.info("ignoring the corrupt path record of %s: %s", name, e)
+            with self._lock:
+                self._counters.corrupt += 1
+            return None
+        if not record:
+            return None
+        self._adopt(record)
+        return record
+
+    def _adopt(self, record: PathRecord) -> None:
+        """Index the segments of `record` (written by any process), evicting to the budget."""
+        owners = set(record.owners)
+        with self._lock:
+            for entry in record.segments:
+                fits = entry.size <= self.budget_bytes and entry.tenant in owners
+                if fits and entry.key not in self._index:
+                    self._index.add(entry)
+            victims = self._over_budget()
+            self._counters.records_read += 1
+        for victim in victims:
+            self._files.delete(victim.key)
+
     # --- internals ----------------------------------------------------------
+
+    def _over_budget(self) -> list[IndexEntry]:
+        """Unindex least recently used segments until the rest fit (caller deletes the files)."""
+        victims = []
+        while self._index.used_bytes + self._reserved > self.budget_bytes:
+            victim = self._index.pop_lru()
+            if victim is None:
+                break
+            victims.append(victim)
+        self._counters.evictions += len(victims)
+        return victims
 
     def _touch(self, key: str) -> bool:
         with self._lock:
@@ -259,28 +294,3 @@ class ArrowSegmentStore:
             setattr(self._counters, reason, getattr(self._counters, reason) + 1)
         if reason == "corrupt":
             self._files.quarantine(entry.key)
-
-    def _scan(self) -> None:
-        """Index what earlier runs left (footers and page hashes only), oldest first."""
-        for found in self._files.listing():
-            try:
-                with self._files.open(found.key) as f:
-                    header = codec.read_header(f)
-                if header.key != found.key or header.namespace != self.namespace:
-                    raise codec.CorruptSegmentError("segment does not match its file name")
-            except FileNotFoundError:
-                continue
-            except _CORRUPT as e:
-                logger.info("quarantining corrupt KV segment %s: %s", found.key, e)
-                self._counters.corrupt += 1
-                self._files.quarantine(found.key)
-                continue
-            except OSError as e:  # unreadable now, perhaps not later: leave it in place
-                logger.debug("skipping unreadable KV segment %s: %s", found.key, e)
-                continue
-            self._index.add(IndexEntry(found.key, header.tenant, header.page_hashes, found.size))
-        while self._index.used_bytes > self.budget_bytes:
-            victim = self._index.pop_lru()
-            assert victim is not None
-            self._counters.evictions += 1
-            self._files.delete(victim.key)

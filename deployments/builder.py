@@ -91,7 +91,9 @@ def build_application(config: ServeConfig) -> Application:
     engine = _as_deployment(EngineReplica).options(**engine_options(config))
     ingress = _as_deployment(PenelopeIngress).options(**ingress_options(config))
     return ingress.bind(
-        engine.bind(config.replica_engine, window_s), config.api, config.ingress.api_keys_file
+        engine.bind(config.replica_engine, window_s, INGRESS_DEPLOYMENT),
+        config.api,
+        config.ingress.api_keys_file,
     )
 
 

@@ -8,8 +8,11 @@ Besides `generate`, a replica answers Ray Serve's two hooks:
 - `record_autoscaling_stats` -> the KV pressure signals of
   `deployments.autoscaling`, averaged by Ray for the autoscaling policy.
 
-Every output carries the replica's id, and the last one its `EngineStats`,
-so the ingress can export per-replica metrics without polling replicas.
+Every output carries the replica's id, and the last one its `EngineStats`;
+besides, from the moment it is up, a replica reports its stats to the ingress
+(`stats_sink`) every `REPORT_PERIOD_S` and says goodbye when it leaves, so the
+ingress's /metrics lists exactly the replicas that are up
+(`deployments.replica_stats`).
 """
 
 from __future__ import annotations
@@ -23,19 +26,22 @@ from typing import Any
 
 import tokenizers
 from ray import serve
+from ray.serve.handle import DeploymentHandle
 
 from deployments.autoscaling import KvSignals
 from deployments.backend import ReplicaOutput, stream_with_abort
+from deployments.replica_stats import REPORT_PERIOD_S
 from deployments.serve_config import SGLangSettings
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.config import EngineConfig
 from penelope_engine.model.tokenizer import Tokenizer
-from penelope_engine.protocol import EngineProtocol, GenerateRequest
+from penelope_engine.protocol import EngineProtocol, EngineStats, GenerateRequest
 from router.digest import build_digest
 
 log = logging.getLogger(__name__)
 PREFIX_DIGEST_LIMIT = 256
 SESSION_DIGEST_LIMIT = 1024
+REPORT_TIMEOUT_S = 5.0  # one stats report to the ingress; a late one is skipped
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,14 @@ class EngineReplica:
     """The user class of the engine deployment (see `deployments.builder`)."""
 
     def __init__(
-        self, engine_config: EngineConfig | SGLangSettings, working_set_window_s: float
+        self,
+        engine_config: EngineConfig | SGLangSettings,
+        working_set_window_s: float,
+        stats_sink: str | None = None,
     ) -> None:
+        """`stats_sink`: the deployment (of this app) that takes `report_stats` calls.
+
+        Ray Serve runs this on the replica's event loop, where the reporter starts."""
         self._engine: EngineProtocol
         if isinstance(engine_config, SGLangSettings):
             self._engine = _sglang_engine(engine_config)
@@ -92,8 +104,35 @@ class EngineReplica:
         else:
             self._engine = AsyncEngine(engine_config)
             page_size = engine_config.cache.page_size
-        self._replica = serve.get_replica_context().replica_tag
+        context = serve.get_replica_context()
+        self._replica = context.replica_tag
         self._signals = KvSignals(page_size, working_set_window_s)
+        self._sink: DeploymentHandle | None = None
+        self._reporter: asyncio.Task[None] | None = None
+        if stats_sink is not None:
+            handle = serve.get_deployment_handle(stats_sink, app_name=context.app_name)
+            self._sink = handle.options(method_name="report_stats")
+            self._reporter = asyncio.get_running_loop().create_task(self._report_forever())
+
+    async def _report_forever(self) -> None:
+        while True:
+            stats = await asyncio.to_thread(self._engine.stats)
+            await self._report(stats)
+            await asyncio.sleep(REPORT_PERIOD_S)
+
+    async def _report(self, stats: EngineStats | None) -> None:
+        """One report to the stats sink, within `REPORT_TIMEOUT_S` (a failed one is skipped)."""
+        if self._sink is None:
+            return
+        response = self._sink.remote(self._replica, stats)
+        try:
+            await asyncio.wait_for(asyncio.ensure_future(response), REPORT_TIMEOUT_S)
+        except asyncio.CancelledError:
+            response.cancel()
+            raise
+        except Exception as exc:  # the ingress is not up yet, or busy: the next one will do
+            response.cancel()
+            log.debug("stats report to the ingress failed: %r", exc)
 
     async def describe(self) -> EngineInfo:
         e = self._engine
@@ -134,4 +173,7 @@ class EngineReplica:
         written = await asyncio.to_thread(self._engine.drain_to_store)
         if written:
             log.info("drained %d KV pages to the store before shutdown", written)
+        if self._reporter is not None:
+            self._reporter.cancel()
+            await self._report(None)  # off the ingress's /metrics now, not after its TTL
         await self._engine.shutdown()

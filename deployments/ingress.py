@@ -5,11 +5,12 @@ replica), validates, and streams each request from an engine replica chosen
 by the cache-affinity router: the handle carries the request's session id
 (`handle.options(session_id=...)`), which is what the router keys on.
 
-Metrics: each engine replica sends its `EngineStats` with the last output of
-every request, and the ingress's `/metrics` exports the latest stats of every
-replica it has talked to, with the same names as standalone mode. So
+Metrics: each engine replica reports its `EngineStats` to the ingress from the
+moment it is up, every few seconds, and with the last output of every
+request (`deployments.replica_stats`); the ingress's `/metrics` exports every
+replica it heard from lately, with the same names as standalone mode. So
 `/metrics` on the Serve HTTP port covers the fleet (with one ingress replica,
-exactly; with several, each exports what passed through it).
+exactly; with several, each exports the reports that reached it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from deployments.api import create_app
 from deployments.backend import ReplicaOutput
 from deployments.engine_replica import EngineInfo
 from deployments.errors import overloaded, unavailable
+from deployments.replica_stats import ReplicaStatsBook
 from deployments.settings import ApiSettings, load_api_keys
 from penelope_engine.protocol import EngineStats, GenerateRequest
 
@@ -47,18 +49,26 @@ REPLICA_FAILURES = (
 class RayBackend:
     """`Backend` over a Ray Serve handle to the engine deployment."""
 
-    def __init__(self, handle: DeploymentHandle, info: EngineInfo, retry_after_s: int) -> None:
+    def __init__(
+        self,
+        handle: DeploymentHandle,
+        info: EngineInfo,
+        retry_after_s: int,
+        book: ReplicaStatsBook | None = None,
+    ) -> None:
         self._handle = handle.options(stream=True, method_name="generate")
         self._retry_after_s = retry_after_s
-        self._stats: dict[str, EngineStats] = {}
+        self._stats = book if book is not None else ReplicaStatsBook()
         self.model_name = info.model_name
         self.max_model_len = info.max_model_len
         self.tokenizer = info.tokenizer.build()
 
     @classmethod
-    async def connect(cls, handle: DeploymentHandle, retry_after_s: int) -> RayBackend:
+    async def connect(
+        cls, handle: DeploymentHandle, retry_after_s: int, book: ReplicaStatsBook | None = None
+    ) -> RayBackend:
         info: EngineInfo = await handle.options(method_name="describe").remote()
-        return cls(handle, info, retry_after_s)
+        return cls(handle, info, retry_after_s, book)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[ReplicaOutput]:
         handle = self._handle
@@ -69,7 +79,7 @@ class RayBackend:
         try:
             async for item in responses:
                 if item.stats is not None:
-                    self._stats[item.replica] = item.stats
+                    self._stats.report(item.replica, item.stats)
                 finished = item.output.finished
                 yield item
         except BackPressureError as exc:
@@ -85,7 +95,7 @@ class RayBackend:
                 responses.cancel()
 
     def replica_stats(self) -> Mapping[str, EngineStats]:
-        return dict(self._stats)
+        return self._stats.live()
 
     @property
     def healthy(self) -> bool:
@@ -110,7 +120,13 @@ class PenelopeIngress:
         keys = load_api_keys(api_keys_file)
         self._settings = dataclasses.replace(api, api_keys=keys)
         self._engine = engine
+        self._book = ReplicaStatsBook()
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         retry = self._settings.retry_after_s
-        return create_app(lambda: RayBackend.connect(self._engine, retry), self._settings)
+        connect = lambda: RayBackend.connect(self._engine, retry, self._book)  # noqa: E731
+        return create_app(connect, self._settings)
+
+    async def report_stats(self, replica: str, stats: EngineStats | None) -> None:
+        """An engine replica's periodic report (None: it is leaving)."""
+        self._book.report(replica, stats)

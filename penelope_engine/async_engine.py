@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from cache_store import ArrowSegmentStore, StoreStats
+from cache_store import ArrowSegmentStore, PathRecord, StoreStats
 from penelope_engine.config import EngineConfig
 from penelope_engine.engine import Engine, output_of
 from penelope_engine.errors import EngineError
@@ -49,6 +49,7 @@ class _Add:
     request: GenerateRequest
     listener: _Listener
     accepted: asyncio.Future[None]
+    record: PathRecord | None = None  # the session's history in the shared store
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,9 @@ class AsyncEngine:
                     found = self.engine.abort(request_id)
                     if done is not None:
                         done.get_loop().call_soon_threadsafe(_settle, done, None, found)
-                case _Add(request, listener, accepted):
+                case _Add(request, listener, accepted, record):
                     try:
-                        self.engine.add_request(request)
+                        self.engine.add_request(request, record)
                     except Exception as exc:  # invalid or too large: the caller raises it
                         listener.loop.call_soon_threadsafe(_settle, accepted, exc)
                         continue
@@ -167,7 +168,10 @@ class AsyncEngine:
         listener = _Listener(loop, asyncio.Queue(), len(request.prompt_token_ids))
         accepted: asyncio.Future[None] = loop.create_future()
         finished = False
-        self._post(_Add(request, listener, accepted))
+        record = None
+        if self.engine.handover is not None:
+            record = await asyncio.to_thread(self.engine.fetch_record, request)
+        self._post(_Add(request, listener, accepted, record))
         try:
             await accepted  # raises the engine's InvalidRequestError / CapacityError
             while True:
@@ -226,6 +230,7 @@ class AsyncEngine:
         self._closed = True
         self._wake.set()
         await asyncio.to_thread(self._thread.join, timeout_s)
+        await asyncio.to_thread(self.engine.close, timeout_s)
         if self._thread.is_alive():
             frame = sys._current_frames().get(self._thread.ident or -1)
             where = "".join(traceback.format_stack(frame)[-6:]) if frame else "(no frame)\n"

@@ -6,8 +6,11 @@ number of pages that fit in memory, say) live in their own result objects.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from cache_store.location import StoreLocation
+from penelope_engine.errors import ConfigError
 from penelope_engine.util import require
 
 
@@ -73,6 +76,14 @@ class CacheConfig:
     write_policy: str = "write_through"
     store_uri: str | None = None  # Arrow store under the host tier (a path or URI); None: none
     store_bytes: int = 8 << 30
+    # An S3-compatible server for an s3:// store_uri (MinIO, Ceph, ...; None: AWS or
+    # $AWS_ENDPOINT_URL) and its region; credentials come from the AWS environment
+    # ($AWS_ACCESS_KEY_ID / $AWS_SECRET_ACCESS_KEY, $AWS_PROFILE, an instance role).
+    store_endpoint: str | None = None
+    store_region: str | None = None
+    # Bytes of KV copies waiting for the store at once: at each turn end a session's
+    # new pages are written behind, so another replica can continue it. 0: never.
+    write_behind_bytes: int = 256 << 20
     namespace: str = "default"  # model fingerprint; tenants are namespaced inside it
     # Token sequences an operator declares public (a shared system prompt): a
     # prompt starting with one shares those pages across tenants; everything
@@ -88,9 +99,24 @@ class CacheConfig:
             f"write_policy must be off, write_through or write_back, got {self.write_policy!r}",
         )
         require(self.store_bytes > 0, "store_bytes must be positive")
+        require(self.write_behind_bytes >= 0, "write_behind_bytes must be >= 0")
+        location = self.store_location()  # raises on a malformed URI, endpoint or region
+        require(
+            location is not None or not (self.store_endpoint or self.store_region),
+            "store_endpoint and store_region need a store_uri (s3://bucket/prefix)",
+        )
         from penelope_engine.policies import check_policy_name
 
         check_policy_name(self.policy)
+
+    def store_location(self) -> StoreLocation | None:
+        """Where the Arrow store is, or None without one."""
+        if not self.store_uri:
+            return None
+        try:
+            return StoreLocation(self.store_uri, self.store_endpoint, self.store_region)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
 
 
 ADMISSION_ORDERS = ("fcfs", "program", "aged")
@@ -111,6 +137,10 @@ class AgentConfig:
     held until it expires) or "return_aware" (from the session's own tool
     gaps and stop reason, yielded when a queued request needs the memory).
     park_on_preempt: a preempted request's KV is written through to the host.
+    size_weight: added to any order, `size_weight` x the request's estimated
+    prefill seconds (what its cache match leaves to compute, by the planner's
+    cost): a turn that computes little passes bigger ones that arrived up to
+    that many seconds' worth before it (0: off). Finite, so nobody starves.
     """
 
     admission: str = "fcfs"
@@ -123,6 +153,7 @@ class AgentConfig:
     memory_price: float = 1.0  # device-seconds of compute one device-second of memory is worth
     max_pinned_fraction: float = 0.5  # most of the device that pins may hold
     park_on_preempt: bool = False
+    size_weight: float = 0.0
 
     def __post_init__(self) -> None:
         require(self.admission in ADMISSION_ORDERS, f"admission must be one of {ADMISSION_ORDERS}")
@@ -132,6 +163,7 @@ class AgentConfig:
         require(self.min_samples >= 1, "min_samples must be >= 1")
         require(self.memory_price > 0, "memory_price must be positive")
         require(0 < self.max_pinned_fraction <= 1, "max_pinned_fraction must be in (0, 1]")
+        require(0 <= self.size_weight < math.inf, "size_weight must be finite and >= 0")
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,14 @@ import logging
 import re
 import time
 
-import numpy as np
-
-from cache_store import ArrowSegmentStore, StoreStats
+from cache_store import ArrowSegmentStore, PathRecord, StoreStats
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import EngineConfig
 from penelope_engine.errors import CapacityError, EngineError, InvalidRequestError
+from penelope_engine.handover import SessionHandover
 from penelope_engine.kv_pool import DTYPES, KVPool
 from penelope_engine.model.registry import LoadedModel, load_model
-from penelope_engine.pages import PageHasher
+from penelope_engine.pages import PageHasher, PublicPrefixes
 from penelope_engine.planner import CostCalibrator, CostModel
 from penelope_engine.protocol import (
     EngineStats,
@@ -35,6 +34,7 @@ from penelope_engine.tiers import TorchTiers
 from penelope_engine.util import cdiv
 
 log = logging.getLogger(__name__)
+DRAIN_DEADLINE_S = 15.0  # within Ray Serve's graceful shutdown (20 s by default)
 
 
 class Engine:
@@ -62,14 +62,21 @@ class Engine:
         fingerprint = re.sub(
             r"[^A-Za-z0-9._-]+", "_", f"{cc.namespace}-{self.model_name}-{config.dtype}"
         )
-        if store is None and cc.store_uri:
-            store = ArrowSegmentStore(cc.store_uri, cc.store_bytes, fingerprint)
+        location = cc.store_location()
+        if store is None and location is not None:
+            store = ArrowSegmentStore(location, cc.store_bytes, fingerprint)
         self.store = store
+        self.hasher = PageHasher(cc.page_size, fingerprint)
+        self.public = PublicPrefixes(self.hasher, cc.public_prefixes)
         self.calibrator = CostCalibrator(
             CostModel(kv_bytes_per_token=mc.kv_bytes_per_token(dtype.itemsize))
         )
         self.tiers = TorchTiers(
-            self.device_pool, self.host_pool, store, on_copy=self.calibrator.observe_copy
+            self.device_pool,
+            self.host_pool,
+            store,
+            on_copy=self.calibrator.observe_copy,
+            public_hashes=self.public.hashes,
         )
         self.cache = PrefixCache(
             cc.page_size,
@@ -80,7 +87,11 @@ class Engine:
             has_store=store is not None,
             page_cost=lambda p: self.calibrator.cost.recompute_s(p * cc.page_size, cc.page_size),
         )
-        self.hasher = PageHasher(cc.page_size, fingerprint)
+        self.handover = (
+            SessionHandover(store, self.tiers, self.cache, cc.write_behind_bytes)
+            if store is not None
+            else None
+        )
         self.scheduler = Scheduler(
             config.scheduler,
             self.cache,
@@ -95,8 +106,17 @@ class Engine:
         self._seqs: dict[str, Sequence] = {}
 
     # -- requests --------------------------------------------------------------------
-    def add_request(self, req: GenerateRequest) -> Sequence:
-        """Validate and queue a request. Raises InvalidRequestError; changes nothing then."""
+    def fetch_record(self, req: GenerateRequest) -> PathRecord | None:
+        """What the fleet stored of the request's session (store I/O: call it off the step
+        thread, and pass the result to `add_request`)."""
+        if self.handover is None:
+            return None
+        return self.handover.fetch(req, self.public.tail(req.prompt_token_ids))
+
+    def add_request(self, req: GenerateRequest, record: PathRecord | None = None) -> Sequence:
+        """Validate and queue a request. Raises InvalidRequestError; changes nothing then.
+
+        `record` is the session's path record (`fetch_record`), when it has one."""
         if not req.prompt_token_ids:
             raise InvalidRequestError("prompt is empty")
         if req.request_id in self._seqs:
@@ -114,7 +134,7 @@ class Engine:
             raise CapacityError(
                 f"prompt needs {pages} pages; the device pool has {self.config.cache.device_pages}"
             )
-        public = self._public_pages(req.prompt_token_ids)
+        public = self.public.pages(req.prompt_token_ids)
         seq = Sequence(
             req,
             self.hasher.hashes(req.prompt_token_ids, req.tenant, public),
@@ -122,16 +142,10 @@ class Engine:
             public_pages=public,
         )
         self._seqs[req.request_id] = seq
+        if self.handover is not None and req.session_id is not None:
+            self.handover.arrived(req.tenant, req.session_id, record)
         self.scheduler.add(seq)
         return seq
-
-    def _public_pages(self, prompt: tuple[int, ...]) -> int:
-        """Full pages of the longest declared public prefix the prompt starts with."""
-        ps = self.config.cache.page_size
-        return max(
-            (len(p) // ps for p in self.config.cache.public_prefixes if prompt[: len(p)] == p),
-            default=0,
-        )
 
     def abort(self, request_id: str) -> bool:
         seq = self._seqs.pop(request_id, None)
@@ -160,6 +174,8 @@ class Engine:
         for seq in out:
             if seq.finish_reason is not None:
                 self._seqs.pop(seq.request_id, None)
+                if self.handover is not None and seq.req.session_id is not None:
+                    self.handover.turn_ended(seq.req.tenant, seq.req.session_id)
         return out
 
     def _observe(self, items: list[BatchItem], seconds: float) -> None:
@@ -186,7 +202,7 @@ class Engine:
 
     def generate_sync(self, req: GenerateRequest) -> RequestOutput:
         """Run one request to completion on the calling thread (tools, tests)."""
-        seq = self.add_request(req)
+        seq = self.add_request(req, self.fetch_record(req))
         while seq.finish_reason is None:
             self.step()
             if seq.error is not None:
@@ -229,26 +245,21 @@ class Engine:
         """Page ids of shared prefixes this replica holds on the device (router digests)."""
         return self.cache.shared_prefix_hashes(limit)
 
-    def drain_to_store(self) -> int:
-        """Write every cached page the store lacks to it; returns pages written.
+    def drain_to_store(self, deadline_s: float = DRAIN_DEADLINE_S) -> int:
+        """Write every cached page the store lacks, and the sessions' records; pages written.
 
         Called when a replica leaves (downscale, drain): the sessions it held
         are then served from the shared store wherever they go next.
         """
-        if self.store is None:
-            return 0
-        written = 0
-        for node in list(self.cache.tree.iter_nodes()):
-            for pool, slots in ((self.host_pool, node.host), (self.device_pool, node.device)):
-                idx = np.flatnonzero((slots >= 0) & ~node.stored)
-                if (
-                    pool is not None
-                    and len(idx)
-                    and self.tiers.write_segments(pool, slots, node, idx)
-                ):
-                    self.cache.mark_stored(node, idx)
-                    written += len(idx)
-        return written
+        return self.handover.drain(deadline_s) if self.handover is not None else 0
+
+    def flush_store_writes(self, timeout_s: float) -> bool:
+        """Wait for the store writes behind queued so far; False if `timeout_s` passed."""
+        return self.handover is None or self.handover.flush(timeout_s)
+
+    def close(self, timeout_s: float = DRAIN_DEADLINE_S) -> bool:
+        """Finish the store writes behind (within `timeout_s`) and stop their thread."""
+        return self.handover is None or self.handover.close(timeout_s)
 
 
 def output_of(seq: Sequence, emitted: int) -> RequestOutput:

@@ -96,3 +96,26 @@ class PageHasher:
             delta = (int(self.tenant_seed(PUBLIC)) - int(self.tenant_seed(tenant))) % (1 << 64)
             chain[: min(public_pages, n)] += _U64(delta)
         return mix64(chain * pw)
+
+
+class PublicPrefixes:
+    """The token prefixes an operator declared public, as pages of one hasher."""
+
+    def __init__(self, hasher: PageHasher, prefixes: tuple[tuple[int, ...], ...]) -> None:
+        ps = hasher.page_size
+        self._prefixes = [p for p in prefixes if len(p) >= ps]
+        self._hashes = [hasher.hashes(p, public_pages=len(p) // ps) for p in self._prefixes]
+        self.page_size = ps
+        self.hashes = frozenset(int(h) for hs in self._hashes for h in hs)
+
+    def pages(self, prompt: tuple[int, ...]) -> int:
+        """Full pages of the longest declared prefix the prompt starts with (0: none)."""
+        return max((len(h) for h in self._matching(prompt)), default=0)
+
+    def tail(self, prompt: tuple[int, ...]) -> int | None:
+        """The id of the last public page of `prompt`, or None when it has none."""
+        best = max(self._matching(prompt), key=len, default=None)
+        return None if best is None else int(best[-1])
+
+    def _matching(self, prompt: tuple[int, ...]) -> list[np.ndarray]:
+        return [h for p, h in zip(self._prefixes, self._hashes) if prompt[: len(p)] == p]

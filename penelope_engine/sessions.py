@@ -55,6 +55,11 @@ class SessionInfo:
         """A queued request of the session was withdrawn before it ran."""
         self.queued_since = None
 
+    def held_elsewhere(self, hashes: np.ndarray) -> None:
+        """The fleet held the path `hashes` for this session (its record in the store)."""
+        if len(hashes) > len(self.seen_hashes):
+            self.seen_hashes = np.array(hashes, dtype=np.uint64)
+
     def inserted(self, leaf: Node, hashes: np.ndarray, now: float) -> None:
         """The session's path `hashes`, ending at `leaf`, was inserted at `now`."""
         self.leaf = leaf

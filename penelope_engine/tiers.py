@@ -4,6 +4,10 @@ Implements the cache's `TierIO` with torch copies. Only the scheduler thread
 calls it, and each copy completes before it returns (on CUDA the copy runs on
 a side stream and is synchronized), so the tree never points at bytes in
 flight. A failed copy returns False and the cache treats the page as missing.
+
+In the store a page belongs to its tenant, or to `PUBLIC` when it is a page of
+a prefix the operator declared public (`public_hashes`): those are the only
+pages a tenant's look-ups find under another name than its own.
 """
 
 from __future__ import annotations
@@ -11,18 +15,47 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from cache_store import ArrowSegmentStore, Segment
 from penelope_engine.kv_pool import DTYPES, KVPool
+from penelope_engine.pages import PUBLIC
 from penelope_engine.tier import Tier
 from penelope_engine.tree import Node
 
 log = logging.getLogger(__name__)
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class PageSnapshot:
+    """Consecutive pages of one owner copied out of a pool: a segment not yet built."""
+
+    owner: str
+    hashes: tuple[int, ...]
+    positions: tuple[int, ...]
+    tokens: np.ndarray  # [pages, page_size]
+    kv: torch.Tensor  # [2, layers, pages * page_size, kv_heads, head_dim] on the CPU
+
+    @property
+    def nbytes(self) -> int:
+        return self.kv.numel() * self.kv.element_size()
+
+    def segment(self, namespace: str) -> Segment:
+        return Segment(
+            namespace=namespace,
+            tenant=self.owner,
+            page_hashes=self.hashes,
+            positions=self.positions,
+            token_ids=tuple(tuple(t) for t in self.tokens.tolist()),
+            dtype=DTYPE_NAMES[self.kv.dtype],
+            shape=tuple(self.kv.shape),
+            payload=memoryview(self.kv.view(torch.uint8).numpy().data).cast("B"),
+        )
 
 
 class TorchTiers:
@@ -32,6 +65,7 @@ class TorchTiers:
         host_pool: KVPool | None,
         store: ArrowSegmentStore | None = None,
         on_copy: Callable[[Tier, int, float], None] | None = None,
+        public_hashes: frozenset[int] = frozenset(),
     ) -> None:
         self.device = device_pool
         self.host = host_pool
@@ -39,6 +73,11 @@ class TorchTiers:
         self.on_copy = on_copy  # (tier, bytes, seconds) of each load, for the planner
         self.stream = torch.cuda.Stream() if device_pool.device.type == "cuda" else None
         self.failures = 0
+        self.public_hashes = public_hashes  # pages of operator-declared public prefixes
+
+    def owner(self, tenant: str, page_hash: int) -> str:
+        """Whose page `page_hash` of `tenant` is in the store: PUBLIC for a declared prefix."""
+        return PUBLIC if page_hash in self.public_hashes else tenant
 
     def _copy(self, src: KVPool, src_pages: np.ndarray, dst: KVPool, dst_pages: np.ndarray) -> bool:
         src_idx = torch.from_numpy(src_pages.astype(np.int64))
@@ -76,31 +115,42 @@ class TorchTiers:
         return self.write_segments(self.host, node.host, node, idx)
 
     def write_segments(self, pool: KVPool, slots: np.ndarray, node: Node, idx: np.ndarray) -> bool:
-        """Write pages `idx` of `node`, held at `slots[idx]` of `pool`, to the store.
-
-        One segment per run of consecutive pages; each carries its tokens so a
-        reader can check identity before using the KV.
-        """
-        if self.store is None or node.tokens is None or len(idx) == 0:
+        """Write pages `idx` of `node`, held at `slots[idx]` of `pool`, to the store."""
+        if self.store is None:
             return False
-        runs = np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1)
         ok = True
-        ps = pool.page_size
-        for run in runs:
-            k, v = pool.read_pages(torch.from_numpy(slots[run].astype(np.int64)))
-            kv = torch.stack([k, v]).cpu().contiguous()
-            seg = Segment(
-                namespace=self.store.namespace,
-                tenant=node.tenant,
-                page_hashes=tuple(int(h) for h in node.hashes[run]),
-                positions=tuple(int(p) * ps for p in node.start + run),
-                token_ids=tuple(tuple(t) for t in node.tokens[run].tolist()),
-                dtype=DTYPE_NAMES[kv.dtype],
-                shape=tuple(kv.shape),
-                payload=memoryview(kv.view(torch.uint8).numpy().data).cast("B"),
-            )
-            ok = self.store.put(seg) and ok
+        for snap in self.snapshot(pool, slots, node, idx):
+            ok = self.store.put(snap.segment(self.store.namespace)) and ok
         return ok
+
+    def snapshot(
+        self, pool: KVPool, slots: np.ndarray, node: Node, idx: np.ndarray
+    ) -> list[PageSnapshot]:
+        """Copies of pages `idx` of `node` (at `slots[idx]` of `pool`), one per run of
+        consecutive pages of one owner; each carries its tokens so a reader can check
+        identity before using the KV."""
+        if self.store is None or node.tokens is None or len(idx) == 0:
+            return []
+        ps = pool.page_size
+        out = []
+        for run in self._runs(node, idx):
+            k, v = pool.read_pages(torch.from_numpy(slots[run].astype(np.int64)))
+            out.append(
+                PageSnapshot(
+                    owner=self.owner(node.tenant, int(node.hashes[run[0]])),
+                    hashes=tuple(int(h) for h in node.hashes[run]),
+                    positions=tuple(int(p) * ps for p in node.start + run),
+                    tokens=node.tokens[run].copy(),
+                    kv=torch.stack([k, v]).cpu().contiguous(),
+                )
+            )
+        return out
+
+    def _runs(self, node: Node, idx: np.ndarray) -> Iterator[np.ndarray]:
+        """`idx` cut where pages stop being consecutive or change owner."""
+        public = np.array([int(h) in self.public_hashes for h in node.hashes[idx]], dtype=bool)
+        cuts = np.flatnonzero((np.diff(idx) != 1) | (np.diff(public) != 0)) + 1
+        yield from np.split(idx, cuts)
 
     def begin(self) -> None:
         """`SchedulerTiers`: nothing to mark, copies here finish before they return."""
@@ -113,7 +163,10 @@ class TorchTiers:
         if self.store is None:
             return 0
         n = 0
-        while n < len(hashes) and self.store.lookup(tenant, int(hashes[n])) is not None:
+        while n < len(hashes):
+            h = int(hashes[n])
+            if self.store.lookup(self.owner(tenant, h), h) is None:
+                break
             n += 1
         return n
 
@@ -130,7 +183,7 @@ class TorchTiers:
             return loaded
         segments: dict[str, Segment | None] = {}
         for i, h in enumerate(hashes):
-            key = self.store.lookup(tenant, int(h))
+            key = self.store.lookup(self.owner(tenant, int(h)), int(h))
             if key is None:
                 continue
             if key not in segments:

@@ -87,14 +87,14 @@ def _sessions(
 
 def tight_cache(lengths: list[int], page_size: int, store_uri: str, kv_bytes: int) -> CacheConfig:
     """Of the sessions' pages: a device pool of 1/3 (at least the longest session), a host tier
-    of 1/2 (it also holds copies of device pages) and a store budget of 1/8."""
+    of 1/2 (it also holds copies of device pages) and a store of 1/8, reached by spills only."""
     pages = [cdiv(n, page_size) for n in lengths]
     working, floor = sum(pages), max(pages) + 2
     device, host = max(floor, working // 3), max(floor, working // 2)
     store_bytes = max(1, working // 8) * page_size * kv_bytes
     return CacheConfig(
         page_size=page_size, device_pages=device, host_pages=host, policy="penelope",
-        store_uri=store_uri, store_bytes=store_bytes,
+        store_uri=store_uri, store_bytes=store_bytes, write_behind_bytes=0,
     )  # fmt: skip
 
 

@@ -2,16 +2,20 @@
 
 4 agent sessions x 3 turns, concurrently, through Serve's HTTP proxy: every
 session stays on one replica (the cache-affinity router), turns 2 and 3 report
-cached tokens, and the ingress's /metrics shows every replica's ratios. The
-engine deployment runs the KV-aware autoscaling policy (pinned at 2 replicas).
-Last, a replica is killed while it streams: the client gets an error event and
-[DONE], and the session's next turn is served by a live replica.
+cached tokens, and the ingress's /metrics shows every replica's ratios (every
+replica from its start, before it served anything). The engine deployment runs
+the KV-aware autoscaling policy (pinned at 2 replicas). Last, a replica is
+killed while it streams: the client gets an error event and [DONE], the
+session's next turn is served by a live replica, and the dead one leaves
+/metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,6 +121,27 @@ async def run_sessions(base_url: str) -> dict[str, list[tuple[str, int]]]:
     return dict(zip(sids, results, strict=True))
 
 
+def replicas_on_metrics(base_url: str) -> set[str]:
+    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    return set(re.findall(r'penelope_pages_capacity\{replica="([^"]+)",tier="device"\}', text))
+
+
+def wait_for_replicas(base_url: str, done: Any, timeout_s: float) -> set[str]:
+    """The replicas /metrics lists, once `done(replicas)` holds or `timeout_s` passed."""
+    deadline = time.monotonic() + timeout_s
+    while not done(replicas := replicas_on_metrics(base_url)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return replicas
+
+
+def test_every_replica_is_on_metrics_before_it_served_a_request(base_url: str) -> None:
+    replicas = wait_for_replicas(base_url, lambda r: len(r) == 2, timeout_s=60)
+    assert len(replicas) == 2, replicas
+    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    for replica in replicas:  # nothing served yet: reported by the replicas themselves
+        assert f'penelope_tokens_total{{replica="{replica}",source="new"}} 0.0' in text
+
+
 def test_sessions_stay_on_their_replica_and_hit_the_cache(base_url: str) -> None:
     sessions = asyncio.run(run_sessions(base_url))
     for sid, turns in sessions.items():
@@ -210,3 +235,6 @@ def test_replica_killed_mid_stream_ends_the_stream_cleanly_and_the_session_goes_
             assert r.status_code == 503, r.text  # while Serve notices the dead replica
         assert r.status_code == 200, r.text
         assert r.headers["x-penelope-replica"] != victim
+    # the dead replica leaves /metrics (it never said goodbye: after its reports' TTL)
+    left = wait_for_replicas(base_url, lambda r: victim not in r, timeout_s=60)
+    assert victim not in left, left

@@ -14,7 +14,9 @@ TURN2_NEW = tuple(range(700, 709))
 
 
 def _engine(tiny_qwen3, store: Path | None) -> Engine:
-    cache = CacheConfig(4, 64, 32, "penelope", store_uri=str(store) if store else None)
+    """Pages reach the store only by a drain here (no write-behind at turn end)."""
+    uri = str(store) if store else None
+    cache = CacheConfig(4, 64, 32, "penelope", store_uri=uri, write_behind_bytes=0)
     return Engine(EngineConfig(cache=cache), loaded=tiny_qwen3)
 
 

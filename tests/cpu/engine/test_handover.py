@@ -1,0 +1,121 @@
+"""Sessions that change replica load their history from the shared store, exactly.
+
+Two engines on one store stand for two replicas; both start before anything is
+written, so what the second finds it finds through write-behind and records,
+not by scanning the store when it opened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cache_store import StoreLocation
+from penelope_engine.config import CacheConfig, EngineConfig
+from penelope_engine.engine import Engine
+from penelope_engine.protocol import GenerateRequest, SamplingParams
+
+PS = 4
+SAMPLING = SamplingParams(max_tokens=3, ignore_eos=True)
+TURN1 = tuple(range(300, 341))
+TURN2_NEW = tuple(range(700, 709))
+SYSTEM = tuple(range(900, 924))  # 6 pages
+FLUSH_S = 30.0
+
+
+def _engine(tiny_qwen3, store: StoreLocation | None, **cache: object) -> Engine:
+    where = {}
+    if store is not None:
+        where = dict(store_uri=store.uri, store_endpoint=store.endpoint, store_region=store.region)
+    config = CacheConfig(PS, 64, 32, "penelope", **where, **cache)  # type: ignore[arg-type]
+    return Engine(EngineConfig(cache=config), loaded=tiny_qwen3)
+
+
+@pytest.fixture(params=["local", "s3"])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> StoreLocation:
+    if request.param == "local":
+        return StoreLocation(str(tmp_path / "shared"))
+    return request.getfixturevalue("s3_store")
+
+
+def _two_turns(first: Engine, second: Engine, tenant: str = "default"):
+    one = first.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent", tenant))
+    assert first.flush_store_writes(FLUSH_S)
+    prompt2 = TURN1 + one.token_ids + TURN2_NEW
+    two = second.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent", tenant))
+    return one.token_ids + two.token_ids, two.usage
+
+
+def test_a_moved_session_loads_its_history_written_behind_and_is_identical(
+    tiny_qwen3, shared: StoreLocation
+) -> None:
+    reference, _ = _two_turns(*[_engine(tiny_qwen3, None)] * 2)
+    a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)  # b is up before a writes
+    tokens, usage = _two_turns(a, b)
+    b.check_integrity()
+    assert tokens == reference
+    assert usage.store_tokens >= 40  # the 44-token history, whole pages of it
+    assert usage.recomputed_tokens == 0
+    assert usage.new_tokens <= len(TURN2_NEW) + PS
+    assert a.store is not None and a.store.stats().records_written >= 1
+
+
+def test_history_the_fleet_held_counts_as_recomputed_where_the_store_lost_it(
+    tiny_qwen3, tmp_path: Path
+) -> None:
+    shared = StoreLocation(str(tmp_path))
+    a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
+    one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
+    assert a.flush_store_writes(FLUSH_S)
+    for f in tmp_path.rglob("*.arrow"):  # the store's budget (or an operator) dropped it all
+        f.unlink()
+    prompt2 = TURN1 + one.token_ids + TURN2_NEW
+    usage = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent")).usage
+    assert usage.store_tokens == 0
+    assert usage.recomputed_tokens >= 40  # the fleet had it: rebuilt, not new
+    assert usage.new_tokens <= len(TURN2_NEW) + PS
+
+
+def test_public_pages_cross_tenants_and_replicas_only_where_declared(
+    tiny_qwen3, shared: StoreLocation
+) -> None:
+    declared = {"public_prefixes": (SYSTEM,)}
+    a, b = _engine(tiny_qwen3, shared, **declared), _engine(tiny_qwen3, shared, **declared)
+    alice = SYSTEM + tuple(range(400, 421))
+    a.generate_sync(GenerateRequest("a1", alice, SAMPLING, "alice-1", "alice"))
+    assert a.flush_store_writes(FLUSH_S)
+    bob = SYSTEM + tuple(range(500, 521))
+    usage = b.generate_sync(GenerateRequest("b1", bob, SAMPLING, "bob-1", "bob")).usage
+    assert usage.store_tokens == len(SYSTEM)  # the public prefix, found on another replica
+    same = b.generate_sync(GenerateRequest("b2", alice, SAMPLING, "bob-2", "bob")).usage
+    assert same.store_tokens + same.device_tokens == len(SYSTEM)  # never alice's own pages
+    b.check_integrity()
+
+
+def test_undeclared_prefixes_never_cross_tenants_through_the_store(
+    tiny_qwen3, shared: StoreLocation
+) -> None:
+    a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
+    prompt = SYSTEM + tuple(range(400, 421))
+    a.generate_sync(GenerateRequest("a1", prompt, SAMPLING, "s", "alice"))
+    assert a.flush_store_writes(FLUSH_S)
+    usage = b.generate_sync(GenerateRequest("b1", prompt, SAMPLING, "s", "bob")).usage
+    assert usage.store_tokens == 0 and usage.recomputed_tokens == 0
+
+
+def test_pages_past_the_write_behind_bound_wait_and_a_drain_writes_them(
+    tiny_qwen3, tmp_path: Path
+) -> None:
+    probe = _engine(tiny_qwen3, None)
+    page_bytes = probe.device_pool.bytes_per_page
+    a = _engine(tiny_qwen3, StoreLocation(str(tmp_path)), write_behind_bytes=3 * page_bytes)
+    a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
+    assert a.flush_store_writes(FLUSH_S)
+    assert a.handover is not None and a.handover.deferred_pages > 0
+    assert a.store is not None and a.store.stats().puts >= 1
+    assert a.drain_to_store() == a.handover.deferred_pages  # nothing was lost, only deferred
+    b = _engine(tiny_qwen3, StoreLocation(str(tmp_path)))
+    prompt2 = TURN1 + (1, 2, 3) + TURN2_NEW
+    usage = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent")).usage
+    assert usage.store_tokens >= 40
