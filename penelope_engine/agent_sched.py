@@ -9,7 +9,11 @@ scheduler's clock, so the engine and the simulator run the same levers:
   sessions that started later). `aged` is the session's first arrival, but
   never more than `age_cap_s` before the request's own arrival: a returning
   turn passes requests that arrived at most that much earlier, so a new
-  session waits at most `age_cap_s` behind returning ones.
+  session waits at most `age_cap_s` behind returning ones. With
+  `size_weight` w > 0, any of them adds w x the request's estimated prefill
+  seconds (`prefill_estimate_s`): shortest-first within a bounded window,
+  which lowers the mean wait when small tool-result turns queue behind long
+  prefills.
 
 * **Retention** (`Retention`): when a turn ends, how long to pin the
   session's path on the device. A pin is a lock on the session's leaf, so
@@ -62,6 +66,20 @@ def queue_key(cfg: AgentConfig, arrival: float, session_start: float) -> float:
     if cfg.admission == "aged":
         return max(session_start, arrival - cfg.age_cap_s)
     raise UnknownNameError(f"unknown admission order {cfg.admission!r}")
+
+
+def prefill_estimate_s(seq: Sequence, cache: PrefixCache, cost: PlannerCost) -> float:
+    """Seconds of prefill `seq` would need if admitted now, by the planner's cost: its
+    holes and the tokens past its cache match, at their positions (loads left out: an
+    estimate for ordering only)."""
+    ps = cache.page_size
+    match = cache.match(seq.hashes[: (len(seq.tokens) - 1) // ps])
+    holes = np.flatnonzero(match.where == Tier.HOLE)
+    runs = np.split(holes, np.flatnonzero(np.diff(holes) > 1) + 1) if len(holes) else []
+    tail = match.num_pages * ps
+    return sum(cost.recompute_s(int(r[0]) * ps, len(r) * ps) for r in runs) + cost.recompute_s(
+        tail, len(seq.tokens) - tail
+    )
 
 
 def best_ttl(samples: np.ndarray, benefit_s: float, share: float, price: float) -> float:

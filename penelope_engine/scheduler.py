@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from penelope_engine.admission import admit, insert_path, release_lock
-from penelope_engine.agent_sched import Retention, WaitingQueue, queue_key
+from penelope_engine.agent_sched import Retention, WaitingQueue, prefill_estimate_s, queue_key
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import CapacityError
@@ -76,7 +76,10 @@ class Scheduler:
             self._released += 1
         self.cache.on_arrival(sid, seq.arrival)
         start = info.first_arrival if info.first_arrival is not None else seq.arrival
-        self.waiting.insert(seq, queue_key(self.agent, seq.arrival, start))
+        key = queue_key(self.agent, seq.arrival, start)
+        if self.agent.size_weight:
+            key += self.agent.size_weight * prefill_estimate_s(seq, self.cache, self.cost())
+        self.waiting.insert(seq, key)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)

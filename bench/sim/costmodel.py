@@ -108,13 +108,19 @@ def prefill_time(cost: CostModel, m: int, a: int = 0) -> float:
     return cost.step_time(StepLoad.of([(m, a)], []))
 
 
-def turn_floor(cost: CostModel, prompt_len: int, known: int, output_len: int) -> float:
-    """Least time of a turn on any cache: the `prompt_len - known` tokens its session and
-    the shared prefix never had, prefilled in one step, then its other output tokens
-    decoded alone (chunking and batching only add time)."""
+def ttft_floor(cost: CostModel, prompt_len: int, known: int) -> float:
+    """Least TTFT of a turn on any cache and scheduler: the `prompt_len - known` tokens
+    its session and the shared prefix never had (at least the last), prefilled alone in
+    one step on an idle replica, with nothing to load."""
     new = max(prompt_len - known, 1)
+    return prefill_time(cost, new, prompt_len - new)
+
+
+def turn_floor(cost: CostModel, prompt_len: int, known: int, output_len: int) -> float:
+    """Least time of a turn on any cache: its `ttft_floor`, then its other output tokens
+    decoded alone (chunking and batching only add time)."""
     decode = decode_run(cost, StepLoad.of([], [prompt_len]), output_len - 1)
-    return prefill_time(cost, new, prompt_len - new) + float(decode.sum())
+    return ttft_floor(cost, prompt_len, known) + float(decode.sum())
 
 
 def page_cost_fn(cost: CostModel, page_size: int) -> Callable[[int], float]:

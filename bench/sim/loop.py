@@ -27,7 +27,7 @@ import numpy as np
 
 from bench.sessions import Session
 from bench.sim.config import SimConfig
-from bench.sim.costmodel import CostModel, turn_floor
+from bench.sim.costmodel import CostModel, ttft_floor, turn_floor
 from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
 from bench.sim.replica import Replica, SimRequest, Step
 from bench.tokens import TokenMap, repeat_answer
@@ -277,6 +277,7 @@ class Simulator:
                 u.new_tokens,
                 history_class(u, r.turn, r.shared_pages * ps, ps),
                 r.seq.preemptions if r.seq is not None else 0,
+                ttft_floor(self.cost, r.prompt_len, known),
             )
         )
 

@@ -39,6 +39,9 @@ class RequestRecord:
     new_tokens: int
     history_class: str  # first | full | partial | miss
     preemptions: int = 0  # times the scheduler put it back in the queue
+    # The least TTFT any cache and scheduler could give it (`costmodel.ttft_floor`:
+    # the tokens its session never sent before, prefilled alone; None: unknown).
+    ttft_floor_s: float | None = None
 
     @property
     def ttft(self) -> float:
@@ -87,6 +90,7 @@ class RunMetrics:
     wall_time_s: float
     ttfts: tuple[float, ...] = field(repr=False, default=())
     mean_llm_floor_s: float | None = None  # see SessionRecord.llm_floor_s
+    mean_ttft_floor_s: float | None = None  # see RequestRecord.ttft_floor_s
 
     def as_dict(self, with_ttfts: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -112,6 +116,7 @@ def summarize(
     partial = sum(r.history_class == "partial" for r in returning)
     floors = [s.llm_floor_s for s in sessions if s.llm_floor_s is not None]
     known = bool(sessions) and len(floors) == len(sessions)
+    ttft_floors = [r.ttft_floor_s for r in requests if r.ttft_floor_s is not None]
     return RunMetrics(
         mean_ttft_s=float(ttft.mean()),
         p90_ttft_s=float(np.percentile(ttft, 90)),
@@ -132,6 +137,9 @@ def summarize(
         wall_time_s=wall_time_s,
         ttfts=tuple(float(t) for t in ttft),
         mean_llm_floor_s=float(np.mean(floors)) if known else None,
+        mean_ttft_floor_s=float(np.mean(ttft_floors))
+        if len(ttft_floors) == len(requests)
+        else None,
     )
 
 

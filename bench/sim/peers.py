@@ -32,7 +32,7 @@ from bench.sim.loop import simulate
 from bench.sim.metrics import RunMetrics
 from bench.sim.peers_report import METRICS, describe, document, plot, summarize, table
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
-from bench.sim.setups import Setup, setups
+from bench.sim.setups import STEP_TOKENS, Setup, setups
 from bench.traces import DEFAULT_TRACE, load_trace
 from bench.workload import Workload, WorkloadConfig, cut_at_window, sample_workload
 from penelope_engine.helpformat import parser
@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_gpu_args(ap)
     ap.add_argument("--setups", type=comma_list(str), default=None, help="names (default: all)")
     ap.add_argument("--no-ablations", action="store_true", help="skip Penelope's ablations")
+    ap.add_argument(
+        "--tuned-peers",
+        action="store_true",
+        help="also the peers with Penelope's prefill chunk cap (best_tuned_peer)",
+    )
     ap.add_argument("--jobs", type=int, default=1, help="simulations run in parallel")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--plot", type=Path, default=None, help="PNG of mean TTFT per set-up")
@@ -95,7 +100,12 @@ def sim_config(setup: Setup, budget: int, host_factor: float, replicas: int) -> 
         replicas=replicas,
         router=setup.router,
         page_size=64,
-        scheduler=dataclasses.replace(default_scheduler(), agent=spec.agent),
+        scheduler=dataclasses.replace(
+            default_scheduler(),
+            max_batch_tokens=STEP_TOKENS,
+            prefill_chunk=spec.prefill_chunk,
+            agent=spec.agent,
+        ),
     )
 
 
@@ -105,8 +115,11 @@ def _one(job: tuple[Workload, SimConfig, GpuCostModel, int]) -> RunMetrics:
 
 
 def metrics_of(m: RunMetrics, replicas: int) -> dict[str, float]:
-    out = {k: float(getattr(m, k)) for k in METRICS if k != "turns_per_hour_per_replica"}
+    floors = ("mean_ttft_floor_s", "mean_llm_floor_s")
+    skip = ("turns_per_hour_per_replica", *floors)
+    out = {k: float(getattr(m, k)) for k in METRICS if k not in skip}
     out["mean_llm_floor_s"] = float(m.mean_llm_floor_s or 0.0)
+    out["mean_ttft_floor_s"] = float(m.mean_ttft_floor_s or 0.0)
     hours = max(m.sim_time_s, 1e-9) / 3600.0
     out["turns_per_hour_per_replica"] = m.requests / hours / replicas
     out["failed_requests"] = float(m.failed_requests)
@@ -118,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     cost = GpuCostModel(QWEN3[args.model], HARDWARE[args.gpu])
     budget = args.device_budget_tokens or cost.kv_capacity_tokens()
     wls, dropped = workloads(args)
-    chosen = setups(args.setups, with_ablations=not args.no_ablations)
+    chosen = setups(args.setups, with_ablations=not args.no_ablations, tuned=args.tuned_peers)
     jobs = [
         (wl, sim_config(s, budget, args.host_budget_factor, args.replicas), cost, seed)
         for s in chosen
@@ -150,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     doc = document(config, runs)
     print(table(runs, doc["vs_best_peer"]))
+    for name, v in doc.get("vs_best_tuned_peer", {}).items():
+        r = v["mean_ttft_s"]
+        best = doc["best_tuned_peer"]["mean_ttft_s"]["setup"]
+        print(f"{name}: mean TTFT {r['mean']:.2f}x [{r['min']:.2f}-{r['max']:.2f}] of {best}")
     if args.json is not None:
         args.json.write_text(json.dumps(doc, indent=1))
     if args.plot is not None:

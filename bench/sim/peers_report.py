@@ -4,7 +4,7 @@ A run (one set-up over several seeds) keeps each metric as the mean over
 seeds and every seed's value under `per_seed`, so ratios to the best peer
 are taken seed by seed (same sessions, same arrivals). `merge` joins runs of
 the same set-ups over different seeds (`--seed-base`), e.g. to go from 3
-seeds to 6::
+seeds to 6, or different set-ups over the same seeds (`--setups`)::
 
     python -m bench.sim.peers_report a.json b.json --json both.json --plot both.png
 """
@@ -23,7 +23,8 @@ from penelope_engine.helpformat import parser
 
 LOWER = ("mean_ttft_s", "p90_ttft_s", "mean_queue_s", "mean_llm_time_s", "mean_jct_s")
 HIGHER = ("turns_per_hour_per_replica",)
-METRICS = LOWER + HIGHER + ("mean_llm_floor_s", "hit_ratio", "recompute_ratio")
+FLOORS = ("mean_ttft_floor_s", "mean_llm_floor_s")
+METRICS = LOWER + HIGHER + FLOORS + ("hit_ratio", "recompute_ratio")
 
 
 def describe(setup: Setup) -> dict[str, Any]:
@@ -33,6 +34,7 @@ def describe(setup: Setup) -> dict[str, Any]:
         "router": setup.router,
         "cache": setup.cache,
         "levers": setup.levers,
+        "tuned": setup.tuned,
     }
 
 
@@ -45,8 +47,9 @@ def summarize(about: dict[str, Any], per_seed: list[dict[str, float]]) -> dict[s
     return run
 
 
-def best_peer(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    peers = [r for r in runs if r["system"] != "penelope"]
+def best_peer(runs: list[dict[str, Any]], tuned: bool = False) -> dict[str, dict[str, Any]]:
+    """Per metric, the best peer run: at the peers' defaults, or also the tuned ones."""
+    peers = [r for r in runs if r["system"] != "penelope" and (tuned or not r.get("tuned"))]
     out = {}
     for k in LOWER + HIGHER:
         pick = (max if k in HIGHER else min)(peers, key=lambda r: r[k])
@@ -78,6 +81,7 @@ def vs_best_peer(runs: list[dict[str, Any]], best: dict[str, dict[str, Any]]) ->
 def table(runs: list[dict[str, Any]], vs: dict[str, Any]) -> str:
     cols = (
         "mean_ttft_s",
+        "mean_ttft_floor_s",
         "p90_ttft_s",
         "mean_queue_s",
         "mean_llm_time_s",
@@ -89,6 +93,7 @@ def table(runs: list[dict[str, Any]], vs: dict[str, Any]) -> str:
     head = [
         "set-up",
         "ttft",
+        "ttft floor",
         "p90",
         "queue",
         "llm",
@@ -110,7 +115,8 @@ def table(runs: list[dict[str, Any]], vs: dict[str, Any]) -> str:
             if v
             else ["", ""]
         )
-        lines.append("| " + " | ".join([r["name"]] + [f"{r[c]:.4g}" for c in cols] + extra) + " |")
+        vals = [f"{r[c]:.4g}" if c in r else "" for c in cols]  # older files lack a floor
+        lines.append("| " + " | ".join([r["name"]] + vals + extra) + " |")
     return "\n".join(lines)
 
 
@@ -136,21 +142,32 @@ def plot(path: Path, runs: list[dict[str, Any]], title: str) -> Path:
 
 
 def document(config: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    best = best_peer(runs) if any(r["system"] != "penelope" for r in runs) else {}
-    return {
+    """`best_peer` over the peers at their defaults; with tuned peers in the run, also
+    `best_tuned_peer` over every peer run and Penelope's ratios to it."""
+    best = (
+        best_peer(runs)
+        if any(r["system"] != "penelope" and not r.get("tuned") for r in runs)
+        else {}
+    )
+    doc = {
         "config": config,
         "runs": runs,
         "best_peer": best,
         "vs_best_peer": vs_best_peer(runs, best) if best else {},
     }
+    if any(r.get("tuned") for r in runs):
+        tuned = best_peer(runs, tuned=True)
+        doc["best_tuned_peer"] = tuned
+        doc["vs_best_tuned_peer"] = vs_best_peer(runs, tuned)
+    return doc
 
 
 def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The same set-ups over the seeds of every document, in order."""
+    """The same set-ups over the seeds of every document, in order; or, where the
+    documents ran the same seeds, every document's set-ups side by side."""
     names = [r["name"] for r in docs[0]["runs"]]
-    for d in docs[1:]:
-        if [r["name"] for r in d["runs"]] != names:
-            raise ValueError("the documents ran different set-ups")
+    if any([r["name"] for r in d["runs"]] != names for d in docs[1:]):
+        return _side_by_side(docs)
     runs = []
     for i in range(len(names)):
         keys = docs[0]["runs"][i]["per_seed"].keys()
@@ -159,13 +176,26 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
             for d in docs
             for j in range(len(d["runs"][i]["per_seed"]["mean_ttft_s"]))
         ]
-        about = {k: docs[0]["runs"][i][k] for k in ("name", "system", "router", "cache", "levers")}
+        first = docs[0]["runs"][i]
+        about = {k: first[k] for k in ("name", "system", "router", "cache", "levers")}
+        about["tuned"] = first.get("tuned", False)
         runs.append(summarize(about, per_seed))
     config = dict(docs[0]["config"])
     for key in ("dropped_turns", "turns"):
         config[key] = {s: n for d in docs for s, n in d["config"][key].items()}
     config["seeds"] = len(config["turns"])
     return document(config, runs)
+
+
+def _side_by_side(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    seeds = docs[0]["config"]["turns"]
+    names = [r["name"] for d in docs for r in d["runs"]]
+    if any(d["config"]["turns"] != seeds for d in docs[1:]) or len(set(names)) < len(names):
+        raise ValueError(
+            "to merge, the documents must run the same set-ups (over any seeds) "
+            "or different set-ups over the same seeds"
+        )
+    return document(dict(docs[0]["config"]), [r for d in docs for r in d["runs"]])
 
 
 def main(argv: list[str] | None = None) -> int:

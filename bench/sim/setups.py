@@ -13,9 +13,15 @@ A peer set-up is what a user can assemble today. Routers (`router.policies`):
   program-level FCFS and a TTL pin after each tool call, LRU.
 
 Penelope is `affinity` over its own cache: GreedyDual eviction with holes, a
-host tier, and the agent levers of `penelope_engine.agent_sched` (aged
-session order, backfill, return-aware retention that yields, preempted KV
-parked on the host). `ablations` switches each off in turn.
+host tier, the agent levers of `penelope_engine.agent_sched` (aged session
+order, backfill, return-aware retention that yields, preempted KV parked on
+the host) and a prefill chunk cap of a quarter of the step's token budget, so
+a long prefill shares each step with turns that arrive behind it instead of
+taking the whole step (the peers chunk at the whole budget, as SGLang's
+`--chunked-prefill-size` and vLLM's `max_num_batched_tokens` do by default).
+`ablations` switches each off in turn. `tuned_peer_setups` are the peer
+set-ups with Penelope's chunk cap (what a user who sets vLLM's
+`long_prefill_token_threshold` or a smaller SGLang chunk would run).
 """
 
 from __future__ import annotations
@@ -27,12 +33,18 @@ from dataclasses import dataclass
 from penelope_engine.config import AgentConfig
 from penelope_engine.errors import UnknownNameError
 
+STEP_TOKENS = 8192  # every set-up's step budget (max_batch_tokens)
+PENELOPE_CHUNK = STEP_TOKENS // 4
+
 
 @dataclass(frozen=True)
 class CacheSpec:
+    """An engine's cache and scheduler: policy, tiers, agent levers, prefill chunk cap."""
+
     policy: str
     tiers: str  # bench.sim.replica.TIERS
     agent: AgentConfig = AgentConfig()
+    prefill_chunk: int = STEP_TOKENS  # most tokens of one request's prefill in one step
 
 
 CACHES: dict[str, CacheSpec] = {
@@ -45,6 +57,7 @@ CACHES: dict[str, CacheSpec] = {
         AgentConfig(
             admission="aged", backfill=True, retention="return_aware", park_on_preempt=True
         ),
+        PENELOPE_CHUNK,
     ),
 }
 PEER_ROUTERS = ("pow2", "ray_prefix", "sgl_cache_aware")
@@ -58,6 +71,7 @@ class Setup:
     router: str
     cache: str  # a CACHES name
     spec: CacheSpec
+    tuned: bool = False  # a peer given Penelope's chunk cap (not the peer's default)
 
     @property
     def levers(self) -> dict[str, object]:
@@ -69,6 +83,8 @@ class Setup:
             "backfill": a.backfill,
             "retention": a.retention,
             "park_on_preempt": a.park_on_preempt,
+            "size_weight": a.size_weight,
+            "prefill_chunk": self.spec.prefill_chunk,
         }
 
 
@@ -76,6 +92,21 @@ def peer_setups() -> list[Setup]:
     return [
         Setup(f"{c}/{r}", c, r, c, CACHES[c])
         for c, r in itertools.product(PEER_CACHES, PEER_ROUTERS)
+    ]
+
+
+def tuned_peer_setups() -> list[Setup]:
+    """The peer set-ups with Penelope's prefill chunk cap."""
+    return [
+        Setup(
+            f"{s.name} +chunk{PENELOPE_CHUNK}",
+            s.system,
+            s.router,
+            s.cache,
+            dataclasses.replace(s.spec, prefill_chunk=PENELOPE_CHUNK),
+            tuned=True,
+        )
+        for s in peer_setups()
     ]
 
 
@@ -96,18 +127,23 @@ def ablations() -> list[Setup]:
         ),
         "policy (lru)": dataclasses.replace(full, policy="lru"),
         "host tier": dataclasses.replace(full, tiers="gpu"),
+        "chunk cap": dataclasses.replace(full, prefill_chunk=STEP_TOKENS),
     }
     out = [Setup(f"penelope - {k}", "penelope", "affinity", "penelope", s) for k, s in off.items()]
     out.append(Setup("penelope - router (pow2)", "penelope", "pow2", "penelope", full))
     return out
 
 
-def setups(names: list[str] | None = None, with_ablations: bool = True) -> list[Setup]:
-    """Every peer set-up and Penelope (with its ablations), or those named."""
-    every = peer_setups() + [penelope_setup()] + (ablations() if with_ablations else [])
+def setups(
+    names: list[str] | None = None, with_ablations: bool = True, tuned: bool = False
+) -> list[Setup]:
+    """Every peer set-up (and the tuned ones), Penelope and its ablations, or those named."""
+    peers = peer_setups() + (tuned_peer_setups() if tuned else [])
+    every = peers + [penelope_setup()] + (ablations() if with_ablations else [])
     if not names:
         return every
-    by_name = {s.name: s for s in peer_setups() + [penelope_setup()] + ablations()}
+    known = peer_setups() + tuned_peer_setups() + [penelope_setup()] + ablations()
+    by_name = {s.name: s for s in known}
     missing = [n for n in names if n not in by_name]
     if missing:
         raise UnknownNameError(f"unknown set-ups {missing}; valid: {sorted(by_name)}")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bench.sim.tiers import NullTiers
-from penelope_engine.agent_sched import best_ttl, queue_key
+from penelope_engine.agent_sched import best_ttl, prefill_estimate_s, queue_key
 from penelope_engine.cache import PrefixCache
 from penelope_engine.config import AgentConfig, SchedulerConfig
 from penelope_engine.errors import ConfigError
@@ -119,6 +119,35 @@ def test_returning_turn_goes_ahead_of_a_newer_session(admission, age_cap, first)
     drain(sched)
     assert a.admitted_at is not None and b.admitted_at is not None
     assert (a.admitted_at < b.admitted_at) == (first == "a")
+
+
+def test_prefill_estimate_counts_holes_and_the_tail_not_what_the_cache_holds() -> None:
+    sched = make(64)
+    prompt = toks(1, 32)
+    request(sched, "a", 0, prompt)
+    drain(sched)
+    cost = CostModel()
+    again = request(sched, "a", 1, prompt + toks(2, 16))
+    # 8 pages cached (32 tokens): the estimate is the 16 new tokens at positions 32..47
+    assert prefill_estimate_s(again, sched.cache, cost) == pytest.approx(cost.recompute_s(32, 16))
+    fresh = request(sched, "z", 0, toks(9, 48))
+    assert prefill_estimate_s(fresh, sched.cache, cost) == pytest.approx(cost.recompute_s(0, 48))
+    with pytest.raises(ConfigError):
+        AgentConfig(size_weight=-1.0)
+
+
+@pytest.mark.parametrize(("weight", "small_first"), [(0.0, False), (1e9, True)])
+def test_size_weight_lets_a_small_turn_pass_a_long_prefill(weight, small_first) -> None:
+    sched = make(256, max_running=1, size_weight=weight)
+    hold = request(sched, "c", 0, toks(3, 16), out=20)  # holds the only running slot
+    step(sched)
+    big = request(sched, "big", 0, toks(5, 400))
+    sched.clock.t = 0.5  # type: ignore[attr-defined]
+    small = request(sched, "small", 0, toks(6, 8))
+    drain(sched)
+    assert hold.admitted_at is not None
+    assert big.admitted_at is not None and small.admitted_at is not None
+    assert (small.admitted_at < big.admitted_at) == small_first
 
 
 @pytest.mark.parametrize(

@@ -63,12 +63,14 @@ def test_peers_json_names_the_best_peer_and_penelopes_ratio(tmp_path: Path) -> N
             "mean_queue_s",
             "mean_llm_time_s",
             "mean_llm_floor_s",
+            "mean_ttft_floor_s",
             "mean_jct_s",
             "turns_per_hour_per_replica",
         ):
             assert k in r, k
         assert len(r["per_seed"]["mean_ttft_s"]) == 2
         assert r["mean_llm_time_s"] >= r["mean_llm_floor_s"] * 0.999
+        assert 0 < r["mean_ttft_floor_s"] <= r["mean_ttft_s"] * 1.001
     best = d["best_peer"]["mean_ttft_s"]
     peer_ttfts = {n: r["mean_ttft_s"] for n, r in runs.items() if r["system"] != "penelope"}
     assert best["setup"] == min(peer_ttfts, key=peer_ttfts.__getitem__)
@@ -98,6 +100,18 @@ def test_peers_json_names_the_best_peer_and_penelopes_ratio(tmp_path: Path) -> N
     assert [r["per_seed"] for r in m["runs"]] == [r["per_seed"] for r in d["runs"]]
     assert m["best_peer"] == d["best_peer"] and m["vs_best_peer"] == d["vs_best_peer"]
     assert m["config"]["dropped_turns"] == d["config"]["dropped_turns"]
+    # different set-ups over the same seeds, merged side by side: the same document again
+    halves = []
+    for part_runs in (d["runs"][:2], d["runs"][2:]):
+        half = tmp_path / f"half{len(halves)}.json"
+        half.write_text(json.dumps(peers_report.document(d["config"], part_runs)))
+        halves.append(half)
+    assert peers_report.main([*map(str, halves), "--json", str(merged)]) == 0
+    m = json.loads(merged.read_text())
+    assert [r["per_seed"] for r in m["runs"]] == [r["per_seed"] for r in d["runs"]]
+    assert m["best_peer"] == d["best_peer"] and m["vs_best_peer"] == d["vs_best_peer"]
+    with pytest.raises(ValueError, match="same seeds"):
+        peers_report.main([str(halves[1]), str(parts[0])])
 
 
 def test_true_lengths_end_sessions_at_the_window() -> None:
@@ -108,3 +122,31 @@ def test_true_lengths_end_sessions_at_the_window() -> None:
     turns = [t for s in wls[0].all_sessions for t in s.turns]
     assert dropped[0] > 0 and turns
     assert all(t.input_tokens + t.output_tokens <= 60000 for t in turns)
+
+
+def test_tuned_peers_are_a_separate_bar_and_only_where_asked() -> None:
+    tuned = [s for s in setups(tuned=True, with_ablations=False) if s.tuned]
+    assert len(tuned) == len(PEER_CACHES) * len(PEER_ROUTERS)
+    assert {s.spec.prefill_chunk for s in tuned} == {CACHES["penelope"].prefill_chunk}
+    assert not any(s.tuned for s in setups())
+    assert setups([tuned[0].name]) == [tuned[0]]
+
+    def run(name: str, system: str, ttft: list[float], is_tuned: bool = False) -> dict:
+        about = {"name": name, "system": system, "router": "r", "cache": "c", "levers": {}}
+        per_seed = [
+            {k: t for k in peers_report.LOWER + peers_report.HIGHER} | {"mean_ttft_s": t}
+            for t in ttft
+        ]
+        return peers_report.summarize({**about, "tuned": is_tuned}, per_seed)
+
+    runs = [
+        run("peer", "hicache", [2.0, 4.0]),
+        run("peer +chunk", "hicache", [1.0, 1.0], is_tuned=True),
+        run("penelope", "penelope", [1.0, 2.0]),
+    ]
+    doc = peers_report.document({}, runs)
+    assert doc["best_peer"]["mean_ttft_s"]["setup"] == "peer"
+    assert doc["vs_best_peer"]["penelope"]["mean_ttft_s"]["mean"] == pytest.approx(0.5)
+    assert doc["best_tuned_peer"]["mean_ttft_s"]["setup"] == "peer +chunk"
+    assert doc["vs_best_tuned_peer"]["penelope"]["mean_ttft_s"]["max"] == pytest.approx(2.0)
+    assert "best_tuned_peer" not in peers_report.document({}, [runs[0], runs[2]])

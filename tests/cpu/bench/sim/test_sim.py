@@ -174,12 +174,15 @@ def test_router_options_reach_the_routing_core() -> None:
         dict(device_budget_tokens=3_000, replicas=2, router="pow2"),
     ],
 )
-def test_llm_time_floor_bounds_every_session_and_is_the_same_in_every_setup(kw: dict) -> None:
+def test_ttft_and_llm_time_floors_bound_every_request_and_match_across_setups(kw: dict) -> None:
     sim = _run(_cfg(**kw))
     for s in sim.sessions:
         assert s.llm_floor_s is not None and 0 < s.llm_floor_s <= s.llm_time + 1e-12
+    for r in sim.requests:  # no cache or scheduler beats the TTFT floor either
+        assert r.ttft_floor_s is not None and 0 < r.ttft_floor_s <= r.ttft + 1e-12
     roomy = _run(_cfg(device_budget_tokens=200_000))
     assert sim.metrics.mean_llm_floor_s == pytest.approx(roomy.metrics.mean_llm_floor_s)
+    assert sim.metrics.mean_ttft_floor_s == pytest.approx(roomy.metrics.mean_ttft_floor_s)
 
 
 def test_llm_time_floor_is_nearly_reached_by_a_lone_session_with_room() -> None:
