@@ -16,6 +16,7 @@ __all__ = ["BatchItem", "ModelRunner", "build_metadata"]
 def build_metadata(
     items: list[BatchItem], page_size: int, device: torch.device
 ) -> tuple[torch.Tensor, AttentionMetadata]:
+    """Token ids and metadata of one step; logits only for the items that sample a token."""
     ids, pos, slots, starts, ctx, tables = [], [], [], [0], [], []
     for it in items:
         p = it.positions
@@ -35,7 +36,11 @@ def build_metadata(
         query_starts=tuple(starts),
         context_lens=tuple(ctx),
         page_tables=tuple(t.to(device) for t in tables),
-        logits_indices=torch.tensor([s - 1 for s in starts[1:]], dtype=torch.int64, device=device),
+        logits_indices=torch.tensor(
+            [end - 1 for end, it in zip(starts[1:], items) if it.wants_token],
+            dtype=torch.int64,
+            device=device,
+        ),
     )
     return to(ids), meta
 
@@ -74,11 +79,11 @@ class ModelRunner:
     def run(self, items: list[BatchItem]) -> list[int | None]:
         """Forward the batch; a sampled token for items that want one, else None."""
         ids, meta = build_metadata(items, self.kv.page_size, self.device)
-        logits = self.model(ids, meta, self.kv)
+        logits = self.model(ids, meta, self.kv)  # one row per item that wants a token
         wants = [i for i, it in enumerate(items) if it.wants_token]
         tokens: list[int | None] = [None] * len(items)
         if wants:
-            picked = sample(logits[wants], [items[i] for i in wants], self.seed)
+            picked = sample(logits, [items[i] for i in wants], self.seed)
             for i, t in zip(wants, picked):
                 tokens[i] = t
         return tokens

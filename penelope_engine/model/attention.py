@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from penelope_engine.util import cdiv
+
 
 @dataclass(frozen=True)
 class AttentionMetadata:
@@ -71,3 +73,11 @@ def build_metadata(
         page_tables=tables,
         logits_indices=torch.tensor(rows, dtype=torch.int64, device=device),
     )
+
+
+def context_slots(page_table: torch.Tensor, context_len: int, page_size: int) -> torch.Tensor:
+    """Flat KV slots of positions ``[0, context_len)`` of one sequence."""
+    num_pages = cdiv(context_len, page_size)
+    offsets = torch.arange(page_size, device=page_table.device)
+    slots = page_table[:num_pages, None].to(torch.int64) * page_size + offsets[None, :]
+    return slots.reshape(-1)[:context_len]

@@ -13,12 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from penelope_engine.config import ModelConfig
 from penelope_engine.kv_pool import KVPool
 from penelope_engine.model.attention import AttentionMetadata
-from penelope_engine.model.layers import MLP, Embedding, Linear, RMSNorm
+from penelope_engine.model.layers import MLP, Embedding, Linear, RMSNorm, fuse_rows
 from penelope_engine.model.paged_attention import AttentionPlan, paged_attention
 from penelope_engine.model.rope import RotaryCache, apply_rope
 
@@ -36,14 +37,21 @@ class SelfAttention(nn.Module):
         norm = cfg.has_qk_norm
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, **factory) if norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, **factory) if norm else None
+        self.split = (q_size, kv_size, kv_size)
+        self.pack()
+
+    def pack(self) -> None:
+        """q, k and v as one matmul (`fuse_rows`)."""
+        self.qkv = fuse_rows(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], step: _Step, layer: int
     ) -> torch.Tensor:
         tokens = x.shape[0]
-        q = self.q_proj(x).view(tokens, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        q, k, v = F.linear(x, self.qkv).split(self.split, dim=-1)
+        q = q.view(tokens, self.num_heads, self.head_dim)
+        k = k.view(tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
@@ -109,10 +117,14 @@ class Decoder(nn.Module):
         self.rotary = RotaryCache(config.head_dim, config.rope_theta, config.max_position, device)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Decoder:
-        # Moves that build new tensors (to_empty, some device moves) untie shared weights.
+        # Moves that build new tensors (dtype casts, to_empty, some device moves) untie
+        # shared weights and split fused ones into separate tensors: tie and fuse again.
         super()._apply(fn, recurse)
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        for module in self.modules():
+            if isinstance(module, (SelfAttention, MLP)):
+                module.pack()
         return self
 
     @property

@@ -146,7 +146,7 @@ def save_safetensors_dir(
     root.mkdir(parents=True, exist_ok=True)
     skipped = _tied_names(model.config)
     tensors = {
-        name: t.detach().contiguous().cpu()
+        name: t.detach().cpu().clone()  # fused weights are views: safetensors wants own storage
         for name, t in model.state_dict().items()
         if name not in skipped
     }

@@ -26,6 +26,22 @@ class Linear(nn.Module):
         return F.linear(x, self.weight)
 
 
+def fuse_rows(*linears: Linear) -> torch.Tensor:
+    """One ``[sum of out_features, in_features]`` matrix of the weights of `linears`.
+
+    Each Linear's weight becomes a view of its rows, so a loader that copies
+    into the named weights (HF names) fills the fused matrix too; one matmul
+    then replaces several. Call again after a move that builds new tensors.
+    """
+    fused = torch.cat([linear.weight.detach() for linear in linears])
+    row = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight.data = fused[row : row + rows]
+        row += rows
+    return fused
+
+
 class Embedding(nn.Module):
     def __init__(self, num_embeddings: int, dim: int, **factory: Any) -> None:
         super().__init__()
@@ -50,13 +66,19 @@ class RMSNorm(nn.Module):
 
 
 class MLP(nn.Module):
-    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+    """SwiGLU: ``down(silu(gate(x)) * up(x))``, gate and up as one matmul."""
 
     def __init__(self, hidden: int, intermediate: int, **factory: Any) -> None:
         super().__init__()
         self.gate_proj = Linear(hidden, intermediate, **factory)
         self.up_proj = Linear(hidden, intermediate, **factory)
         self.down_proj = Linear(intermediate, hidden, **factory)
+        self.intermediate = intermediate
+        self.pack()
+
+    def pack(self) -> None:
+        self.gate_up = fuse_rows(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, self.gate_up).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate).mul_(up))

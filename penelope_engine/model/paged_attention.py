@@ -5,8 +5,11 @@ sequences attended by one SDPA call each; every layer reuses the plan:
 
 - all sequences with a single query (decode steps) form one group: their
   keys are padded to the longest context and masked per row;
-- every sequence with several queries (prefill chunks, fused recompute of
-  holes plus new tokens) is its own group.
+- a sequence whose queries are all of its positions ``0 .. ctx-1`` (a fresh
+  prompt's first chunk) is a `CausalGroup`: SDPA's causal kernel, no mask
+  (`causal_attention`);
+- every other sequence with several queries (fused recompute of holes plus
+  new tokens) is its own masked group.
 
 Grouped-query attention folds the query heads that share a KV head into the
 query axis (``[G, kv_heads, ratio * Q, D]``), so no kernel sees repeated keys
@@ -26,8 +29,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from penelope_engine.model.attention import AttentionMetadata
-from penelope_engine.util import cdiv
+from penelope_engine.model.attention import AttentionMetadata, context_slots
+from penelope_engine.model.causal_attention import CausalGroup, attend_causal, causal_group
+
+__all__ = ["AttentionPlan", "context_slots", "paged_attention"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class AttentionPlan:
     """The groups of one step. Masks take ``ratio * Q * C`` elements per group, which the
     scheduler bounds by chunking prefills."""
 
-    groups: tuple[AttentionGroup, ...]
+    groups: tuple[AttentionGroup | CausalGroup, ...]
 
     @staticmethod
     def build(
@@ -55,19 +60,14 @@ class AttentionPlan:
         _check_metadata(meta, page_size)
         fold = _MaskFolder(gqa_ratio, dtype)
         singles = [s for s in range(meta.num_seqs) if _num_queries(meta, s) == 1]
-        groups = [_single_query_group(meta, singles, page_size, fold)] if singles else []
+        groups: list[AttentionGroup | CausalGroup] = []
+        if singles:
+            groups.append(_single_query_group(meta, singles, page_size, fold))
         for s in range(meta.num_seqs):
             if _num_queries(meta, s) > 1:
-                groups.append(_sequence_group(meta, s, page_size, fold))
+                causal = causal_group(meta, s, page_size)
+                groups.append(causal or _sequence_group(meta, s, page_size, fold))
         return AttentionPlan(tuple(groups))
-
-
-def context_slots(page_table: torch.Tensor, context_len: int, page_size: int) -> torch.Tensor:
-    """Flat KV slots of positions ``[0, context_len)`` of one sequence."""
-    num_pages = cdiv(context_len, page_size)
-    offsets = torch.arange(page_size, device=page_table.device)
-    slots = page_table[:num_pages, None].to(torch.int64) * page_size + offsets[None, :]
-    return slots.reshape(-1)[:context_len]
 
 
 def _num_queries(meta: AttentionMetadata, s: int) -> int:
@@ -148,7 +148,10 @@ def paged_attention(
     """
     out = torch.empty_like(q)
     for group in plan.groups:
-        out[group.rows] = _attend_group(q, k_cache, v_cache, group)
+        if isinstance(group, CausalGroup):
+            out[group.start : group.end] = attend_causal(q, k_cache, v_cache, group)
+        else:
+            out[group.rows] = _attend_group(q, k_cache, v_cache, group)
     return out
 
 
