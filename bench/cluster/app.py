@@ -1,0 +1,182 @@
+"""The application on the cluster: `serve deploy`, and what runs where.
+
+The bench is a Ray driver connected to the GCS (`connect`): it applies the
+`serve deploy` config (`deploy`, what the dashboard's REST API does with it)
+and reads state: the application's status, each engine replica's actor and
+node (Ray's state API), the nodes themselves. Every wait has a
+deadline and fails with what it saw last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.cluster.config import APP, ENGINE_DEPLOYMENT
+from bench.cluster.nodes import HEAD, WORKER, Cluster, ClusterError
+
+POLL_S = 0.5
+REPLICA_ACTOR = f"ServeReplica:{APP}:{ENGINE_DEPLOYMENT}"
+
+
+@dataclass(frozen=True, order=True)
+class Replica:
+    tag: str  # what `x-penelope-replica` names
+    actor_name: str
+    node_id: str
+    pid: int
+
+
+def terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextmanager
+def connect(cluster: Cluster) -> Iterator[None]:
+    """This process as a driver of `cluster` (token auth from the cluster's env)."""
+    import ray
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+    from bench.cluster.loopback import keep_loopback
+
+    os.environ.update(cluster.env)
+    # Ray read the auth mode when it was imported: read it again, with the cluster's token
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+    keep_loopback()
+    ray.init(address=cluster.gcs_address, log_to_driver=False, logging_level=logging.WARNING)
+    # ray.init replaced the SIGTERM handler with one that aborts: SIGTERM must unwind
+    # through the teardown like Ctrl-C does
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def deploy(config: dict[str, Any], path: Path) -> None:
+    """Apply a `serve deploy` config (also written to `path`) as the dashboard would.
+
+    `serve deploy` PUTs the config to the dashboard, whose Serve module starts
+    Serve and calls `deploy_apps` as a driver of its own; on this one-machine
+    cluster that driver resolves 127.0.0.1 to the machine's outward address
+    (see `bench.cluster.loopback`) and finds no raylet there. So this driver
+    does the same two calls with the same validated schema.
+    """
+    from ray.serve._private.api import serve_start
+    from ray.serve.schema import ServeDeploySchema
+
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    schema = ServeDeploySchema.model_validate(config)
+    client = serve_start(
+        http_options=schema.http_options.model_dump(),
+        proxy_location=schema.proxy_location,
+        grpc_options=schema.grpc_options.model_dump(),
+        global_logging_config=schema.logging_config,
+        controller_options=schema.controller_options,
+    )
+    client.deploy_apps(schema)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float) -> Any:
+    """Poll `check` until it returns something truthy; ClusterError naming `what` after that."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{what}: not within {timeout_s:g} s")
+        time.sleep(POLL_S)
+
+
+def app_state() -> tuple[str, dict[str, int]]:
+    """The application's status and the engine deployment's replica states."""
+    from ray import serve
+
+    status = serve.status().applications.get(APP)
+    if status is None:
+        return "NOT_STARTED", {}
+    engine = status.deployments.get(ENGINE_DEPLOYMENT)
+    replicas = engine.replica_states if engine else {}
+    states = {getattr(k, "value", str(k)): int(v) for k, v in replicas.items()}
+    return str(getattr(status.status, "value", status.status)), states
+
+
+def wait_running(timeout_s: float, replicas: int | None = None) -> None:
+    """Until the application runs (with `replicas` running engine replicas, if given)."""
+
+    def check() -> bool:
+        state, states = app_state()
+        if state == "DEPLOY_FAILED":
+            raise ClusterError(f"the application failed to deploy: {states}")
+        return state == "RUNNING" and (replicas is None or states == {"RUNNING": replicas})
+
+    wait_for(f"the application running with {replicas or 'its'} replicas", check, timeout_s)
+
+
+def wait_fleet(replicas: int, timeout_s: float) -> dict[str, int]:
+    """Until `replicas` engine replicas run, as Serve and Ray's state API both report;
+    replicas by node."""
+    wait_running(timeout_s, replicas)
+    found = wait_for(
+        f"{replicas} live engine replica actors",
+        lambda: len(r := engine_replicas()) == replicas and r,
+        timeout_s,
+    )
+    return replicas_by_node(found)
+
+
+def engine_replicas() -> list[Replica]:
+    """The live engine replica actors and their nodes."""
+    from ray.util.state import list_actors
+
+    actors = list_actors(
+        filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False
+    )
+    return sorted(
+        Replica(str(a.name).rpartition("#")[2], str(a.name), str(a.node_id), int(a.pid or 0))
+        for a in actors
+        if a.class_name == REPLICA_ACTOR
+    )
+
+
+def node_roles() -> dict[str, str]:
+    """node id -> HEAD or WORKER, for the nodes alive now."""
+    import ray
+
+    roles = {}
+    for n in ray.nodes():
+        if n.get("Alive"):
+            res = n.get("Resources", {})
+            roles[n["NodeID"]] = HEAD if f"penelope_{HEAD}" in res else WORKER
+    return roles
+
+
+def replicas_by_node(replicas: list[Replica]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in replicas:
+        counts[r.node_id] = counts.get(r.node_id, 0) + 1
+    return counts
+
+
+def kill_replica(replica: Replica) -> None:
+    """`ray.kill` the replica's actor (no restart: Serve starts a new replica)."""
+    import ray
+
+    ray.kill(ray.get_actor(replica.actor_name, namespace="serve"), no_restart=True)
+
+
+def wait_nodes(count: int, timeout_s: float) -> dict[str, str]:
+    return dict(
+        wait_for(f"{count} live nodes", lambda: len(r := node_roles()) == count and r, timeout_s)
+    )

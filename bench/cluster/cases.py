@@ -1,0 +1,175 @@
+"""Cases a-c: sessions that lose their replica, and what their next turn finds.
+
+Each case starts its own sessions on the fleet of two (one replica per node),
+runs `turns_before` turns, makes the fault, then runs one more turn:
+
+    replica_kill   a streamed turn of a session is cut: its replica's actor is
+                   `ray.kill`ed once tokens flow; Serve starts a new replica
+    node_loss      the same with the worker node's raylet SIGKILLed (its replica
+                   dies with it); after the next turn the worker joins again
+    downscale      the fleet is redeployed with `num_replicas: 1`; Serve stops the
+                   worker's replica (never the head's), which drains to the store
+
+Affected sessions are those whose last turn was answered by the lost replica.
+The entry of a case:
+
+    moved_sessions  affected sessions whose next turn another replica answered
+    store_tokens    usage.penelope.store_tokens summed over those next turns
+    identical       every turn of the case's sessions equals (text, completion
+                    tokens, finish reason) the same turn of the reference run
+    server_errors   5xx, error events and unfinished streams, the cut turn aside
+    cut             how the cut turn ended (an error event, then [DONE])
+    ok              all affected sessions moved, each loaded history from the
+                    store, identical, no server error, the cut turn ended cleanly
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.cluster import app
+from bench.cluster.client import Turn, cut_turn, turn_all
+from bench.cluster.config import AGENT_KEY
+from bench.cluster.nodes import WORKER, Cluster, kill_node
+from bench.side.plan import SessionPlan
+
+Answers = dict[tuple[str, int], tuple[str, int | None, str | None]]
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every case needs: where to send, the reference answers, how to redeploy."""
+
+    cluster: Cluster
+    url: str
+    reference: Answers  # (agent session id, turn) -> the reference run's answer
+    redeploy: Callable[[int], None]  # deploy the fleet with this many engine replicas
+    settle_timeout_s: float
+    request_timeout_s: float
+
+
+def case_sessions(case: str, plans: list[SessionPlan]) -> list[tuple[str, SessionPlan]]:
+    return [(f"{case}-{i}", p) for i, p in enumerate(plans)]
+
+
+def _by_tag() -> dict[str, app.Replica]:
+    return {r.tag: r for r in app.engine_replicas()}
+
+
+def _homes(turns: list[Turn]) -> dict[str, str]:
+    return {t.session: t.replica for t in turns}
+
+
+def _wait_gone(tags: set[str], timeout_s: float) -> None:
+    app.wait_for(f"replicas {sorted(tags)} gone", lambda: not (tags & set(_by_tag())), timeout_s)
+
+
+def _cut(run: Run, sessions: list[tuple[str, SessionPlan]], homes: dict[str, str],
+         on: set[str], k: int, fault: Callable[[str], Any]) -> Turn | None:  # fmt: skip
+    """Cut a streamed turn of a session living on one of `on` (None if none lives there)."""
+    sid, plan = next(((s, p) for s, p in sessions if homes.get(s) in on), (None, None))
+    if sid is None or plan is None:
+        return None
+    return cut_turn(run.url, sid, plan.turns[k], AGENT_KEY, fault, run.request_timeout_s)
+
+
+def replica_kill(run: Run, sessions: list[tuple[str, SessionPlan]], homes: dict[str, str],
+                 k: int) -> tuple[set[str], Turn | None]:  # fmt: skip
+    counts: dict[str, int] = {}
+    for tag in homes.values():
+        counts[tag] = counts.get(tag, 0) + 1
+    victim = max(counts, key=lambda t: counts[t])
+    killed: list[str] = []
+
+    def fault(tag: str) -> None:
+        app.kill_replica(_by_tag()[tag])
+        killed.append(tag)
+
+    cut = _cut(run, sessions, homes, {victim}, k, fault)
+    lost = set(killed) or {victim}
+    _wait_gone(lost, run.settle_timeout_s)
+    return lost, cut
+
+
+def node_loss(run: Run, sessions: list[tuple[str, SessionPlan]], homes: dict[str, str],
+              k: int) -> tuple[set[str], Turn | None]:  # fmt: skip
+    roles = app.node_roles()
+    lost = {r.tag for r in app.engine_replicas() if roles.get(r.node_id) == WORKER}
+    cut = _cut(run, sessions, homes, lost, k, lambda _tag: kill_node(run.cluster, WORKER))
+    if cut is None:
+        kill_node(run.cluster, WORKER)
+    app.wait_nodes(1, run.settle_timeout_s)
+    _wait_gone(lost, run.settle_timeout_s)
+    return lost, cut
+
+
+def downscale(run: Run, sessions: list[tuple[str, SessionPlan]], homes: dict[str, str],
+              k: int) -> tuple[set[str], Turn | None]:  # fmt: skip
+    before = set(_by_tag())
+    run.redeploy(1)
+    app.wait_running(run.settle_timeout_s, replicas=1)
+    lost = before - set(_by_tag())
+    _wait_gone(lost, run.settle_timeout_s)
+    return lost, None
+
+
+CASES = {"replica_kill": replica_kill, "node_loss": node_loss, "downscale": downscale}
+
+
+def run_case(run: Run, case: str, plans: list[SessionPlan]) -> dict[str, Any]:
+    """One case (see the module docstring); its entry of the result."""
+    t0 = time.monotonic()
+    sessions = case_sessions(case, plans)
+    last = len(plans[0].turns) - 1
+    # first turns one session at a time: the router sees each new session's load before
+    # it places the next, so a case's sessions spread over both replicas
+    turns = [
+        t for one in sessions for t in turn_all(run.url, [one], 0, AGENT_KEY, run.request_timeout_s)
+    ]
+    for k in range(1, last):
+        turns += turn_all(run.url, sessions, k, AGENT_KEY, run.request_timeout_s)
+    homes = _homes([t for t in turns if t.turn == last - 1])
+    lost, cut = CASES[case](run, sessions, homes, last)
+    after = turn_all(run.url, sessions, last, AGENT_KEY, run.request_timeout_s)
+    return summarize(case, turns + after, homes, lost, cut, run.reference, time.monotonic() - t0)
+
+
+def summarize(case: str, turns: list[Turn], homes: dict[str, str], lost: set[str],
+              cut: Turn | None, reference: Answers, elapsed_s: float,
+              ) -> dict[str, Any]:  # fmt: skip
+    last = max(t.turn for t in turns)
+    affected = sorted(s for s, tag in homes.items() if tag in lost)
+    nexts = {t.session: t for t in turns if t.turn == last and t.session in affected}
+    moved = [s for s in affected if nexts[s].status == 200 and nexts[s].replica not in lost]
+    mismatched = [
+        (t.session, t.turn) for t in turns if reference.get((t.session, t.turn)) != t.answer
+    ]
+    errors = sum(1 for t in turns if t.server_error)
+    cut_entry = None if cut is None else {
+        "status": cut.status, "error": cut.error, "done": cut.done, "replica": cut.replica
+    }  # fmt: skip
+    cut_ok = case == "downscale" or (cut is not None and cut.error is not None and cut.done)
+    entry = {
+        "moved_sessions": len(moved),
+        "affected_sessions": len(affected),
+        "store_tokens": sum(nexts[s].store_tokens for s in moved),
+        "usage_by_session": {s: nexts[s].usage.get("penelope") for s in moved},
+        "identical": not mismatched and bool(turns),
+        "mismatched_turns": mismatched,
+        "server_errors": errors,
+        "cut": cut_entry,
+        "lost_replicas": sorted(lost),
+        "elapsed_s": round(elapsed_s, 1),
+    }
+    entry["ok"] = bool(
+        affected
+        and len(moved) == len(affected)
+        and all(nexts[s].store_tokens > 0 for s in moved)
+        and entry["identical"]
+        and errors == 0
+        and cut_ok
+    )
+    return entry

@@ -1,0 +1,174 @@
+"""The cluster bench's HTTP client: greedy streamed turns whose answers can be compared.
+
+The sessions are `bench.side.plan`'s (seeded Claude Code sessions written as
+text prompts, one token per word; each prompt extends the previous turn's),
+sent as streamed `/v1/completions` with `temperature: 0`, the session in
+`x-session-id` and the tenant's API key. Unlike `bench.side.client`, a turn
+keeps what the model answered (text, completion tokens, finish reason), which
+replica answered and Penelope's `usage.penelope` breakdown, and how the
+stream ended (an error event, `[DONE]`), so a turn after a fault can be held
+against the same turn of the reference run.
+
+`cut_turn` streams one turn and, once tokens flow, runs a fault (a replica
+kill, a node loss) on the replica streaming it, while the stream is open, then
+reads the stream to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from bench.cluster.config import MODEL
+from bench.side.plan import SessionPlan, TurnPlan
+
+CUT_MAX_TOKENS = 400  # long enough to be mid-stream when the fault lands
+
+
+@dataclass(frozen=True)
+class Turn:
+    session: str
+    turn: int
+    status: int  # HTTP status (0: no response)
+    replica: str  # x-penelope-replica
+    text: str
+    finish_reason: str | None
+    usage: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # the error event's code, or a transport error
+    done: bool = False  # the stream ended with [DONE]
+
+    @property
+    def answer(self) -> tuple[str, int | None, str | None]:
+        """What greedy decoding must reproduce: text, completion tokens, finish reason."""
+        return self.text, self.usage.get("completion_tokens"), self.finish_reason
+
+    @property
+    def server_error(self) -> bool:
+        return (
+            self.status >= 500 or self.error is not None or (self.status == 200 and not self.done)
+        )
+
+    @property
+    def store_tokens(self) -> int:
+        return int((self.usage.get("penelope") or {}).get("store_tokens", 0))
+
+
+def _body(t: TurnPlan, max_tokens: int | None = None) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "prompt": t.prompt,
+        "max_tokens": max_tokens or t.max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+async def _read(
+    r: httpx.Response, replica: str, on_first_token: Callable[[str], Any] | None
+) -> dict[str, Any]:
+    got: dict[str, Any] = {"text": "", "finish": None, "usage": {}, "error": None, "done": False}
+    async for line in r.aiter_lines():
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            got["done"] = True
+            break
+        event = json.loads(line[6:])
+        if "error" in event:
+            got["error"] = str(event["error"].get("code"))
+            continue
+        for choice in event.get("choices") or ():
+            got["text"] += choice.get("text") or ""
+            got["finish"] = choice.get("finish_reason") or got["finish"]
+            if on_first_token is not None and choice.get("text"):
+                await asyncio.to_thread(on_first_token, replica)
+                on_first_token = None
+        got["usage"] = event.get("usage") or got["usage"]
+    return got
+
+
+async def send_turn(
+    http: httpx.AsyncClient,
+    sid: str,
+    k: int,
+    t: TurnPlan,
+    key: str,
+    max_tokens: int | None = None,
+    on_first_token: Callable[[str], Any] | None = None,
+) -> Turn:
+    headers = {"x-session-id": sid, "authorization": f"Bearer {key}"}
+    try:
+        async with http.stream(
+            "POST", "/v1/completions", json=_body(t, max_tokens), headers=headers
+        ) as r:
+            replica = r.headers.get("x-penelope-replica", "")
+            if r.status_code != 200:
+                await r.aread()
+                return Turn(sid, k, r.status_code, replica, "", None, error=r.text[:200])
+            got = await _read(r, replica, on_first_token)
+    except httpx.HTTPError as exc:
+        return Turn(sid, k, 0, "", "", None, error=f"transport:{type(exc).__name__}")
+    return Turn(
+        sid, k, 200, replica, got["text"], got["finish"], got["usage"], got["error"], got["done"]
+    )
+
+
+def _client(url: str, timeout_s: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(timeout_s, connect=30))
+
+
+async def _turn_all(
+    url: str, sessions: Sequence[tuple[str, SessionPlan]], k: int, key: str, timeout_s: float
+) -> list[Turn]:
+    async with _client(url, timeout_s) as http:
+        return list(
+            await asyncio.gather(*(send_turn(http, sid, k, p.turns[k], key) for sid, p in sessions))
+        )
+
+
+def turn_all(
+    url: str, sessions: Sequence[tuple[str, SessionPlan]], k: int, key: str, timeout_s: float
+) -> list[Turn]:
+    """Turn `k` of every session at once; their answers in `sessions`' order."""
+    return asyncio.run(asyncio.wait_for(_turn_all(url, sessions, k, key, timeout_s), timeout_s))
+
+
+async def _whole(
+    url: str, sessions: Sequence[tuple[str, SessionPlan]], key: str, timeout_s: float
+) -> list[Turn]:
+    async with _client(url, timeout_s) as http:
+
+        async def one(sid: str, p: SessionPlan) -> list[Turn]:
+            return [await send_turn(http, sid, k, t, key) for k, t in enumerate(p.turns)]
+
+        runs = await asyncio.gather(*(one(sid, p) for sid, p in sessions))
+    return [t for run in runs for t in run]
+
+
+def whole_sessions(
+    url: str, sessions: Sequence[tuple[str, SessionPlan]], key: str, timeout_s: float
+) -> list[Turn]:
+    """Every session's turns one after the other, the sessions at once (the reference run)."""
+    return asyncio.run(asyncio.wait_for(_whole(url, sessions, key, timeout_s), timeout_s))
+
+
+async def _cut(
+    url: str, sid: str, t: TurnPlan, key: str, fault: Callable[[str], Any], timeout_s: float
+) -> Turn:
+    async with _client(url, timeout_s) as http:
+        return await send_turn(
+            http, sid, -1, t, key, max_tokens=CUT_MAX_TOKENS, on_first_token=fault
+        )
+
+
+def cut_turn(
+    url: str, sid: str, t: TurnPlan, key: str, fault: Callable[[str], Any], timeout_s: float
+) -> Turn:
+    """A long streamed turn of `sid`; `fault(replica)` runs once its first tokens arrived."""
+    return asyncio.run(asyncio.wait_for(_cut(url, sid, t, key, fault, timeout_s), timeout_s))

@@ -1,0 +1,157 @@
+"""The cluster bench's settings (`ClusterConfig`) and the Serve config it deploys.
+
+The deployed config is `serve_config.yaml` itself with what a two-node run on a
+2-core machine changes (`serve_deploy_config`):
+
+    http_options     127.0.0.1 and a free port; the proxy on the head only
+    engine           tiny Qwen3 on CPU, a small pool; `store_uri` one directory both
+                     nodes reach (the cluster's temp dir), so replicas share the store
+    engine_deployment  a fixed fleet of two (cases a-c) or autoscaling from one with
+                     delays of seconds (the ramp), half a CPU per replica
+    ingress          API keys from a file (two keys, two tenants)
+    deployments:     Serve's per-deployment overrides: every engine replica takes one
+                     ENGINE_SLOT (so each node holds at most its slots of replicas), the
+                     ingress runs on the head (beside the proxy), and the case fleet's
+                     `num_replicas` (changing it is a lightweight update: no restart)
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.cluster.nodes import ENGINE_SLOT, HEAD, ROOT
+from bench.traces import DEFAULT_TRACE
+
+MODEL = "tiny-qwen3"
+APP = "penelope"
+ENGINE_DEPLOYMENT = "PenelopeEngine"  # deployments.builder's names
+INGRESS_DEPLOYMENT = "PenelopeIngress"
+SERVE_CONFIG = ROOT / "serve_config.yaml"
+REPLICA_CPUS = 0.5
+INGRESS_CPUS = 0.25
+AGENT_KEY, REFERENCE_KEY = "agents-key", "reference-key"
+AGENT_TENANT, REFERENCE_TENANT = "agents", "reference"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    sessions: int = 4  # agent sessions per case, each started just before its case
+    turns_before: int = 1  # turns each session runs before the fault; one more after it
+    max_tokens: int = 8  # output tokens per turn (greedy)
+    window_tokens: int = 1024  # only trace sessions whose turns all fit are drawn
+    seed: int = 0
+    device_pages: int = 256  # per replica, 16-token pages
+    host_pages: int = 128
+    node_cpus: int = 1  # CPUs each node offers Ray (two nodes share this machine)
+    ramp_sessions: int = 6  # the autoscaling load ramp (bench.load's client)
+    ramp_s: float = 20.0
+    load_s: float = 40.0
+    target_ongoing_requests: float = 1.0
+    downscale_delay_s: float = 15.0  # longer than a lull in the ramp's closed-loop load
+    settle_timeout_s: float = 120.0  # each wait for the fleet to change (recover, scale)
+    startup_timeout_s: float = 300.0  # cluster up, application running
+    request_timeout_s: float = 120.0  # one HTTP request
+    trace: str = str(DEFAULT_TRACE)
+
+    def __post_init__(self) -> None:
+        if min(self.sessions, self.turns_before, self.max_tokens, self.ramp_sessions) < 1:
+            raise ValueError("sessions, turns_before, max_tokens and ramp_sessions must be >= 1")
+        if min(self.settle_timeout_s, self.startup_timeout_s, self.request_timeout_s) <= 0:
+            raise ValueError("timeouts must be positive")
+        if self.node_cpus < REPLICA_CPUS + INGRESS_CPUS:
+            raise ValueError("node_cpus must hold a replica and the ingress: >= 0.75")
+
+    @property
+    def turns(self) -> int:
+        return self.turns_before + 1
+
+
+def api_keys_text() -> str:
+    return f"{AGENT_KEY}:{AGENT_TENANT}\n{REFERENCE_KEY}:{REFERENCE_TENANT}\n"
+
+
+def _args(cfg: ClusterConfig, base: dict[str, Any], store_uri: str, keys_file: str) -> dict:
+    args = copy.deepcopy(base)
+    engine = args["engine"]
+    engine["model"] = MODEL
+    engine["cache"].update(
+        device_pages=cfg.device_pages,
+        host_pages=cfg.host_pages,
+        store_uri=store_uri,
+        store_bytes=256 << 20,
+    )
+    d = args["engine_deployment"]
+    d["num_cpus"] = REPLICA_CPUS
+    d["max_ongoing_requests"] = 4
+    d["max_queued_requests"] = 32
+    args["ingress"].update(num_cpus=INGRESS_CPUS, api_keys_file=keys_file)
+    args["router"]["stats_period_s"] = 0.5
+    # new sessions are spread by load, not drawn to the replica holding the shared prefix:
+    # every case needs sessions on both nodes
+    args["router"]["options"] = {**args["router"].get("options", {}), "prefix_affinity": False}
+    return args
+
+
+def fleet_args(args: dict[str, Any]) -> dict[str, Any]:
+    """Cases a-c: a fixed fleet (its size is set in the `deployments:` overrides)."""
+    d = args["engine_deployment"]
+    d["autoscaling"] = None
+    d["num_replicas"] = 2
+    return args
+
+
+def autoscaling_args(args: dict[str, Any], cfg: ClusterConfig) -> dict[str, Any]:
+    """The ramp: from one replica up to two (one per node), with delays of seconds."""
+    a = args["engine_deployment"]["autoscaling"]
+    a.update(
+        min_replicas=1,
+        max_replicas=2,
+        initial_replicas=1,
+        target_ongoing_requests=cfg.target_ongoing_requests,
+        upscale_delay_s=1.0,
+        downscale_delay_s=cfg.downscale_delay_s,
+        look_back_period_s=2.0,
+    )
+    # a session used in the last 10 s is live (not 3 minutes): the fleet may shrink soon
+    # after the load stops
+    a["kv_pressure"]["working_set_window_s"] = 10.0
+    args["ingress"].pop("api_keys_file")  # bench.load's client sends no key
+    return args
+
+
+def serve_deploy_config(
+    cfg: ClusterConfig,
+    port: int,
+    store_uri: str,
+    keys_file: str,
+    num_replicas: int | None,
+    base_path: Path = SERVE_CONFIG,
+) -> dict[str, Any]:
+    """The `serve deploy` config: the fixed fleet of `num_replicas`, or autoscaling (None)."""
+    base = yaml.safe_load(base_path.read_text())
+    app = base["applications"][0]
+    args = _args(cfg, app["args"], store_uri, keys_file)
+    engine_override: dict[str, Any] = {
+        "name": ENGINE_DEPLOYMENT,
+        "ray_actor_options": {"num_cpus": REPLICA_CPUS, "resources": {ENGINE_SLOT: 1}},
+    }
+    if num_replicas is None:
+        args = autoscaling_args(args, cfg)
+    else:
+        args = fleet_args(args)
+        engine_override["num_replicas"] = num_replicas
+    ingress_override = {
+        "name": INGRESS_DEPLOYMENT,
+        "ray_actor_options": {"num_cpus": INGRESS_CPUS, "resources": {f"penelope_{HEAD}": 0.1}},
+    }
+    app.update(name=APP, args=args, deployments=[engine_override, ingress_override])
+    return {
+        "proxy_location": "HeadOnly",
+        "http_options": {"host": "127.0.0.1", "port": port},
+        "applications": [app],
+    }

@@ -1,0 +1,77 @@
+"""One streamed `/v1/completions` request over token ids, timed chunk by chunk."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+
+@dataclass
+class Stream:
+    """When a request was sent and when each chunk carrying a token arrived (monotonic)."""
+
+    sent: float
+    chunk_times: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def ttft_s(self) -> float:
+        return self.chunk_times[0] - self.sent
+
+
+def first_model(url: str) -> str:
+    r = httpx.get(f"{url}/v1/models", timeout=30)
+    r.raise_for_status()
+    return str(r.json()["data"][0]["id"])
+
+
+def complete(
+    url: str,
+    model: str,
+    prompt: list[int],
+    max_tokens: int,
+    timeout_s: float,
+    session: str | None = None,
+) -> Stream:
+    """Greedy, streamed, with usage; raises on an HTTP error or a stream without tokens."""
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"x-session-id": session} if session else {}
+    stream = Stream(sent=time.monotonic())
+    with httpx.stream(
+        "POST", f"{url}/v1/completions", json=body, headers=headers, timeout=timeout_s
+    ) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{url}: status {r.status_code}: {r.read()[:300]!r}")
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                _take(stream, json.loads(line[6:]))
+    if not stream.chunk_times:
+        raise RuntimeError(f"{url}: the stream carried no token")
+    return stream
+
+
+def _take(stream: Stream, chunk: dict) -> None:  # type: ignore[type-arg]
+    for choice in chunk.get("choices") or ():
+        finish = choice.get("finish_reason")
+        if choice.get("text") or finish is None:  # not a bare closing chunk
+            stream.chunk_times.append(time.monotonic())
+        stream.finish_reason = finish or stream.finish_reason
+    usage = chunk.get("usage")
+    if usage:
+        stream.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        stream.completion_tokens = int(usage.get("completion_tokens") or 0)
+        details = usage.get("prompt_tokens_details") or {}
+        stream.cached_tokens = int(details.get("cached_tokens") or 0)

@@ -1,0 +1,68 @@
+"""Medians over runs, ratios ours/theirs, and the printed table."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+FIGURES = ("prefill_tok_s", "ttft_2k_s", "decode_b1_tok_s", "decode_b8_tok_s")
+LOWER_IS_BETTER = ("ttft_2k_s",)
+
+
+def figure_keys(batch: int) -> list[str]:
+    names = [f.replace("b8", f"b{batch}") for f in FIGURES]
+    return [k for name in names for k in (name, f"{name}_per_cpu_s")]
+
+
+def medians(runs: list[dict[str, Any]], batch: int) -> dict[str, Any]:
+    """Median of every figure over `runs`, and the session's turns median by turn."""
+    out: dict[str, Any] = {
+        k: round(statistics.median(r[k] for r in runs), 4) for k in figure_keys(batch)
+    }
+    turns = []
+    for i, first in enumerate(runs[0]["session"]):
+        rows = [r["session"][i] for r in runs]
+        turns.append(
+            {
+                "turn": first["turn"],
+                "prompt_tokens": first["prompt_tokens"],
+                **{
+                    k: round(statistics.median(row[k] for row in rows), 4)
+                    for k in ("ttft_s", "ttft_cpu_s", "cached_tokens")
+                },
+            }
+        )
+    out["session"] = turns
+    return out
+
+
+def ratios(ours: dict[str, Any], theirs: dict[str, Any], batch: int) -> dict[str, float]:
+    """ours / theirs, inverted for TTFT, so every ratio above 1 means we are ahead."""
+    out = {}
+    for k in figure_keys(batch):
+        a, b = ours[k], theirs[k]
+        lower = any(k.startswith(name) for name in LOWER_IS_BETTER)
+        num, den = (b, a) if lower else (a, b)
+        out[k] = round(num / den, 3) if den else float("nan")
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    batch = result["config"]["batch"]
+    sides = [s for s in ("ours", "theirs") if result.get(s)]
+    cols = ["figure", *sides] + (["ratio"] if result.get("ratios") else [])
+    rows = [cols]
+    for k in figure_keys(batch):
+        row = [k, *(str(result[s][k]) for s in sides)]
+        if result.get("ratios"):
+            row.append(str(result["ratios"][k]))
+        rows.append(row)
+    for i, turn in enumerate(result["ours"]["session"]):
+        name = f"turn {turn['turn']} ttft_s / cached"
+        row = [name]
+        for s in sides:
+            t = result[s]["session"][i]
+            row.append(f"{t['ttft_s']} / {t['cached_tokens']}")
+        rows.append(row + ([""] if result.get("ratios") else []))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
