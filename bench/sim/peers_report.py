@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.sim.cliargs import comma_list
 from bench.sim.report import save_figure
 from bench.sim.setups import Setup
 from penelope_engine.helpformat import parser
@@ -187,6 +188,14 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return document(config, runs)
 
 
+def select(doc: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The document with only the named set-ups (best peer and ratios taken again)."""
+    missing = set(names) - {r["name"] for r in doc["runs"]}
+    if missing:
+        raise ValueError(f"set-ups {sorted(missing)} are not in the document")
+    return document(doc["config"], [r for r in doc["runs"] if r["name"] in names])
+
+
 def _side_by_side(docs: list[dict[str, Any]]) -> dict[str, Any]:
     seeds = docs[0]["config"]["turns"]
     names = [r["name"] for d in docs for r in d["runs"]]
@@ -201,10 +210,16 @@ def _side_by_side(docs: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = parser("python -m bench.sim.peers_report", __doc__)
     ap.add_argument("files", type=Path, nargs="+", help="bench peers --json files")
+    ap.add_argument(
+        "--only", type=comma_list(str), default=None, help="keep these set-ups of each file"
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the merged results here")
     ap.add_argument("--plot", type=Path, default=None, help="PNG of mean TTFT per set-up")
     args = ap.parse_args(argv)
-    doc = merge([json.loads(p.read_text()) for p in args.files])
+    docs = [json.loads(p.read_text()) for p in args.files]
+    if args.only:
+        docs = [select(d, args.only) for d in docs]
+    doc = merge(docs)
     print(table(doc["runs"], doc["vs_best_peer"]))
     if args.json is not None:
         args.json.write_text(json.dumps(doc, indent=1))

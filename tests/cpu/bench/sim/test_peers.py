@@ -112,6 +112,11 @@ def test_peers_json_names_the_best_peer_and_penelopes_ratio(tmp_path: Path) -> N
     assert m["best_peer"] == d["best_peer"] and m["vs_best_peer"] == d["vs_best_peer"]
     with pytest.raises(ValueError, match="same seeds"):
         peers_report.main([str(halves[1]), str(parts[0])])
+    # --only keeps some set-ups of each file, and then the seeds merge again
+    assert peers_report.main([*map(str, parts), "--only", "penelope", "--json", str(merged)]) == 0
+    m = json.loads(merged.read_text())
+    assert [r["name"] for r in m["runs"]] == ["penelope"]
+    assert m["runs"][0]["per_seed"] == runs["penelope"]["per_seed"]
 
 
 def test_true_lengths_end_sessions_at_the_window() -> None:
