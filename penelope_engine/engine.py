@@ -246,7 +246,8 @@ class Engine:
         return self.cache.shared_prefix_hashes(limit)
 
     def drain_to_store(self, deadline_s: float = DRAIN_DEADLINE_S) -> int:
-        """Write every cached page the store lacks, and the sessions' records; pages written.
+        """Write every cached page the store lacks, and the session records that left
+        stale; pages written (`handover.last_drain` has the rest).
 
         Called when a replica leaves (downscale, drain): the sessions it held
         are then served from the shared store wherever they go next.

@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,6 +42,17 @@ from penelope_engine.tree import Node
 from penelope_engine.write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """What a drain did: pages and records written (the rest were in the store already)."""
+
+    pages: int
+    records: int
+    records_left: int  # stale records the deadline left unwritten
+    in_time: bool  # the writes behind and the pages finished within the deadline
+    seconds: float
 
 
 class SessionHandover:
@@ -56,6 +68,7 @@ class SessionHandover:
         self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
         self.deferred_pages = 0  # pages not written behind for want of room (offered again)
         self._recorded: dict[str, int] = {}  # session id -> pages in its last record
+        self.last_drain: DrainReport | None = None
 
     # -- any thread ------------------------------------------------------------------
     def fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
@@ -108,40 +121,65 @@ class SessionHandover:
         nbytes = sum(s.nbytes for s in snaps)
         public = any(s.owner == PUBLIC for s in snaps)
         job = lambda: self._write(snaps, tenant, session_id, pages, public)  # noqa: E731
+        self._recorded[session_id] = len(seen)  # before the job runs: a failed one undoes it
         if not self.writer.submit(nbytes, job):
-            return 0  # closed: the pages stay unstored, a drain may still write them
+            self._recorded.pop(session_id, None)  # pages unstored, record stale: a drain writes
+            return 0
         for node, idx in taken:
             self.cache.mark_stored(node, idx)
-        self._recorded[session_id] = len(seen)
         return sum(len(idx) for _, idx in taken)
 
     def drain(self, deadline_s: float) -> int:
-        """Write every cached page the store lacks, then every session's record; pages written.
+        """Write every cached page the store lacks, then the records those writes (or a
+        refused write behind) left stale; pages written. All within `deadline_s`.
 
         Called when a replica leaves (downscale, redeploy): its sessions are then
-        served from the shared store wherever they go next. Waits for the writes
-        behind first, all within `deadline_s`.
+        served from the shared store wherever they go next. The writes behind go
+        first (a record is never written ahead of its segments). A session whose
+        record this replica wrote at its current length is not written again: it
+        may since have moved on, and another replica's longer record must stand.
         """
-        end = time.monotonic() + deadline_s
-        if not self.flush(deadline_s):
+        t0 = time.monotonic()
+        end = t0 + deadline_s
+        flushed = self.flush(deadline_s)
+        if not flushed:
             log.warning("drain: store writes behind still running after %g s", deadline_s)
-        written = 0
-        tiers = self.tiers
+        pages, touched, late = self._drain_pages(end)
+        records = stale = 0
+        for sid, tenant in list(self.tenants.items()):
+            info = self.cache.sessions.get(sid)
+            if info is None or not len(info.seen_hashes):
+                continue
+            rewritten = any(id(node) in touched for node in _path(info.leaf))
+            if self._recorded.get(sid) == len(info.seen_hashes) and not rewritten:
+                continue  # its record (written behind) is current
+            if time.monotonic() > end:
+                stale += 1
+                continue
+            seen = info.seen_hashes.tolist()
+            if self.store.put_record(tenant, sid, [(self.tiers.owner(tenant, h), h) for h in seen]):
+                self._recorded[sid] = len(seen)
+                records += 1
+        in_time = flushed and not late
+        self.last_drain = DrainReport(pages, records, stale, in_time, time.monotonic() - t0)
+        if stale or late:
+            log.warning("drain: deadline of %g s passed: %s", deadline_s, self.last_drain)
+        return pages
+
+    def _drain_pages(self, end: float) -> tuple[int, set[int], bool]:
+        """Write the cached pages the store lacks until `end`: pages written, the ids of
+        the nodes they belong to, and whether the deadline cut it short."""
+        tiers, written, touched = self.tiers, 0, set[int]()
         for node in list(self.cache.tree.iter_nodes()):
+            if time.monotonic() > end:
+                return written, touched, True
             for pool, slots in ((tiers.host, node.host), (tiers.device, node.device)):
                 idx = np.flatnonzero((slots >= 0) & ~node.stored)
                 if pool is not None and len(idx) and tiers.write_segments(pool, slots, node, idx):
                     self.cache.mark_stored(node, idx)
                     written += len(idx)
-        records = 0
-        for sid, tenant in list(self.tenants.items()):
-            if time.monotonic() > end:
-                log.warning("drain: %d session records left unwritten", len(self.tenants) - records)
-                break
-            seen = self.cache.session(sid).seen_hashes.tolist()
-            pages = [(tiers.owner(tenant, h), h) for h in seen]
-            records += bool(pages) and self.store.put_record(tenant, sid, pages)
-        return written
+                    touched.add(id(node))
+        return written, touched, False
 
     def _snapshot(self, node: Node, idx: np.ndarray) -> list[PageSnapshot]:
         """Copies of pages `idx` of `node`, read from the host where it has them."""
@@ -165,8 +203,8 @@ class SessionHandover:
         session's, and the public prefix's when its pages were among them."""
         for snap in snaps:
             self.store.put(snap.segment(self.store.namespace))
-        if pages:
-            self.store.put_record(tenant, session_id, pages)
+        if pages and not self.store.put_record(tenant, session_id, pages):
+            self._recorded.pop(session_id, None)  # unwritten: a drain writes it
         head = [p for p in itertools.takewhile(lambda p: p[0] == PUBLIC, pages)]
         if public and head:
             self.store.put_record(PUBLIC, _public_name(head[-1][1]), head)

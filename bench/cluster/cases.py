@@ -134,11 +134,19 @@ def run_case(run: Run, case: str, plans: list[SessionPlan]) -> dict[str, Any]:
     homes = _homes([t for t in turns if t.turn == last - 1])
     lost, cut = CASES[case](run, sessions, homes, last)
     after = turn_all(run.url, sessions, last, AGENT_KEY, run.request_timeout_s)
-    return summarize(case, turns + after, homes, lost, cut, run.reference, time.monotonic() - t0)
+    # a trace session may rewrite its context between turns: its next prompt then shares
+    # only a prefix with the history the fleet held, and may have none to load
+    rewrites = {
+        s for s, p in sessions if not p.turns[last].prompt.startswith(p.turns[last - 1].prompt)
+    }
+    return summarize(
+        case, turns + after, homes, lost, cut, run.reference, time.monotonic() - t0, rewrites
+    )
 
 
 def summarize(case: str, turns: list[Turn], homes: dict[str, str], lost: set[str],
               cut: Turn | None, reference: Answers, elapsed_s: float,
+              rewrites: set[str] = frozenset(),  # type: ignore[assignment]
               ) -> dict[str, Any]:  # fmt: skip
     last = max(t.turn for t in turns)
     affected = sorted(s for s, tag in homes.items() if tag in lost)
@@ -162,14 +170,20 @@ def summarize(case: str, turns: list[Turn], homes: dict[str, str], lost: set[str
         "server_errors": errors,
         "cut": cut_entry,
         "lost_replicas": sorted(lost),
+        "rewritten_sessions": sorted(rewrites & set(moved)),
         "elapsed_s": round(elapsed_s, 1),
     }
     entry["ok"] = bool(
         affected
         and len(moved) == len(affected)
-        and all(nexts[s].store_tokens > 0 for s in moved)
+        and all(nexts[s].store_tokens > 0 for s in moved if s not in rewrites)
+        and all(_recomputed(nexts[s]) == 0 for s in moved)
         and entry["identical"]
         and errors == 0
         and cut_ok
     )
     return entry
+
+
+def _recomputed(t: Turn) -> int:
+    return int((t.usage.get("penelope") or {}).get("recomputed_tokens", 0))

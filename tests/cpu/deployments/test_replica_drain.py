@@ -1,0 +1,74 @@
+"""A leaving engine replica drains to the store and says how much, even when it is nothing.
+
+`penelope bench cluster` counts drained pages from the replicas' logs, so the
+line must reach Serve's logger (the replica's own log file) at 0 too: with
+writes behind, 0 is the usual count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from deployments.engine_replica import SERVE_LOG, EngineReplica
+
+
+class FakeEngine:
+    def __init__(self, written: int | Exception) -> None:
+        self.written = written
+        self.shut = False
+
+    def drain_to_store(self) -> int:
+        if isinstance(self.written, Exception):
+            raise self.written
+        return self.written
+
+    async def shutdown(self) -> None:
+        self.shut = True
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+class _Replica(EngineReplica):
+    def __del__(self) -> None:  # type: ignore[override]
+        """Garbage collection must not call the async one (Serve awaits it, below)."""
+
+
+def _leave(written: int | Exception) -> tuple[EngineReplica, FakeEngine, list[str]]:
+    replica = object.__new__(_Replica)  # no Serve context: only what __del__ reads
+    engine = FakeEngine(written)
+    replica._engine = engine  # type: ignore[assignment]
+    replica._reporter = None
+    replica._sink = None
+    replica.drained_pages = None
+    handler, level = Lines(), SERVE_LOG.level
+    SERVE_LOG.addHandler(handler)
+    SERVE_LOG.setLevel(logging.INFO)
+    try:
+        asyncio.run(EngineReplica.__del__(replica))
+    finally:
+        SERVE_LOG.removeHandler(handler)
+        SERVE_LOG.setLevel(level)
+    return replica, engine, handler.lines
+
+
+@pytest.mark.parametrize("written", [0, 7])
+def test_the_drain_is_logged_and_kept_whatever_it_wrote(written: int) -> None:
+    replica, engine, lines = _leave(written)
+    assert replica.drained_pages == written and engine.shut
+    assert any(f"drained {written} KV pages to the store" in line for line in lines), lines
+
+
+def test_a_failed_drain_is_logged_and_the_engine_still_shuts_down() -> None:
+    replica, engine, lines = _leave(OSError("store gone"))
+    assert engine.shut and replica.drained_pages is None
+    assert any("draining KV to the store before shutdown failed" in line for line in lines)
