@@ -164,22 +164,24 @@ def document(config: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, An
 
 
 def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The same set-ups over the seeds of every document, in order; or, where the
-    documents ran the same seeds, every document's set-ups side by side."""
+    """The same set-ups (in any order) over the seeds of every document; or, where the
+    documents ran the same seeds, every document's set-ups side by side. Metrics some
+    document lacks (an older file) are left out."""
     names = [r["name"] for r in docs[0]["runs"]]
-    if any([r["name"] for r in d["runs"]] != names for d in docs[1:]):
+    if any(sorted(r["name"] for r in d["runs"]) != sorted(names) for d in docs[1:]):
         return _side_by_side(docs)
+    by_name = [{r["name"]: r for r in d["runs"]} for d in docs]
     runs = []
-    for i in range(len(names)):
-        keys = docs[0]["runs"][i]["per_seed"].keys()
+    for name in names:
+        mine = [b[name] for b in by_name]
+        keys = [k for k in mine[0]["per_seed"] if all(k in r["per_seed"] for r in mine)]
         per_seed = [
-            {k: d["runs"][i]["per_seed"][k][j] for k in keys}
-            for d in docs
-            for j in range(len(d["runs"][i]["per_seed"]["mean_ttft_s"]))
+            {k: r["per_seed"][k][j] for k in keys}
+            for r in mine
+            for j in range(len(r["per_seed"]["mean_ttft_s"]))
         ]
-        first = docs[0]["runs"][i]
-        about = {k: first[k] for k in ("name", "system", "router", "cache", "levers")}
-        about["tuned"] = first.get("tuned", False)
+        about = {k: mine[0][k] for k in ("name", "system", "router", "cache", "levers")}
+        about["tuned"] = mine[0].get("tuned", False)
         runs.append(summarize(about, per_seed))
     config = dict(docs[0]["config"])
     for key in ("dropped_turns", "turns"):
@@ -213,12 +215,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--only", type=comma_list(str), default=None, help="keep these set-ups of each file"
     )
+    ap.add_argument(
+        "--rename",
+        type=comma_list(str),
+        default=[],
+        help="OLD=NEW,...: rename set-ups of each file (after --only)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the merged results here")
     ap.add_argument("--plot", type=Path, default=None, help="PNG of mean TTFT per set-up")
     args = ap.parse_args(argv)
     docs = [json.loads(p.read_text()) for p in args.files]
     if args.only:
         docs = [select(d, args.only) for d in docs]
+    pairs = [r.split("=", 1) for r in args.rename]
+    if any(len(p) != 2 for p in pairs):
+        ap.error("--rename takes OLD=NEW pairs")
+    for d in docs:
+        for r in d["runs"]:
+            r["name"] = dict(pairs).get(r["name"], r["name"])
     doc = merge(docs)
     print(table(doc["runs"], doc["vs_best_peer"]))
     if args.json is not None:

@@ -112,11 +112,26 @@ def test_peers_json_names_the_best_peer_and_penelopes_ratio(tmp_path: Path) -> N
     assert m["best_peer"] == d["best_peer"] and m["vs_best_peer"] == d["vs_best_peer"]
     with pytest.raises(ValueError, match="same seeds"):
         peers_report.main([str(halves[1]), str(parts[0])])
+    # set-ups in another order, one file without a metric: aligned by name, metric left out
+    shuffled = json.loads(parts[1].read_text())
+    shuffled["runs"].reverse()
+    for r in shuffled["runs"]:
+        del r["per_seed"]["mean_ttft_floor_s"]
+    parts[1].write_text(json.dumps(shuffled))
+    assert peers_report.main([*map(str, parts), "--json", str(merged)]) == 0
+    m = json.loads(merged.read_text())
+    assert [r["per_seed"]["mean_ttft_s"] for r in m["runs"]] == [
+        r["per_seed"]["mean_ttft_s"] for r in d["runs"]
+    ]
+    assert all("mean_ttft_floor_s" not in r["per_seed"] for r in m["runs"])
     # --only keeps some set-ups of each file, and then the seeds merge again
     assert peers_report.main([*map(str, parts), "--only", "penelope", "--json", str(merged)]) == 0
     m = json.loads(merged.read_text())
     assert [r["name"] for r in m["runs"]] == ["penelope"]
-    assert m["runs"][0]["per_seed"] == runs["penelope"]["per_seed"]
+    renamed = ["--only", "penelope", "--rename", "penelope=penelope - chunk cap"]
+    assert peers_report.main([*map(str, parts), *renamed, "--json", str(merged)]) == 0
+    assert [r["name"] for r in json.loads(merged.read_text())["runs"]] == ["penelope - chunk cap"]
+    assert m["runs"][0]["per_seed"]["mean_ttft_s"] == runs["penelope"]["per_seed"]["mean_ttft_s"]
 
 
 def test_true_lengths_end_sessions_at_the_window() -> None:
