@@ -92,6 +92,7 @@ def run(
         )
         outs, engine = replay(lm, prompts, cache, max_tokens)
         s = engine.stats()
+        engine.close()  # its store writes behind end before the store's directory goes
     return {
         "device_tokens": s.tokens_device,
         "host_tokens": s.tokens_host,

@@ -112,6 +112,7 @@ def run_engine(
     sim = Simulator(wl, sim_cfg, cost_model(kv), 0, [engine])
     sim.run()
     engine.check_integrity()
+    engine.close()  # its store writes behind end before the caller removes the store
     return sim.requests, sim.failed
 
 
