@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +26,22 @@ from typing import Any
 POLL_S = 0.1
 KILL_GRACE_S = 5.0
 TAIL_LINES = 20
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """Stop a server started in its own process group: SIGTERM, then SIGKILL after
+    `grace_s`; returns once it has exited (or was already gone)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 class ChildFailed(RuntimeError):

@@ -13,7 +13,6 @@ out each group gets SIGTERM, then SIGKILL, and its log is removed.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.child import stop_group
 from bench.side.config import SideConfig, serve_command_args
 from bench.side.ray_app import ROOT, free_port, wait_http
 
@@ -56,22 +56,8 @@ def process(argv: list[str], name: str) -> Iterator[Started]:
     try:
         yield Started(name, proc, Path(log_name))
     finally:
-        _stop(proc)
+        stop_group(proc, STOP_GRACE_S)
         Path(log_name).unlink(missing_ok=True)  # a failure to start already quoted its end
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 @contextmanager

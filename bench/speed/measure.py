@@ -42,6 +42,11 @@ def prompt(cfg: SpeedConfig, n: int, *key: object) -> list[int]:
 def prefill(side: Side, cfg: SpeedConfig, run: int) -> dict[str, float]:
     s = complete(side.url, side.model, prompt(cfg, cfg.prompt_tokens, "prefill", run), 1,
                  cfg.request_timeout_s)  # fmt: skip
+    if s.cached_tokens:  # e.g. a second bench against the same long-lived peer
+        raise RuntimeError(
+            f"{side.name}: {s.cached_tokens} tokens of the fresh prompt were cached, so this "
+            "is no prefill figure: pass another --seed or restart that server"
+        )
     cpu = side.clock.between(s.sent, s.chunk_times[0])
     return {
         "prefill_tok_s": cfg.prompt_tokens / s.ttft_s,

@@ -8,7 +8,6 @@ of its log is raised. On the way out its group gets SIGTERM, then SIGKILL.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.child import stop_group
 from bench.speed.config import SpeedConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def penelope_server(cfg: SpeedConfig) -> Iterator[Server]:
         _wait_health(url, proc, log, cfg.startup_timeout_s)
         yield Server(url, proc.pid)
     finally:
-        _stop(proc)
+        stop_group(proc, STOP_GRACE_S)
         log.unlink(missing_ok=True)
 
 
@@ -84,17 +84,3 @@ def _wait_health(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: 
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
     why = "exited" if proc.poll() is not None else f"was not up within {timeout_s:g} s"
     raise RuntimeError(f"penelope serve {why}; end of its log:\n{tail}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            continue

@@ -49,7 +49,7 @@ def attend_causal(
 ) -> torch.Tensor:
     """Rows ``[start, end)`` of `q` ``[T, heads, D]`` attended; returns ``[Q, heads, D]``."""
     qg = q[group.start : group.end].transpose(0, 1)[None]  # [1, H, Q, D]
-    kg = k_cache[group.key_slots].transpose(0, 1)[None]  # [1, Hkv, Q, D]
-    vg = v_cache[group.key_slots].transpose(0, 1)[None]
+    kg = k_cache.index_select(0, group.key_slots).transpose(0, 1)[None]  # [1, Hkv, Q, D]
+    vg = v_cache.index_select(0, group.key_slots).transpose(0, 1)[None]
     out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=True)
     return out[0].transpose(0, 1)

@@ -47,17 +47,21 @@ class SelfAttention(nn.Module):
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], step: _Step, layer: int
     ) -> torch.Tensor:
-        tokens = x.shape[0]
-        q, k, v = F.linear(x, self.qkv).split(self.split, dim=-1)
-        q = q.view(tokens, self.num_heads, self.head_dim)
-        k = k.view(tokens, self.num_kv_heads, self.head_dim)
-        v = v.view(tokens, self.num_kv_heads, self.head_dim)
+        tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
+        qkv = F.linear(x, self.qkv)
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            q, k, v = qkv.split(self.split, dim=-1)
+            q = self.q_norm(q.view(tokens, heads, self.head_dim))
+            k = self.k_norm(k.view(tokens, kv_heads, self.head_dim))
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        else:  # q and k rotated as one tensor: the same elementwise ops, half the calls
+            qk, v = qkv.split((self.split[0] + self.split[1], self.split[2]), dim=-1)
+            qk = apply_rope(qk.view(tokens, heads + kv_heads, self.head_dim), *rope)
+            q, k = qk.split((heads, kv_heads), dim=1)
+        v = v.view(tokens, kv_heads, self.head_dim)
         k_cache, v_cache = step.kv.k[layer], step.kv.v[layer]
-        k_cache[step.slot_mapping] = k.to(k_cache.dtype)
-        v_cache[step.slot_mapping] = v.to(v_cache.dtype)
+        k_cache.index_copy_(0, step.slot_mapping, k.to(k_cache.dtype))
+        v_cache.index_copy_(0, step.slot_mapping, v.to(v_cache.dtype))
         out = paged_attention(q, k_cache, v_cache, step.plan)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 

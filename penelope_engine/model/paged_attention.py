@@ -43,6 +43,7 @@ class AttentionGroup:
     num_queries: int  # Q, query rows per sequence
     key_slots: torch.Tensor  # [G, C] int64 flat KV slots (padding points at slot 0)
     mask: torch.Tensor  # [G, 1, ratio * Q, C] additive: 0 where the key is visible, else -inf
+    all_rows: bool = False  # rows are 0 .. T-1 in order: the queries need no gather
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ def _single_query_group(
     )
     key_pos = torch.arange(width, device=device)
     visible = (key_pos[None, :] <= meta.positions[rows][:, None]).view(len(seqs), 1, 1, width)
-    return AttentionGroup(rows, 1, slots, fold(visible))
+    in_order = seqs == list(range(meta.num_seqs)) and meta.query_starts[-1] == len(seqs)
+    return AttentionGroup(rows, 1, slots, fold(visible), all_rows=in_order)
 
 
 def _sequence_group(
@@ -117,9 +119,9 @@ def _sequence_group(
     key_pos = torch.arange(ctx, device=device)
     visible = key_pos[None, :] <= meta.positions[start:end][:, None]
     slots = context_slots(meta.page_tables[s], ctx, page_size)
-    return AttentionGroup(
-        rows, end - start, slots[None], fold(visible.view(1, 1, end - start, ctx))
-    )
+    mask = fold(visible.view(1, 1, end - start, ctx))
+    whole = start == 0 and end == meta.query_starts[-1]
+    return AttentionGroup(rows, end - start, slots[None], mask, all_rows=whole)
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,11 @@ def paged_attention(
     `k_cache`/`v_cache` are one layer's pool tensors ``[slots, kv_heads, head_dim]``
     that already hold this step's keys and values.
     """
+    if len(plan.groups) == 1:  # the whole batch in one group (a decode step): no scatter
+        only = plan.groups[0]
+        if isinstance(only, CausalGroup):
+            return attend_causal(q, k_cache, v_cache, only)
+        return _attend_group(q, k_cache, v_cache, only)
     out = torch.empty_like(q)
     for group in plan.groups:
         if isinstance(group, CausalGroup):
@@ -164,11 +171,12 @@ def _attend_group(
     kv_heads = k_cache.shape[1]
     ratio = heads // kv_heads
     # queries [G*Q, H, D] -> [G, Q, Hkv, R, D] -> [G, Hkv, R*Q, D]; head h uses KV head h // R
-    qg = q[group.rows].view(num_seqs, num_queries, kv_heads, ratio, head_dim)
+    rows = q if group.all_rows else q.index_select(0, group.rows)
+    qg = rows.view(num_seqs, num_queries, kv_heads, ratio, head_dim)
     qg = qg.permute(0, 2, 3, 1, 4).reshape(num_seqs, kv_heads, ratio * num_queries, head_dim)
     flat = group.key_slots.reshape(-1)
-    kg = k_cache[flat].view(num_seqs, width, kv_heads, head_dim).transpose(1, 2)
-    vg = v_cache[flat].view(num_seqs, width, kv_heads, head_dim).transpose(1, 2)
+    kg = k_cache.index_select(0, flat).view(num_seqs, width, kv_heads, head_dim).transpose(1, 2)
+    vg = v_cache.index_select(0, flat).view(num_seqs, width, kv_heads, head_dim).transpose(1, 2)
     out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=group.mask)
     out = out.view(num_seqs, kv_heads, ratio, num_queries, head_dim).permute(0, 3, 1, 2, 4)
     return out.reshape(num_seqs * num_queries, heads, head_dim)

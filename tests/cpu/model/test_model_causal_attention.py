@@ -12,6 +12,7 @@ from penelope_engine.model.paged_attention import (
     _attend_group,
     _MaskFolder,
     _sequence_group,
+    paged_attention,
 )
 
 PAGE = 4
@@ -57,3 +58,21 @@ def test_a_plan_mixes_decode_rows_chunks_and_fused_recompute() -> None:
     meta = build_metadata([[9], list(range(0, 6)), [1, 2, 7, 8]], tables, [10, 6, 9], PAGE)
     kinds = [type(g).__name__ for g in AttentionPlan.build(meta, PAGE, 3, torch.float32).groups]
     assert kinds == ["AttentionGroup", "CausalGroup", "AttentionGroup"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_one_group_plan_skips_the_gather_and_matches_a_mixed_plan(dtype: torch.dtype) -> None:
+    # decode rows alone (one group: queries used in place, no scatter) and the same rows
+    # beside a fresh chunk (gathered and scattered back) give bit-identical outputs
+    tables = [torch.arange(4), torch.arange(4, 8), torch.arange(8, 12)]
+    k, v = _pool(12 * PAGE, dtype)
+    q = torch.randn(8, HEADS, DIM, generator=torch.Generator().manual_seed(5)).to(dtype)
+    alone = build_metadata([[9], [13]], tables[:2], [10, 14], PAGE)
+    plan = AttentionPlan.build(alone, PAGE, 3, dtype)
+    assert len(plan.groups) == 1 and plan.groups[0].all_rows  # type: ignore[union-attr]
+    mixed = build_metadata([[9], [13], list(range(6))], tables, [10, 14, 6], PAGE)
+    mixed_out = paged_attention(q, k, v, AttentionPlan.build(mixed, PAGE, 3, dtype))
+    assert torch.equal(paged_attention(q[:2], k, v, plan), mixed_out[:2])
+    chunk = build_metadata([list(range(6))], tables[2:], [6], PAGE)
+    chunk_out = paged_attention(q[2:], k, v, AttentionPlan.build(chunk, PAGE, 3, dtype))
+    assert torch.equal(chunk_out, mixed_out[2:])

@@ -15,7 +15,7 @@ from bench.speed.cli import main, run_speed
 from bench.speed.client import Stream
 from bench.speed.config import SpeedConfig
 from bench.speed.cpu import CpuClock, tree_cpu_s
-from bench.speed.measure import decode_window
+from bench.speed.measure import Side, decode_window, prefill
 from bench.speed.report import figure_keys, ratios
 from bench.speed.server import penelope_server
 
@@ -102,3 +102,12 @@ def test_ratios_are_above_one_when_we_are_ahead_ttft_included() -> None:
     ours = {k: 2.0 for k in KEYS} | {"ttft_2k_s": 1.0, "ttft_2k_s_per_cpu_s": 1.0}
     theirs = {k: 1.0 for k in KEYS} | {"ttft_2k_s": 2.0, "ttft_2k_s_per_cpu_s": 2.0}
     assert all(r == 2.0 for r in ratios(ours, theirs, 8).values())
+
+
+def test_a_prefill_the_server_had_cached_is_refused(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # a peer that outlives one bench serves the next bench's same-seed prompts from its cache
+    cached = Stream(sent=0.0, chunk_times=[0.1], cached_tokens=64)
+    monkeypatch.setattr("bench.speed.measure.complete", lambda *a, **k: cached)
+    side = Side("theirs", "http://127.0.0.1:1", "m", CpuClock(os.getpid()))
+    with pytest.raises(RuntimeError, match="another --seed"):
+        prefill(side, CFG, 0)
