@@ -40,3 +40,19 @@ def parser(prog: str, doc: str | None, **kwargs) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=HelpFormatter, **kwargs
     )
+
+
+def add_config_args(ap: argparse.ArgumentParser, config: type, helps: dict[str, str]) -> None:
+    """One `--field-name` option per field of the dataclass `config`, its default the
+    field's. An int, float or str default gives that type; a tuple is shown and read as a
+    comma list (the caller splits it); None reads a str."""
+    import dataclasses
+
+    defaults = config()
+    for f in dataclasses.fields(config):
+        default = getattr(defaults, f.name)
+        kind = type(default) if isinstance(default, (int, float, str)) else str
+        shown = ",".join(default) if isinstance(default, tuple) else default
+        ap.add_argument(
+            f"--{f.name.replace('_', '-')}", type=kind, default=shown, help=helps.get(f.name)
+        )

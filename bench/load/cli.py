@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields
 from typing import Any
 
 from bench.load.config import LoadConfig
@@ -68,18 +67,10 @@ _HELP = {  # one per LoadConfig field (tests/cpu/test_cli_help.py fails on a mis
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_engine.helpformat import add_config_args, parser
 
-    d = LoadConfig()
     ap = parser("penelope bench load", __doc__)
-    for name in (f.name for f in fields(LoadConfig)):
-        default = getattr(d, name)
-        ap.add_argument(
-            f"--{name.replace('_', '-')}",
-            type=type(default),
-            default=default,
-            help=_HELP.get(name),
-        )
+    add_config_args(ap, LoadConfig, _HELP)
     ap.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
     return ap
 

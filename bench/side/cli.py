@@ -54,19 +54,10 @@ _HELP = {  # one per SideConfig field (tests/cpu/test_cli_help.py fails on a mis
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_engine.helpformat import add_config_args, parser
 
-    d = SideConfig()
     ap = parser("penelope bench side", __doc__)
-    for f in dataclasses.fields(SideConfig):
-        default = getattr(d, f.name)
-        kind: Any = (
-            float if isinstance(default, float) else int if isinstance(default, int) else str
-        )
-        shown = ",".join(default) if isinstance(default, tuple) else default
-        ap.add_argument(
-            f"--{f.name.replace('_', '-')}", type=kind, default=shown, help=_HELP[f.name]
-        )
+    add_config_args(ap, SideConfig, _HELP)
     ap.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
     return ap
 

@@ -54,16 +54,10 @@ _HELP = {  # one per SpeedConfig field (tests/cpu/test_cli_help.py fails on a mi
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_engine.helpformat import add_config_args, parser
 
-    d = SpeedConfig()
     ap = parser("penelope bench speed", __doc__)
-    for f in dataclasses.fields(SpeedConfig):
-        default = getattr(d, f.name)
-        ap.add_argument(
-            f"--{f.name.replace('_', '-')}", type=type(default), default=default,
-            help=_HELP[f.name],
-        )  # fmt: skip
+    add_config_args(ap, SpeedConfig, _HELP)
     ap.add_argument("--json", default=None, metavar="OUT", help="write the JSON result here")
     return ap
 
