@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from penelope_engine.model.attention import AttentionMetadata, context_slots
+from penelope_engine.model.attention import AttentionMetadata, KeyPages
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class CausalGroup:
 
     start: int
     end: int
-    key_slots: torch.Tensor  # [Q] int64 flat KV slots of positions 0..Q-1
+    keys: KeyPages  # the pages of positions 0..Q-1
 
 
 def causal_group(meta: AttentionMetadata, s: int, page_size: int) -> CausalGroup | None:
@@ -41,7 +41,7 @@ def causal_group(meta: AttentionMetadata, s: int, page_size: int) -> CausalGroup
         return None
     if not torch.equal(meta.positions[start:end], torch.arange(ctx, device=meta.positions.device)):
         return None
-    return CausalGroup(start, end, context_slots(meta.page_tables[s], ctx, page_size))
+    return CausalGroup(start, end, KeyPages.of([meta.page_tables[s]], [ctx], page_size))
 
 
 def attend_causal(
@@ -49,7 +49,7 @@ def attend_causal(
 ) -> torch.Tensor:
     """Rows ``[start, end)`` of `q` ``[T, heads, D]`` attended; returns ``[Q, heads, D]``."""
     qg = q[group.start : group.end].transpose(0, 1)[None]  # [1, H, Q, D]
-    kg = k_cache.index_select(0, group.key_slots).transpose(0, 1)[None]  # [1, Hkv, Q, D]
-    vg = v_cache.index_select(0, group.key_slots).transpose(0, 1)[None]
+    kg = group.keys.gather(k_cache).transpose(1, 2)  # [1, Hkv, Q, D]
+    vg = group.keys.gather(v_cache).transpose(1, 2)
     out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=True)
     return out[0].transpose(0, 1)

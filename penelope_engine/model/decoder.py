@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from penelope_engine.config import ModelConfig
 from penelope_engine.kv_pool import KVPool
 from penelope_engine.model.attention import AttentionMetadata
+from penelope_engine.model.gemm import PackedLinear
 from penelope_engine.model.layers import MLP, Embedding, Linear, RMSNorm, fuse_rows
 from penelope_engine.model.paged_attention import AttentionPlan, paged_attention
 from penelope_engine.model.rope import RotaryCache, apply_rope
@@ -38,6 +38,7 @@ class SelfAttention(nn.Module):
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, **factory) if norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, **factory) if norm else None
         self.split = (q_size, kv_size, kv_size)
+        self.gemm = PackedLinear()
         self.pack()
 
     def pack(self) -> None:
@@ -48,7 +49,7 @@ class SelfAttention(nn.Module):
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], step: _Step, layer: int
     ) -> torch.Tensor:
         tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
-        qkv = F.linear(x, self.qkv)
+        qkv = self.gemm(x, self.qkv, step.decode)
         if self.q_norm is not None and self.k_norm is not None:
             q, k, v = qkv.split(self.split, dim=-1)
             q = self.q_norm(q.view(tokens, heads, self.head_dim))
@@ -63,7 +64,7 @@ class SelfAttention(nn.Module):
         k_cache.index_copy_(0, step.slot_mapping, k.to(k_cache.dtype))
         v_cache.index_copy_(0, step.slot_mapping, v.to(v_cache.dtype))
         out = paged_attention(q, k_cache, v_cache, step.plan)
-        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
+        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim), step.decode)
 
 
 class DecoderLayer(nn.Module):
@@ -78,16 +79,19 @@ class DecoderLayer(nn.Module):
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], step: _Step, layer: int
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, step, layer)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x), step.decode)
 
 
 class _Step:
-    """What every layer of one forward shares: the pool, the write slots, the attention plan."""
+    """What every layer of one forward shares: the pool, the write slots, the attention plan,
+    and whether it is a decode step (one query per sequence)."""
 
-    __slots__ = ("kv", "slot_mapping", "plan")
+    __slots__ = ("kv", "slot_mapping", "plan", "decode")
 
-    def __init__(self, kv: KVPool, slot_mapping: torch.Tensor, plan: AttentionPlan) -> None:
-        self.kv, self.slot_mapping, self.plan = kv, slot_mapping, plan
+    def __init__(
+        self, kv: KVPool, slot_mapping: torch.Tensor, plan: AttentionPlan, decode: bool
+    ) -> None:
+        self.kv, self.slot_mapping, self.plan, self.decode = kv, slot_mapping, plan, decode
 
 
 class DecoderBody(nn.Module):
@@ -151,10 +155,10 @@ class Decoder(nn.Module):
             raise ValueError(f"KV pool has {kv.num_layers} layers, model {self.config.num_layers}")
         ratio = self.config.num_heads // self.config.num_kv_heads
         plan = AttentionPlan.build(meta, kv.page_size, ratio, self.dtype)
-        step = _Step(kv, meta.slot_mapping, plan)
+        step = _Step(kv, meta.slot_mapping, plan, meta.num_seqs == int(input_ids.shape[0]))
         hidden = self.model.embed_tokens(input_ids)
         rope = self.rotary.cos_sin(meta.positions, hidden.dtype)
         for index, layer in enumerate(self.model.layers):
             hidden = layer(hidden, rope, step, index)
         last = self.model.norm(hidden.index_select(0, meta.logits_indices))
-        return self.lm_head(last).float()
+        return self.lm_head(last, step.decode).float()

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from penelope_engine.model.gemm import PackedLinear
+
 
 class Linear(nn.Module):
     """``y = x @ weight.T`` without bias; `weight` is ``[out_features, in_features]``."""
@@ -21,9 +23,11 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(
             torch.empty(out_features, in_features, **factory), requires_grad=False
         )
+        self.gemm = PackedLinear()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight)
+    def forward(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
+        """`decode`: the rows are a decode step's (`gemm.PackedLinear`)."""
+        return self.gemm(x, self.weight, decode)
 
 
 def fuse_rows(*linears: Linear) -> torch.Tensor:
@@ -74,11 +78,12 @@ class MLP(nn.Module):
         self.up_proj = Linear(hidden, intermediate, **factory)
         self.down_proj = Linear(intermediate, hidden, **factory)
         self.intermediate = intermediate
+        self.gemm = PackedLinear()
         self.pack()
 
     def pack(self) -> None:
         self.gate_up = fuse_rows(self.gate_proj, self.up_proj)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self.gate_up).split(self.intermediate, dim=-1)
-        return self.down_proj(F.silu(gate).mul_(up))
+    def forward(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
+        gate, up = self.gemm(x, self.gate_up, decode).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate).mul_(up), decode)

@@ -18,8 +18,9 @@ step as additive float masks (0 or -inf) in the model's dtype, so no layer
 converts them again.
 
 A query at position p attends to the keys at positions ``0..p`` of its own
-sequence. Key slots come from the page table: position ``i`` lives in slot
-``page_table[i // page_size] * page_size + i % page_size``.
+sequence. Keys come from the page table: position ``i`` lives in slot
+``page_table[i // page_size] * page_size + i % page_size``, and a group's
+keys are gathered a whole page at a time (`KeyPages`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from penelope_engine.model.attention import AttentionMetadata, context_slots
+from penelope_engine.model.attention import AttentionMetadata, KeyPages, context_slots
 from penelope_engine.model.causal_attention import CausalGroup, attend_causal, causal_group
 
 __all__ = ["AttentionPlan", "context_slots", "paged_attention"]
@@ -41,7 +42,7 @@ class AttentionGroup:
 
     rows: torch.Tensor  # [G * Q] int64 rows of the flat batch, sequence-major
     num_queries: int  # Q, query rows per sequence
-    key_slots: torch.Tensor  # [G, C] int64 flat KV slots (padding points at slot 0)
+    keys: KeyPages  # the pages of key positions 0 .. C-1 of each sequence (padding: page 0)
     mask: torch.Tensor  # [G, 1, ratio * Q, C] additive: 0 where the key is visible, else -inf
     all_rows: bool = False  # rows are 0 .. T-1 in order: the queries need no gather
 
@@ -96,17 +97,12 @@ def _single_query_group(
     device = meta.positions.device
     rows = torch.tensor([meta.query_starts[s] for s in seqs], dtype=torch.int64, device=device)
     lens = [meta.context_lens[s] for s in seqs]
-    width = max(lens)
-    slots = torch.stack(
-        [
-            F.pad(context_slots(meta.page_tables[s], n, page_size), (0, width - n))
-            for s, n in zip(seqs, lens)
-        ]
-    )
+    keys = KeyPages.of([meta.page_tables[s] for s in seqs], lens, page_size)
+    width = keys.width
     key_pos = torch.arange(width, device=device)
     visible = (key_pos[None, :] <= meta.positions[rows][:, None]).view(len(seqs), 1, 1, width)
     in_order = seqs == list(range(meta.num_seqs)) and meta.query_starts[-1] == len(seqs)
-    return AttentionGroup(rows, 1, slots, fold(visible), all_rows=in_order)
+    return AttentionGroup(rows, 1, keys, fold(visible), all_rows=in_order)
 
 
 def _sequence_group(
@@ -118,10 +114,10 @@ def _sequence_group(
     rows = torch.arange(start, end, dtype=torch.int64, device=device)
     key_pos = torch.arange(ctx, device=device)
     visible = key_pos[None, :] <= meta.positions[start:end][:, None]
-    slots = context_slots(meta.page_tables[s], ctx, page_size)
+    keys = KeyPages.of([meta.page_tables[s]], [ctx], page_size)
     mask = fold(visible.view(1, 1, end - start, ctx))
     whole = start == 0 and end == meta.query_starts[-1]
-    return AttentionGroup(rows, end - start, slots[None], mask, all_rows=whole)
+    return AttentionGroup(rows, end - start, keys, mask, all_rows=whole)
 
 
 @dataclass(frozen=True)
@@ -165,7 +161,7 @@ def paged_attention(
 def _attend_group(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: AttentionGroup
 ) -> torch.Tensor:
-    num_seqs, width = group.key_slots.shape
+    num_seqs = group.keys.num_seqs
     num_queries = group.num_queries
     heads, head_dim = q.shape[1], q.shape[2]
     kv_heads = k_cache.shape[1]
@@ -174,9 +170,8 @@ def _attend_group(
     rows = q if group.all_rows else q.index_select(0, group.rows)
     qg = rows.view(num_seqs, num_queries, kv_heads, ratio, head_dim)
     qg = qg.permute(0, 2, 3, 1, 4).reshape(num_seqs, kv_heads, ratio * num_queries, head_dim)
-    flat = group.key_slots.reshape(-1)
-    kg = k_cache.index_select(0, flat).view(num_seqs, width, kv_heads, head_dim).transpose(1, 2)
-    vg = v_cache.index_select(0, flat).view(num_seqs, width, kv_heads, head_dim).transpose(1, 2)
+    kg = group.keys.gather(k_cache).transpose(1, 2)  # [G, Hkv, C, D]
+    vg = group.keys.gather(v_cache).transpose(1, 2)
     out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=group.mask)
     out = out.view(num_seqs, kv_heads, ratio, num_queries, head_dim).permute(0, 3, 1, 2, 4)
     return out.reshape(num_seqs * num_queries, heads, head_dim)

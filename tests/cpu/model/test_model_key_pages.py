@@ -1,0 +1,30 @@
+"""`KeyPages`: a page-at-a-time gather returns exactly the keys a slot-by-slot gather does."""
+
+from __future__ import annotations
+
+import torch
+
+from penelope_engine.model.attention import KeyPages, context_slots
+
+PAGE, PAGES, KV_HEADS, DIM = 4, 32, 2, 8
+
+
+def test_whole_pages_gathered_hold_each_sequence_s_keys_in_order() -> None:
+    cache = torch.randn(PAGES * PAGE, KV_HEADS, DIM)
+    gen = torch.Generator().manual_seed(0)
+    tables = [torch.randperm(PAGES, generator=gen)[:n] for n in (3, 7, 1)]
+    lens = [10, 27, 2]  # partial last pages; the longest sets the width
+    keys = KeyPages.of(tables, lens, PAGE)
+    got = keys.gather(cache)
+    assert got.shape == (3, max(lens), KV_HEADS, DIM)
+    for row, (table, n) in enumerate(zip(tables, lens)):
+        want = cache.index_select(0, context_slots(table, n, PAGE))
+        assert torch.equal(got[row, :n], want)
+
+
+def test_a_table_longer_than_its_context_reads_only_the_pages_in_use() -> None:
+    cache = torch.randn(PAGES * PAGE, KV_HEADS, DIM)
+    table = torch.tensor([5, 9, 2, 30, 31])  # pages past the context: reserved, unwritten
+    keys = KeyPages.of([table], [6], PAGE)
+    assert keys.pages.tolist() == [5, 9]
+    assert torch.equal(keys.gather(cache)[0], cache.index_select(0, context_slots(table, 6, PAGE)))
