@@ -104,6 +104,7 @@ def _prepared(
             temperature=_temperature(body.temperature),
             top_p=1.0 if body.top_p is None else max(body.top_p, MIN_TOP_P),
             seed=body.seed,
+            ignore_eos=body.ignore_eos,
         )
     except InvalidRequestError as exc:
         raise invalid(str(exc)) from exc

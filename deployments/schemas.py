@@ -74,6 +74,8 @@ class _SamplingFields(_Strict):
     n: Annotated[Literal[1], BeforeValidator(_int_only)] = 1
     stop: str | list[str] | None = None
     seed: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = None  # int64, as OpenAI
+    # vLLM's and SGLang's extension: generate max_tokens tokens even past EOS (benchmarks).
+    ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None

@@ -39,11 +39,13 @@ def complete(
     timeout_s: float,
     session: str | None = None,
 ) -> Stream:
-    """Greedy, streamed, with usage; raises on an HTTP error or a stream without tokens."""
+    """Greedy, streamed, with usage, `max_tokens` tokens even past EOS (``ignore_eos``, which
+    vLLM and SGLang take too); raises on an HTTP error or a stream without tokens."""
     body = {
         "model": model,
         "prompt": prompt,
         "max_tokens": max_tokens,
+        "ignore_eos": True,
         "temperature": 0.0,
         "stream": True,
         "stream_options": {"include_usage": True},

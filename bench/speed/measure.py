@@ -68,7 +68,14 @@ def decode(side: Side, cfg: SpeedConfig, run: int, batch: int) -> tuple[float, f
                 prompts,
             )
         )
-    start, end, tokens = decode_window(streams)
+    try:
+        start, end, tokens = decode_window(streams)
+    except RuntimeError as exc:
+        t0 = min(s.sent for s in streams)
+        spans = [(round(s.chunk_times[0] - t0, 2), round(s.chunk_times[-1] - t0, 2),
+                  s.completion_tokens, s.finish_reason) for s in streams]  # fmt: skip
+        raise RuntimeError(f"{side.name}, batch {batch}, run {run}: {exc}; streams "
+                           f"(first, last token s, tokens, finish): {spans}") from None  # fmt: skip
     return tokens / (end - start), tokens / side.clock.between(start, end)
 
 

@@ -88,6 +88,7 @@ SHARED = [
     ("n", [1.0, True, "1", [1], OBJECT]),
     ("stop", [5, 1.5, True, OBJECT]),
     ("seed", [1.5, "7", True, [7], OBJECT]),
+    ("ignore_eos", ["true", 1, 0, [True], OBJECT]),
     ("stream", ["true", 1, 0, "false", [True], OBJECT]),
     ("stream_options", ["yes", 1, True, [{"include_usage": True}]]),
     ("user", [5, True, ["u"], OBJECT]),
@@ -282,3 +283,29 @@ async def test_valid_requests_pass(client: httpx.AsyncClient) -> None:
         assert r.status_code == 200
         lines = [line async for line in r.aiter_lines() if line]
     assert lines[-1] == "data: [DONE]" and '"usage"' in lines[-2]
+
+
+class RecordingBackend(LocalBackend):
+    """A local backend that keeps the requests handed to its engine."""
+
+    seen: list[GenerateRequest]
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Any]:  # type: ignore[override]
+        self.seen.append(request)
+        async for item in super().generate(request):
+            yield item
+
+
+@pytest.mark.parametrize(("path", "make"), [(CHAT, chat_body), (TEXT, text_body)])
+async def test_ignore_eos_reaches_the_engine(
+    tiny_qwen3: LoadedModel, path: str, make: Any
+) -> None:
+    """vLLM's and SGLang's `ignore_eos` extension: off unless asked, and then the engine's."""
+    backend = RecordingBackend(AsyncEngine(TINY_ENGINE, loaded=tiny_qwen3))
+    backend.seen = []
+    async for client in open_client(create_app(lambda: backend)):
+        for flag in (None, False, True):
+            body = make(max_tokens=3) if flag is None else make(max_tokens=3, ignore_eos=flag)
+            r = await client.post(path, json=body)
+            assert r.status_code == 200, r.text
+    assert [req.sampling.ignore_eos for req in backend.seen] == [False, False, True]
