@@ -99,6 +99,17 @@ class SegmentFiles:
         except FileNotFoundError:
             return None
 
+    def sweep_records(self, max_age_s: float) -> int:
+        """Delete the record files last written more than `max_age_s` ago; how many went.
+        A session that comes back after that finds no record: its history counts as new."""
+        selector = pafs.FileSelector(f"{self.dir}/{RECORDS}", allow_not_found=True)
+        cutoff_ns, swept = time.time_ns() - int(max_age_s * 1e9), 0
+        for info in self.fs.get_file_info(selector):
+            if info.type == pafs.FileType.File and (info.mtime_ns or cutoff_ns) < cutoff_ns:
+                self._remove_quietly(info.path)
+                swept += 1
+        return swept
+
     def _atomic(self, final: str, fill: Callable[[pa.NativeFile], object]) -> None:
         try:
             self._write(final, fill)

@@ -20,6 +20,7 @@ class Counters:
     bytes_read: int = 0
     records_written: int = 0  # path records (`cache_store.records`)
     records_read: int = 0
+    records_swept: int = 0  # records past the store's record TTL, deleted
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class StoreStats:
     bytes_read: int
     records_written: int
     records_read: int
+    records_swept: int
     segments: int
     used_bytes: int
     budget_bytes: int

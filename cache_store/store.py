@@ -15,6 +15,7 @@ index and budget; a file another process evicted reads as a miss.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ from cache_store.stats import Counters, StoreStats
 logger = logging.getLogger(__name__)
 
 LostReason = Literal["missing", "corrupt", "read_errors"]  # the counter a failed get bumps
+RECORD_TTL_S = 24 * 3600.0  # a path record not rewritten for this long is deleted
+RECORD_SWEEP_EVERY = 256  # record writes between two sweeps of the records directory
 
 
 class ArrowSegmentStore:
@@ -50,12 +53,15 @@ class ArrowSegmentStore:
         budget_bytes: int,
         namespace: str,
         filesystem: pafs.FileSystem | None = None,
+        record_ttl_s: float = RECORD_TTL_S,
     ) -> None:
         if budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+        if record_ttl_s <= 0:
+            raise ValueError(f"record_ttl_s must be positive, got {record_ttl_s}")
+        self.namespace, self.record_ttl_s = namespace, record_ttl_s
         if not namespace:
             raise ValueError("namespace must be a non-empty model fingerprint")
-        self.namespace = namespace
         self.budget_bytes = budget_bytes
         self._files = SegmentFiles(where, namespace, filesystem)
         self._lock = threading.Lock()
@@ -194,6 +200,12 @@ class ArrowSegmentStore:
             return False
         with self._lock:
             self._counters.records_written += 1
+            sweep = self._counters.records_written % RECORD_SWEEP_EVERY == 0
+        if sweep:  # records are never read again after their TTL: bound their number
+            with contextlib.suppress(OSError):
+                swept = self._files.sweep_records(self.record_ttl_s)  # I/O, outside the lock
+                with self._lock:
+                    self._counters.records_swept += swept
         return True
 
     def get_record(self, tenant: str, name: str) -> PathRecord | None:
@@ -231,10 +243,11 @@ class ArrowSegmentStore:
 
     # --- internals ----------------------------------------------------------
 
-    def _over_budget(self) -> list[IndexEntry]:
-        """Unindex least recently used segments until the rest fit (caller deletes the files)."""
+    def _over_budget(self, extra: int = 0) -> list[IndexEntry]:
+        """Unindex least recently used segments until the rest and `extra` bytes fit (the
+        caller deletes the files); fewer when the rest is reserved by writes in flight."""
         victims = []
-        while self._index.used_bytes + self._reserved > self.budget_bytes:
+        while self._index.used_bytes + self._reserved + extra > self.budget_bytes:
             victim = self._index.pop_lru()
             if victim is None:
                 break
@@ -258,13 +271,7 @@ class ArrowSegmentStore:
             if size > self.budget_bytes:
                 self._counters.rejected += 1
                 return False
-            victims = []
-            while self._index.used_bytes + self._reserved + size > self.budget_bytes:
-                victim = self._index.pop_lru()
-                if victim is None:  # the rest is reserved by writes in flight
-                    break
-                victims.append(victim)
-            self._counters.evictions += len(victims)
+            victims = self._over_budget(size)
             self._reserved += size
             return victims
 
@@ -279,12 +286,8 @@ class ArrowSegmentStore:
         with self._lock:
             first, self._warned = not self._warned, True
         log = logger.warning if first else logger.debug
-        log(
-            "Arrow KV store at %s is not usable (%s); KV that does not fit in memory will be "
-            "recomputed instead of spilled",
-            self._files.dir,
-            err,
-        )
+        why = "KV that does not fit in memory will be recomputed instead of spilled"
+        log("Arrow KV store at %s is not usable (%s); %s", self._files.dir, err, why)
 
     def _lost(self, entry: IndexEntry, reason: LostReason) -> None:
         with self._lock:

@@ -141,7 +141,11 @@ class StoreStatsCollector(Collector):
             "penelope_store_used_bytes", "Bytes the Arrow store holds.", labels=["replica"]
         )
         for replica, s in sorted(self._source().items()):
-            for op, n in (("put", s.puts), ("hit", s.hits), ("miss", s.misses)):
+            for op, n in (
+                ("put", s.puts), ("hit", s.hits), ("miss", s.misses),
+                ("record_write", s.records_written), ("record_read", s.records_read),
+                ("record_swept", s.records_swept),
+            ):  # fmt: skip
                 ops.add_metric([replica, op], n)
             kinds = {
                 "write": s.write_errors,

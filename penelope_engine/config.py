@@ -76,6 +76,9 @@ class CacheConfig:
     write_policy: str = "write_through"
     store_uri: str | None = None  # Arrow store under the host tier (a path or URI); None: none
     store_bytes: int = 8 << 30
+    # A session's path record (what another replica reads to continue it) not rewritten
+    # for this long is deleted, so records do not pile up in a long-lived store.
+    store_record_ttl_s: float = 24 * 3600.0
     # An S3-compatible server for an s3:// store_uri (MinIO, Ceph, ...; None: AWS or
     # $AWS_ENDPOINT_URL) and its region; credentials come from the AWS environment
     # ($AWS_ACCESS_KEY_ID / $AWS_SECRET_ACCESS_KEY, $AWS_PROFILE, an instance role).
@@ -99,6 +102,7 @@ class CacheConfig:
             f"write_policy must be off, write_through or write_back, got {self.write_policy!r}",
         )
         require(self.store_bytes > 0, "store_bytes must be positive")
+        require(self.store_record_ttl_s > 0, "store_record_ttl_s must be positive")
         require(self.write_behind_bytes >= 0, "write_behind_bytes must be >= 0")
         location = self.store_location()  # raises on a malformed URI, endpoint or region
         require(

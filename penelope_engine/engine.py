@@ -64,7 +64,9 @@ class Engine:
         )
         location = cc.store_location()
         if store is None and location is not None:
-            store = ArrowSegmentStore(location, cc.store_bytes, fingerprint)
+            store = ArrowSegmentStore(
+                location, cc.store_bytes, fingerprint, record_ttl_s=cc.store_record_ttl_s
+            )
         self.store = store
         self.hasher = PageHasher(cc.page_size, fingerprint)
         self.public = PublicPrefixes(self.hasher, cc.public_prefixes)

@@ -95,3 +95,25 @@ def test_a_record_written_after_its_segments_were_evicted_reads_as_misses(tmp_pa
     writer.delete(seg.key)  # another replica's budget evicted it
     assert reader.get_record("t", "s") is not None
     assert reader.get(seg.key) is None and reader.stats().missing == 1
+
+
+def test_records_past_their_ttl_are_swept_and_fresh_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from cache_store import store as store_module
+
+    monkeypatch.setattr(store_module, "RECORD_SWEEP_EVERY", 3)
+    store = ArrowSegmentStore(str(tmp_path), BUDGET, NS, record_ttl_s=60.0)
+    assert store.put_record("t", "old", [("t", 10)]) and store.put_record("t", "new", [("t", 11)])
+    old = next(p for p in tmp_path.glob("*/records/*.json") if b'"old"' in p.read_bytes())
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    assert store.stats().records_swept == 0
+    assert store.put_record("t", "third", [("t", 12)])  # the third write sweeps
+    assert store.stats().records_swept == 1 and not old.exists()
+    assert store.get_record("t", "old") is None
+    assert store.get_record("t", "new") is not None and store.get_record("t", "third") is not None
+    with pytest.raises(ValueError, match="record_ttl_s"):
+        ArrowSegmentStore(str(tmp_path), BUDGET, NS, record_ttl_s=0)

@@ -153,9 +153,10 @@ async def test_metrics_export_the_stores_counters_through_the_engine(
     async for client in open_client(app):
         await client.post("/v1/chat/completions", json=chat(HISTORY))
         assert list(app.state.penelope.backend.store_stats()) == ["standalone"]
-        assert (
-            'penelope_store_used_bytes{replica="standalone"}' in (await client.get("/metrics")).text
-        )
+        text = (await client.get("/metrics")).text
+        assert 'penelope_store_used_bytes{replica="standalone"}' in text
+        for op in ("put", "hit", "miss", "record_write", "record_read", "record_swept"):
+            assert f'penelope_store_operations_total{{op="{op}",replica="standalone"}}' in text
 
 
 BAD_REQUESTS = [
