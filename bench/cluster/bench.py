@@ -11,6 +11,7 @@ The result has the fields the issue names (`nodes`, `replicas_by_node`,
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,11 @@ from bench.cluster.nodes import (
     start_node,
     two_node_cluster,
 )
+from bench.cluster.s3 import credentials_env, local_s3_server, new_bucket, store_bytes
 from bench.side.config import SideConfig
 from bench.side.plan import SessionPlan, describe, plan_sessions
 from bench.side.ray_app import wait_http
+from cache_store import StoreLocation
 
 CASE_ORDER = ("replica_kill", "node_loss", "downscale")
 Guard = Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]]
@@ -79,15 +82,15 @@ def _nodes() -> list[dict[str, Any]]:
 class Deployer:
     """`serve deploy` of the derived config into the cluster's dir."""
 
-    def __init__(self, cluster: Cluster, cfg: ClusterConfig) -> None:
+    def __init__(self, cluster: Cluster, cfg: ClusterConfig, store: StoreLocation) -> None:
         self.cluster, self.cfg, self.port = cluster, cfg, free_port()
         self.keys = cluster.dir / "api_keys"
         self.keys.write_text(api_keys_text())
-        self.store_uri = str(cluster.dir / "store")
+        self.store = store
         self.url = f"http://127.0.0.1:{self.port}"
 
     def config(self, replicas: int | None) -> dict[str, Any]:
-        return serve_deploy_config(self.cfg, self.port, self.store_uri, str(self.keys), replicas)
+        return serve_deploy_config(self.cfg, self.port, self.store, str(self.keys), replicas)
 
     def __call__(self, replicas: int | None) -> None:
         name = f"serve_{replicas or 'autoscaling'}.yaml"
@@ -102,9 +105,15 @@ def run(cfg: ClusterConfig, guarded: Guard) -> dict[str, Any]:
         "workload": describe([p for plans in cases.values() for p in plans]),
     }
     worker = NodeSpec(WORKER, cfg.node_cpus, 1)
-    with two_node_cluster(NodeSpec(HEAD, cfg.node_cpus, 1), worker) as cluster:
+    with contextlib.ExitStack() as stack:
+        s3 = None
+        if cfg.store == "s3":  # before the nodes start: they inherit the AWS credentials
+            s3 = new_bucket(stack.enter_context(local_s3_server()))
+            stack.enter_context(credentials_env())
+        cluster = stack.enter_context(two_node_cluster(NodeSpec(HEAD, cfg.node_cpus, 1), worker))
+        store = s3 or StoreLocation(str(cluster.dir / "store"))
         with app.connect(cluster):
-            result.update(_run_on(cluster, worker, cfg, cases, guarded))
+            result.update(_run_on(cluster, worker, cfg, cases, guarded, store))
     result["ok"] = bool(
         result["reference"]["failed"] == 0
         and all(result[c].get("ok") for c in CASE_ORDER)
@@ -114,14 +123,15 @@ def run(cfg: ClusterConfig, guarded: Guard) -> dict[str, Any]:
 
 
 def _run_on(cluster: Cluster, worker: NodeSpec, cfg: ClusterConfig,
-            cases: dict[str, list[SessionPlan]], guarded: Guard) -> dict[str, Any]:  # fmt: skip
+            cases: dict[str, list[SessionPlan]], guarded: Guard,
+            store: StoreLocation) -> dict[str, Any]:  # fmt: skip
     """Deploy the fleet, the reference run, each case, the ramp: the result's entries."""
     app.wait_nodes(2, cfg.startup_timeout_s)
-    deploy = Deployer(cluster, cfg)
+    deploy = Deployer(cluster, cfg, store)
     deploy(2)
     out: dict[str, Any] = {"replicas_by_node": app.wait_fleet(2, cfg.startup_timeout_s)}
     wait_http(f"{deploy.url}/health", cfg.startup_timeout_s)
-    out.update(nodes=_nodes(), store_uri=deploy.store_uri)
+    out.update(nodes=_nodes(), store_uri=store.uri, store_endpoint=store.endpoint)
     reference, failed = reference_run(deploy.url, cases, cfg.request_timeout_s * cfg.turns)
     out["reference"] = {"turns": len(reference), "failed": len(failed)}
     run = Run(cluster, deploy.url, reference, deploy, cfg.settle_timeout_s, cfg.request_timeout_s)
@@ -144,7 +154,7 @@ def _run_on(cluster: Cluster, worker: NodeSpec, cfg: ClusterConfig,
     drained = autoscale.drained_pages(cluster.logs_dir)
     out["downscale"] = case("downscale")
     out["downscale"]["drained_pages"] = autoscale.drained_pages(cluster.logs_dir) - drained
-    out["store_bytes"] = autoscale.dir_bytes(Path(deploy.store_uri))
+    out["store_bytes"] = store_bytes(store) if store.is_s3 else autoscale.dir_bytes(Path(store.uri))
     out["autoscale"] = guarded("autoscale", lambda: _autoscale(deploy, cluster, cfg))
     return out
 

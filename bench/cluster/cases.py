@@ -11,7 +11,15 @@ runs `turns_before` turns, makes the fault, then runs one more turn:
                    worker's replica (never the head's), which drains to the store
 
 Affected sessions are those whose last turn was answered by the lost replica.
-The entry of a case:
+Node loss and downscale need a session on the worker's replica before the
+fault. Placement is the router's (a new session goes to the lighter
+replica), and a replica Serve has just started may not be in the ingress's
+view yet, so when the pre-fault turns leave the worker's replica without a
+session the case starts again with fresh session ids (`<case>-<i>.<attempt>`)
+and the same prompts (so the same reference answers) under a tenant of its
+own (`config.agent_key`: nothing an earlier start cached serves it), at most
+`PLACEMENT_ATTEMPTS` times; `placement_attempts` says how many it took. The
+entry of a case:
 
     moved_sessions  affected sessions whose next turn another replica answered
     store_tokens    usage.penelope.store_tokens summed over those next turns
@@ -32,11 +40,12 @@ from typing import Any
 
 from bench.cluster import app
 from bench.cluster.client import Turn, cut_turn, turn_all
-from bench.cluster.config import AGENT_KEY
+from bench.cluster.config import PLACEMENT_ATTEMPTS, agent_key
 from bench.cluster.nodes import WORKER, Cluster, kill_node
 from bench.side.plan import SessionPlan
 
 Answers = dict[tuple[str, int], tuple[str, int | None, str | None]]
+PLACEMENT_PAUSE_S = 3.0  # between attempts: the ingress's view of the replicas catches up
 
 
 @dataclass(frozen=True)
@@ -51,8 +60,26 @@ class Run:
     request_timeout_s: float
 
 
-def case_sessions(case: str, plans: list[SessionPlan]) -> list[tuple[str, SessionPlan]]:
-    return [(f"{case}-{i}", p) for i, p in enumerate(plans)]
+def case_sessions(
+    case: str, plans: list[SessionPlan], attempt: int = 0
+) -> list[tuple[str, SessionPlan]]:
+    """Session ids and plans of a case; an attempt past the first adds ``.<attempt>``."""
+    tail = f".{attempt}" if attempt else ""
+    return [(f"{case}-{i}{tail}", p) for i, p in enumerate(plans)]
+
+
+def plan_id(session: str) -> str:
+    """The reference run's id of a case session: its attempt suffix dropped."""
+    return session.partition(".")[0]
+
+
+def attempt_of(session: str) -> int:
+    return int(session.partition(".")[2] or 0)
+
+
+def _worker_tags() -> set[str]:
+    roles = app.node_roles()
+    return {r.tag for r in app.engine_replicas() if roles.get(r.node_id) == WORKER}
 
 
 def _by_tag() -> dict[str, app.Replica]:
@@ -73,7 +100,8 @@ def _cut(run: Run, sessions: list[tuple[str, SessionPlan]], homes: dict[str, str
     sid, plan = next(((s, p) for s, p in sessions if homes.get(s) in on), (None, None))
     if sid is None or plan is None:
         return None
-    return cut_turn(run.url, sid, plan.turns[k], AGENT_KEY, fault, run.request_timeout_s)
+    key = agent_key(attempt_of(sid))
+    return cut_turn(run.url, sid, plan.turns[k], key, fault, run.request_timeout_s)
 
 
 def replica_kill(run: Run, sessions: list[tuple[str, SessionPlan]], homes: dict[str, str],
@@ -96,8 +124,7 @@ def replica_kill(run: Run, sessions: list[tuple[str, SessionPlan]], homes: dict[
 
 def node_loss(run: Run, sessions: list[tuple[str, SessionPlan]], homes: dict[str, str],
               k: int) -> tuple[set[str], Turn | None]:  # fmt: skip
-    roles = app.node_roles()
-    lost = {r.tag for r in app.engine_replicas() if roles.get(r.node_id) == WORKER}
+    lost = _worker_tags()
     cut = _cut(run, sessions, homes, lost, k, lambda _tag: kill_node(run.cluster, WORKER))
     if cut is None:
         kill_node(run.cluster, WORKER)
@@ -122,26 +149,39 @@ CASES = {"replica_kill": replica_kill, "node_loss": node_loss, "downscale": down
 def run_case(run: Run, case: str, plans: list[SessionPlan]) -> dict[str, Any]:
     """One case (see the module docstring); its entry of the result."""
     t0 = time.monotonic()
-    sessions = case_sessions(case, plans)
     last = len(plans[0].turns) - 1
-    # first turns one session at a time: the router sees each new session's load before
-    # it places the next, so a case's sessions spread over both replicas
-    turns = [
-        t for one in sessions for t in turn_all(run.url, [one], 0, AGENT_KEY, run.request_timeout_s)
-    ]
-    for k in range(1, last):
-        turns += turn_all(run.url, sessions, k, AGENT_KEY, run.request_timeout_s)
-    homes = _homes([t for t in turns if t.turn == last - 1])
+    for attempt in range(PLACEMENT_ATTEMPTS):
+        if attempt:
+            time.sleep(PLACEMENT_PAUSE_S)
+        sessions = case_sessions(case, plans, attempt)
+        turns = _before_fault(run, sessions, last, agent_key(attempt))
+        homes = _homes([t for t in turns if t.turn == last - 1])
+        # a replica kill takes the busiest replica; the others lose the worker's
+        if case == "replica_kill" or _worker_tags() & set(homes.values()):
+            break
     lost, cut = CASES[case](run, sessions, homes, last)
-    after = turn_all(run.url, sessions, last, AGENT_KEY, run.request_timeout_s)
+    after = turn_all(run.url, sessions, last, agent_key(attempt), run.request_timeout_s)
     # a trace session may rewrite its context between turns: its next prompt then shares
     # only a prefix with the history the fleet held, and may have none to load
     rewrites = {
         s for s, p in sessions if not p.turns[last].prompt.startswith(p.turns[last - 1].prompt)
     }
-    return summarize(
+    entry = summarize(
         case, turns + after, homes, lost, cut, run.reference, time.monotonic() - t0, rewrites
     )
+    return {**entry, "placement_attempts": attempt + 1}
+
+
+def _before_fault(
+    run: Run, sessions: list[tuple[str, SessionPlan]], last: int, key: str
+) -> list[Turn]:
+    """Turns ``0 .. last-1`` of every session. First turns go one session at a time: the
+    router sees each new session's load before it places the next."""
+    timeout = run.request_timeout_s
+    turns = [t for one in sessions for t in turn_all(run.url, [one], 0, key, timeout)]
+    for k in range(1, last):
+        turns += turn_all(run.url, sessions, k, key, timeout)
+    return turns
 
 
 def summarize(case: str, turns: list[Turn], homes: dict[str, str], lost: set[str],
@@ -153,7 +193,9 @@ def summarize(case: str, turns: list[Turn], homes: dict[str, str], lost: set[str
     nexts = {t.session: t for t in turns if t.turn == last and t.session in affected}
     moved = [s for s in affected if nexts[s].status == 200 and nexts[s].replica not in lost]
     mismatched = [
-        (t.session, t.turn) for t in turns if reference.get((t.session, t.turn)) != t.answer
+        (t.session, t.turn)
+        for t in turns
+        if reference.get((plan_id(t.session), t.turn)) != t.answer
     ]
     errors = sum(1 for t in turns if t.server_error)
     cut_entry = None if cut is None else {

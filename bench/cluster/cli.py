@@ -47,6 +47,8 @@ _HELP = {  # one per ClusterConfig field (tests/cpu/test_cli_help.py fails on a 
     "startup_timeout_s": "the cluster up and the application running within this",
     "request_timeout_s": "one HTTP request, or one turn of every session at once",
     "trace": "Claude Code trace file",
+    "store": "the replicas' shared store: path (a directory of the cluster) or s3 (a bucket "
+    "on a local S3 server, moto's server mode)",
 }
 
 

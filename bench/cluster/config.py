@@ -4,8 +4,10 @@ The deployed config is `serve_config.yaml` itself with what a two-node run on a
 2-core machine changes (`serve_deploy_config`):
 
     http_options     127.0.0.1 and a free port; the proxy on the head only
-    engine           tiny Qwen3 on CPU, a small pool; `store_uri` one directory both
-                     nodes reach (the cluster's temp dir), so replicas share the store
+    engine           tiny Qwen3 on CPU, a small pool; one store both nodes reach, so
+                     replicas share it: a directory (the cluster's temp dir) or a
+                     bucket on a local S3 server (`store_uri`, `store_endpoint`,
+                     `store_region`; credentials in each node's environment)
     engine_deployment  a fixed fleet of two (cases a-c) or autoscaling from one with
                      delays of seconds (the ramp), half a CPU per replica
     ingress          API keys from a file (two keys, two tenants)
@@ -26,6 +28,7 @@ import yaml
 
 from bench.cluster.nodes import ENGINE_SLOT, HEAD, ROOT
 from bench.traces import DEFAULT_TRACE
+from cache_store import StoreLocation
 
 MODEL = "tiny-qwen3"
 APP = "penelope"
@@ -36,6 +39,16 @@ REPLICA_CPUS = 0.5
 INGRESS_CPUS = 0.25
 AGENT_KEY, REFERENCE_KEY = "agents-key", "reference-key"
 AGENT_TENANT, REFERENCE_TENANT = "agents", "reference"
+PLACEMENT_ATTEMPTS = 4  # a case's starts (bench.cluster.cases), each under its own tenant
+
+
+def agent_key(attempt: int) -> str:
+    """The API key of a case's `attempt`-th start: a tenant of its own, so no cache or
+    store page of an earlier start of the same prompts serves it."""
+    return AGENT_KEY if attempt == 0 else f"{AGENT_KEY}-{attempt}"
+
+
+STORES = ("path", "s3")
 
 
 @dataclass(frozen=True)
@@ -57,8 +70,11 @@ class ClusterConfig:
     startup_timeout_s: float = 300.0  # cluster up, application running
     request_timeout_s: float = 120.0  # one HTTP request
     trace: str = str(DEFAULT_TRACE)
+    store: str = "path"  # the shared store: "path" (a directory) or "s3" (a local S3 server)
 
     def __post_init__(self) -> None:
+        if self.store not in STORES:
+            raise ValueError(f"store must be one of {', '.join(STORES)}, got {self.store!r}")
         if min(self.sessions, self.turns_before, self.max_tokens, self.ramp_sessions) < 1:
             raise ValueError("sessions, turns_before, max_tokens and ramp_sessions must be >= 1")
         if min(self.settle_timeout_s, self.startup_timeout_s, self.request_timeout_s) <= 0:
@@ -72,17 +88,21 @@ class ClusterConfig:
 
 
 def api_keys_text() -> str:
-    return f"{AGENT_KEY}:{AGENT_TENANT}\n{REFERENCE_KEY}:{REFERENCE_TENANT}\n"
+    agents = [f"{agent_key(a)}:{AGENT_TENANT}{'-' + str(a) if a else ''}"
+              for a in range(PLACEMENT_ATTEMPTS)]  # fmt: skip
+    return "\n".join([*agents, f"{REFERENCE_KEY}:{REFERENCE_TENANT}"]) + "\n"
 
 
-def _args(cfg: ClusterConfig, base: dict[str, Any], store_uri: str, keys_file: str) -> dict:
+def _args(cfg: ClusterConfig, base: dict[str, Any], store: StoreLocation, keys_file: str) -> dict:
     args = copy.deepcopy(base)
     engine = args["engine"]
     engine["model"] = MODEL
     engine["cache"].update(
         device_pages=cfg.device_pages,
         host_pages=cfg.host_pages,
-        store_uri=store_uri,
+        store_uri=store.uri,
+        store_endpoint=store.endpoint,
+        store_region=store.region,
         store_bytes=256 << 20,
     )
     d = args["engine_deployment"]
@@ -127,7 +147,7 @@ def autoscaling_args(args: dict[str, Any], cfg: ClusterConfig) -> dict[str, Any]
 def serve_deploy_config(
     cfg: ClusterConfig,
     port: int,
-    store_uri: str,
+    store: StoreLocation,
     keys_file: str,
     num_replicas: int | None,
     base_path: Path = SERVE_CONFIG,
@@ -135,7 +155,7 @@ def serve_deploy_config(
     """The `serve deploy` config: the fixed fleet of `num_replicas`, or autoscaling (None)."""
     base = yaml.safe_load(base_path.read_text())
     app = base["applications"][0]
-    args = _args(cfg, app["args"], store_uri, keys_file)
+    args = _args(cfg, app["args"], store, keys_file)
     engine_override: dict[str, Any] = {
         "name": ENGINE_DEPLOYMENT,
         "ray_actor_options": {"num_cpus": REPLICA_CPUS, "resources": {ENGINE_SLOT: 1}},

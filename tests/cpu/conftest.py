@@ -52,47 +52,19 @@ def make_engine(tiny_qwen3: LoadedModel) -> Callable[..., Engine]:
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A local S3-compatible server (moto's server mode) on 127.0.0.1, for the whole run."""
-    import socket
-    import time
+    from bench.cluster.s3 import local_s3_server
 
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    deadline = time.monotonic() + 10.0
-    while True:  # start() returns before the socket accepts: wait for it, bounded
-        try:
-            socket.create_connection((host, port), timeout=1.0).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                server.stop()
-                raise RuntimeError(f"no S3 server on {host}:{port} after 10 s") from None
-            time.sleep(0.05)
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with local_s3_server() as url:
+        yield url
 
 
 @pytest.fixture
 def s3_store(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> StoreLocation:
     """A fresh bucket on the local S3 server, as a user configures real S3: an s3:// URI,
     the endpoint and region as settings, credentials in the standard environment."""
-    import uuid
+    from bench.cluster.s3 import CREDENTIALS, new_bucket
 
-    import pyarrow.fs as pafs
-
-    from cache_store import StoreLocation
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "penelope-test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "penelope-test-secret")
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    bucket = f"penelope-{uuid.uuid4().hex[:12]}"
-    host = s3_endpoint.removeprefix("http://")
-    admin = pafs.S3FileSystem(
-        endpoint_override=host, scheme="http", region="us-east-1", allow_bucket_creation=True
-    )
-    admin.create_dir(bucket)
-    return StoreLocation(f"s3://{bucket}/kv", endpoint=s3_endpoint, region="us-east-1")
+    return new_bucket(s3_endpoint)

@@ -297,9 +297,7 @@ class RecordingBackend(LocalBackend):
 
 
 @pytest.mark.parametrize(("path", "make"), [(CHAT, chat_body), (TEXT, text_body)])
-async def test_ignore_eos_reaches_the_engine(
-    tiny_qwen3: LoadedModel, path: str, make: Any
-) -> None:
+async def test_ignore_eos_reaches_the_engine(tiny_qwen3: LoadedModel, path: str, make: Any) -> None:
     """vLLM's and SGLang's `ignore_eos` extension: off unless asked, and then the engine's."""
     backend = RecordingBackend(AsyncEngine(TINY_ENGINE, loaded=tiny_qwen3))
     backend.seen = []

@@ -1,6 +1,6 @@
 """`penelope bench cluster`: the derived Serve config without Ray, then one real small run.
 
-The real run starts a two-node Ray cluster on this machine, deploys the app
+The real run starts a local S3 server and a two-node Ray cluster on this machine, deploys the app
 with one engine replica per node, kills a replica, loses the worker node,
 scales down and ramps load, as `penelope bench cluster --json` in a child
 process (so Ray's driver, its signal handlers and its processes are the
@@ -19,25 +19,37 @@ from typing import Any
 
 import pytest
 
+from bench.cluster.cases import attempt_of, case_sessions, plan_id, summarize
+from bench.cluster.client import Turn
 from bench.cluster.config import (
     ENGINE_DEPLOYMENT,
     INGRESS_DEPLOYMENT,
     MODEL,
+    PLACEMENT_ATTEMPTS,
+    REFERENCE_KEY,
     ClusterConfig,
+    agent_key,
+    api_keys_text,
     serve_deploy_config,
 )
 from bench.cluster.nodes import ENGINE_SLOT, HEAD, WORKER, NodeSpec, node_command, pids_of
+from cache_store import StoreLocation
 from deployments.serve_config import parse_serve_config
+from deployments.settings import parse_api_keys
 
 ROOT = Path(__file__).resolve().parents[4]
 RUN_TIMEOUT_S = 900  # the run's own waits are bounded well inside this
-# two sessions per case; a short ramp in which one request in flight asks for a second replica
-SMALL = ["--sessions", "2", "--ramp-sessions", "6", "--ramp-s", "10", "--load-s", "20",
-         "--target-ongoing-requests", "0.5"]  # fmt: skip
+# two sessions per case, the store a bucket on a local S3 server (a shared directory is the
+# default; tests/cpu/cache_store covers both); a short ramp in which one request in flight
+# asks for a second replica
+SMALL = ["--sessions", "2", "--store", "s3", "--ramp-sessions", "6", "--ramp-s", "10",
+         "--load-s", "20", "--target-ongoing-requests", "0.5"]  # fmt: skip
 
 
 def _deploy_config(replicas: int | None) -> dict[str, Any]:
-    return serve_deploy_config(ClusterConfig(), 8123, "/tmp/store", "/tmp/keys", replicas)
+    return serve_deploy_config(
+        ClusterConfig(), 8123, StoreLocation("/tmp/store"), "/tmp/keys", replicas
+    )
 
 
 def test_the_deployed_config_is_serve_config_yaml_pinned_to_engine_slots() -> None:
@@ -59,6 +71,19 @@ def test_the_deployed_config_is_serve_config_yaml_pinned_to_engine_slots() -> No
     assert a is not None and (a.min_replicas, a.max_replicas) == (1, 2)
     assert a.upscale_delay_s <= 1 and a.downscale_delay_s <= 30  # seconds, not minutes
     assert a.kv_pressure.working_set_window_s <= 30
+
+
+def test_an_s3_store_reaches_the_engine_config_as_a_user_writes_it() -> None:
+    store = StoreLocation("s3://bucket/kv", endpoint="http://127.0.0.1:9000", region="us-east-1")
+    config = serve_deploy_config(ClusterConfig(store="s3"), 8123, store, "/tmp/keys", 2)
+    cache = parse_serve_config(config["applications"][0]["args"]).engine.cache
+    assert (cache.store_uri, cache.store_endpoint, cache.store_region) == (
+        "s3://bucket/kv",
+        "http://127.0.0.1:9000",
+        "us-east-1",
+    )
+    with pytest.raises(ValueError, match="store must be one of path, s3"):
+        ClusterConfig(store="gcs")
 
 
 def test_each_node_offers_its_own_engine_slots_and_role() -> None:
@@ -87,10 +112,37 @@ def run() -> dict[str, Any]:
     return result
 
 
+def _turn(session: str, turn: int, replica: str, text: str) -> Turn:
+    usage = {"completion_tokens": 2, "penelope": {"store_tokens": 8, "recomputed_tokens": 0}}
+    return Turn(session, turn, 200, replica, text, "length", usage, done=True)
+
+
+def test_a_placement_attempt_is_held_against_the_reference_of_its_plan() -> None:
+    plans: list[Any] = [object(), object()]
+    ids = [sid for sid, _ in case_sessions("node_loss", plans, attempt=2)]
+    assert ids == ["node_loss-0.2", "node_loss-1.2"]
+    assert [plan_id(s) for s in ids] == ["node_loss-0", "node_loss-1"]
+    assert [attempt_of(s) for s in [*ids, "node_loss-0"]] == [2, 2, 0]
+    # each start is a tenant of its own: nothing an earlier start cached can serve it
+    tenants = parse_api_keys(api_keys_text())
+    starts = [tenants[agent_key(a)] for a in range(PLACEMENT_ATTEMPTS)]
+    assert len(set(starts)) == PLACEMENT_ATTEMPTS and tenants[REFERENCE_KEY] not in starts
+    answers = {(0, 0): "a", (1, 0): "b", (0, 1): "c", (1, 1): "d"}
+    reference = {(f"node_loss-{i}", k): (text, 2, "length") for (i, k), text in answers.items()}
+    turns = [_turn(ids[0], 0, "w", "a"), _turn(ids[1], 0, "h", "b"),
+             _turn(ids[0], 1, "h", "c"), _turn(ids[1], 1, "h", "d")]  # fmt: skip
+    homes = {ids[0]: "w", ids[1]: "h"}
+    entry = summarize("node_loss", turns, homes, {"w"}, None, reference, 1.0)
+    assert entry["identical"] and entry["affected_sessions"] == entry["moved_sessions"] == 1
+    wrong = [*turns[:3], _turn(ids[1], 1, "h", "x")]
+    entry = summarize("node_loss", wrong, homes, {"w"}, None, reference, 1.0)
+    assert not entry["identical"] and entry["mismatched_turns"] == [(ids[1], 1)]
+
+
 def _moved_and_served_from_the_store(e: dict[str, Any]) -> None:
     assert "error" not in e, e
-    if e["affected_sessions"] == 0:  # placement is the router's: the case had nothing to move
-        pytest.skip(f"no session of this case lived on the lost replica: {e}")
+    # the case starts its sessions again until they live on every replica
+    assert e["affected_sessions"] > 0, e
     assert e["moved_sessions"] == e["affected_sessions"], e
     assert e["identical"], e["mismatched_turns"]
     assert e["server_errors"] == 0, e
@@ -114,6 +166,7 @@ def test_two_nodes_one_replica_each_and_nothing_left_after(run: dict[str, Any]) 
     assert {n["role"] for n in run["nodes"]} == {HEAD, WORKER}
     assert sorted(run["replicas_by_node"].values()) == [1, 1]
     assert run["reference"]["failed"] == 0
+    assert run["store_uri"].startswith("s3://") and run["store_bytes"] > 0
 
 
 @on_the_cluster
