@@ -1,11 +1,12 @@
 """`penelope bench cluster`: the Ray Serve app on a real two-node cluster, faults and all.
 
-    penelope bench cluster [--sessions 4] [--json OUT]
+    penelope bench cluster [--sessions 4] [--store path|s3] [--json OUT]
 
 Starts a two-node Ray cluster on this machine (`bench.cluster.nodes`: a head and
 a worker, each with one engine slot, so the two engine replicas land one per
 node), `serve deploy`s `serve_config.yaml` adapted to it (`bench.cluster.config`:
-tiny Qwen3, one shared store directory, API keys for two tenants), runs every
+tiny Qwen3, one shared store: a directory or, with `--store s3`, a bucket on a
+local S3 server; API keys for the tenants), runs every
 planned session once under the `reference` tenant, then the three cases of
 `bench.cluster.cases` under the `agents` tenant (a replica killed, the worker
 node lost and rejoined, the fleet scaled down) and the autoscaling ramp of
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import logging
 import signal
@@ -53,17 +53,10 @@ _HELP = {  # one per ClusterConfig field (tests/cpu/test_cli_help.py fails on a 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_engine.helpformat import add_config_args, parser
 
     ap = parser("penelope bench cluster", __doc__)
-    for f in dataclasses.fields(ClusterConfig):
-        default = getattr(ClusterConfig(), f.name)
-        kind: Any = (
-            float if isinstance(default, float) else int if isinstance(default, int) else str
-        )
-        ap.add_argument(
-            f"--{f.name.replace('_', '-')}", type=kind, default=default, help=_HELP[f.name]
-        )
+    add_config_args(ap, ClusterConfig, _HELP)
     ap.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-': stdout)")
     return ap
 
