@@ -71,6 +71,9 @@ def sample(logits: torch.Tensor, items: list[BatchItem], seed: int) -> list[int]
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, kv: KVPool, seed: int = 0) -> None:
+        prepare = getattr(model, "prepare_decode", None)
+        if prepare is not None:  # the decode weight copies before serving (`model.gemm`)
+            prepare()
         self.model = model
         self.kv = kv
         self.seed = seed

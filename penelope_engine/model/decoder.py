@@ -45,6 +45,10 @@ class SelfAttention(nn.Module):
         """q, k and v as one matmul (`fuse_rows`)."""
         self.qkv = fuse_rows(self.q_proj, self.k_proj, self.v_proj)
 
+    def prepare_decode(self) -> None:
+        self.gemm.packed(self.qkv)
+        self.o_proj.prepare_decode()
+
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], step: _Step, layer: int
     ) -> torch.Tensor:
@@ -134,6 +138,15 @@ class Decoder(nn.Module):
             if isinstance(module, (SelfAttention, MLP)):
                 module.pack()
         return self
+
+    def prepare_decode(self) -> None:
+        """Make every decode-step weight copy now (`gemm`), not at the first batched decode
+        step; call it once the weights are loaded."""
+        for layer in self.model.layers:
+            assert isinstance(layer, DecoderLayer)
+            layer.self_attn.prepare_decode()
+            layer.mlp.prepare_decode()
+        self.lm_head.prepare_decode()
 
     @property
     def dtype(self) -> torch.dtype:

@@ -12,6 +12,9 @@ tolerance against a from-scratch run).
 
 The packed copy is rebuilt whenever the weight changes (a loader copying
 into it, a move, a cast): it is keyed by the weight's storage and version.
+It is one more copy of every weight (for a tied vocabulary projection, of
+the embedding too); `Decoder.prepare_decode` makes them all at start-up, so
+a server's memory does not step up at its first batched decode.
 """
 
 from __future__ import annotations
@@ -45,19 +48,21 @@ class PackedLinear:
         self.enabled = enabled and _AVAILABLE
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, decode: bool) -> torch.Tensor:
-        if (
-            not decode
-            or not self.enabled
-            or not 2 <= x.shape[0] <= SMALL_ROWS
-            or x.dim() != 2
-            or weight.device.type != "cpu"
-            or weight.dtype != torch.float32
-        ):
+        if not decode or not 2 <= x.shape[0] <= SMALL_ROWS or x.dim() != 2:
             return F.linear(x, weight)
+        packed = self.packed(weight)
+        if packed is None:
+            return F.linear(x, weight)
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
+
+    def packed(self, weight: torch.Tensor) -> torch.Tensor | None:
+        """The packed copy of `weight` (made now if it is missing or stale); None when this
+        weight takes MKL (disabled, not float32, not on the CPU)."""
+        if not self.enabled or weight.device.type != "cpu" or weight.dtype != torch.float32:
+            return None
         key = (weight.data_ptr(), weight._version, weight.dtype)
         if key != self._key or self._packed is None:
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_HINT)
+            with torch.inference_mode():
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_HINT)
             self._key = key
-        return torch.ops.mkldnn._linear_pointwise(
-            x.contiguous(), self._packed, None, "none", [], ""
-        )
+        return self._packed

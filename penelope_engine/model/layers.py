@@ -29,6 +29,9 @@ class Linear(nn.Module):
         """`decode`: the rows are a decode step's (`gemm.PackedLinear`)."""
         return self.gemm(x, self.weight, decode)
 
+    def prepare_decode(self) -> None:
+        self.gemm.packed(self.weight)
+
 
 def fuse_rows(*linears: Linear) -> torch.Tensor:
     """One ``[sum of out_features, in_features]`` matrix of the weights of `linears`.
@@ -83,6 +86,10 @@ class MLP(nn.Module):
 
     def pack(self) -> None:
         self.gate_up = fuse_rows(self.gate_proj, self.up_proj)
+
+    def prepare_decode(self) -> None:
+        self.gemm.packed(self.gate_up)
+        self.down_proj.prepare_decode()
 
     def forward(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
         gate, up = self.gemm(x, self.gate_up, decode).split(self.intermediate, dim=-1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -47,3 +49,16 @@ def test_other_dtypes_and_a_disabled_linear_keep_f_linear() -> None:
     assert torch.equal(PackedLinear(enabled=False)(x, w, True), F.linear(x, w))
     xb, wb = x.bfloat16(), w.bfloat16()
     assert torch.equal(PackedLinear()(xb, wb, True), F.linear(xb, wb))
+
+
+def test_prepare_decode_makes_the_copies_of_the_layers_a_decode_step_calls(
+    tiny_qwen3: Any,
+) -> None:
+    model = tiny_qwen3.model
+    model.prepare_decode()
+    layer = model.model.layers[0]
+    called = [layer.self_attn.gemm, layer.self_attn.o_proj.gemm, layer.mlp.gemm,
+              layer.mlp.down_proj.gemm, model.lm_head.gemm]  # fmt: skip
+    assert all(g._packed is not None for g in called)
+    unused = [layer.self_attn.q_proj.gemm, layer.mlp.up_proj.gemm]  # views inside fused weights
+    assert all(g._packed is None for g in unused)
