@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 from bench.child import run_child
 from bench.cluster import app
 from bench.load.config import LoadConfig
+from bench.sampler import Sampler
 
 SAMPLE_S = 1.0
 UPSCALE = re.compile(
@@ -68,35 +68,22 @@ def signals(logs_dir: Path, target: float) -> list[dict[str, Any]]:
     return out
 
 
-class Sampler:
+class ReplicaSampler(Sampler):
     """Running engine replicas every SAMPLE_S, in a thread: (seconds since start, count)."""
 
     def __init__(self) -> None:
+        super().__init__(SAMPLE_S, "replica-sampler")
         self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, name="replica-sampler", daemon=True)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10 * SAMPLE_S)
 
     def now(self) -> int:
         return self.samples[-1][1] if self.samples else 0
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                running = app.app_state()[1].get("RUNNING", 0)
-            except Exception:  # the controller busy or restarting: skip this sample
-                running = -1
-            if running >= 0:
-                self.samples.append((round(time.monotonic() - self._t0, 1), running))
-            self._stop.wait(SAMPLE_S)
+    def sample(self) -> None:
+        try:
+            running = app.app_state()[1].get("RUNNING", 0)
+        except Exception:  # the controller busy or restarting: skip this sample
+            return
+        self.samples.append((round(time.monotonic() - self.t0, 1), running))
 
 
 def load_config(sessions: int, ramp_s: float, load_s: float, trace: str) -> LoadConfig:
@@ -112,7 +99,7 @@ def ramp(url: str, logs_dir: Path, load: LoadConfig, vocab: int, target: float,
     from bench.load.client import client_deadline_s, client_main, summarize
 
     drained_before = drained_pages(logs_dir)
-    with Sampler() as sampler:
+    with ReplicaSampler() as sampler:
         records = run_child(
             client_main, (load, url, vocab), timeout_s=client_deadline_s(load), name="ramp-client"
         )

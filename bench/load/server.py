@@ -9,7 +9,6 @@ then checks that the engine is idle with no page held and no node locked.
 from __future__ import annotations
 
 import resource
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -18,10 +17,11 @@ from typing import Any
 from bench.child import run_child
 from bench.load.client import client_deadline_s, client_main, summarize
 from bench.load.config import MODEL, LoadConfig
+from bench.sampler import Sampler
 from bench.traces import CLAUDE_BLOCK
 
 
-class RssSampler:
+class RssSampler(Sampler):
     """This process's resident memory, sampled on a thread: (seconds since start, MiB).
 
     `pool_full`, when given, is polled with each sample; the first time it is
@@ -29,33 +29,18 @@ class RssSampler:
     """
 
     def __init__(self, period_s: float = 0.5, pool_full: Callable[[], bool] | None = None) -> None:
+        super().__init__(period_s, "rss-sampler")
         self.samples: list[tuple[float, float]] = []
         self.full_at: float | None = None
         self._pool_full = pool_full
-        self._period_s = period_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
-    def __enter__(self) -> RssSampler:
-        self._t0 = time.monotonic()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        page = resource.getpagesize()
-        while True:
-            with open("/proc/self/statm") as f:
-                rss = int(f.read().split()[1]) * page / 2**20
-            now = time.monotonic() - self._t0
-            self.samples.append((now, rss))
-            if self.full_at is None and self._pool_full is not None and self._pool_full():
-                self.full_at = now
-            if self._stop.wait(self._period_s):
-                return
+    def sample(self) -> None:
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * resource.getpagesize() / 2**20
+        now = time.monotonic() - self.t0
+        self.samples.append((now, rss))
+        if self.full_at is None and self._pool_full is not None and self._pool_full():
+            self.full_at = now
 
     def summary(self, warmup_s: float) -> dict[str, Any]:
         warmup_s = max(warmup_s, self.full_at if self.full_at is not None else 0.0)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from typing import Any
+
+from bench.sampler import Sampler
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -29,36 +30,21 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-class CpuClock:
+class CpuClock(Sampler):
     """Samples `tree_cpu_s(pid)` every `period_s` while entered."""
 
     def __init__(self, pid: int, period_s: float = 0.02) -> None:
+        super().__init__(period_s, f"cpu-{pid}")
         self.pid = pid
-        self.period_s = period_s
         self.times: list[float] = []
         self.cpu: list[float] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"cpu-{pid}", daemon=True)
 
-    def __enter__(self) -> CpuClock:
-        self._sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
+    def sample(self) -> None:
         now, cpu = time.monotonic(), tree_cpu_s(self.pid)
         with self._lock:
             self.times.append(now)
             self.cpu.append(cpu)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self._sample()
 
     def at(self, t: float) -> float:
         """The tree's CPU seconds at instant `t` (clamped to the sampled span)."""

@@ -1,0 +1,41 @@
+"""`Sampler`: one measurement now and then every `period_s` on a thread, while entered.
+
+The benches' samplers (a server tree's CPU seconds, this process's RSS, the
+running replica count) are this loop with their own `sample()`; the first
+sample is taken in `__enter__`, so a reading exists as soon as the block
+starts, and `__exit__` waits a bounded time for the thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Self
+
+
+class Sampler:
+    def __init__(self, period_s: float, name: str) -> None:
+        if period_s <= 0:
+            raise ValueError(f"period_s must be positive, got {period_s}")
+        self.period_s = period_s
+        self.t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def sample(self) -> None:
+        """Take one measurement (runs on the sampling thread after the first)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.t0 = time.monotonic()
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10 * self.period_s + 5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self.sample()
