@@ -1,12 +1,24 @@
 """Benchmarks: the simulator, trace replay, micro-benchmarks, the load test.
 
-sim/          the discrete-event simulator and its benches (`bench.sim`)
-replay/       agent traces through the real engine; the simulator's CPU calibration
-micro/        one component at a time: recompute, cache bookkeeping, store, tiers
-load/         `penelope bench load`: many sessions against the standalone server
-sessions      `Session` / `Turn` / `Trace` / `Scale`: one typed, scaled form of any trace
-traces        Claude Code and Mooncake traces -> `bench.sessions` (scaled)
-tokens        deterministic token ids per trace block (shared prefix identical)
-workload      seeded session sampling and staggered session starts; clipping for small replays
-child         a spawned child process that returns one result or fails within a deadline
+Modules:
+    child     a spawned child process that returns one result or fails within a deadline
+    cluster/  `penelope bench cluster`: the Ray Serve app on a real two-node Ray cluster on
+              this machine
+    load/     `penelope bench load`: many sessions against the standalone server
+    micro/    one component at a time: recompute, cache bookkeeping, store, tiers
+    net       The benches' local networking: a free port, and waiting for a server to answer
+    peers/    Peers' routers, modelled from their source for the simulator (never served)
+    replay/   agent traces through the real engine; the simulator's CPU calibration
+    sampler   `Sampler`: one measurement now and then every `period_s` on a thread, while
+              entered
+    sessions  `Session` / `Turn` / `Trace` / `Scale`: one typed, scaled form of any trace
+    side/     `penelope bench side`: real routers side by side on this machine, through the
+              HTTP API
+    sim/      the discrete-event simulator and its benches (`bench.sim`)
+    speed/    `penelope bench speed`: the embedded engine's raw speed, against any OpenAI
+              server
+    tokens    deterministic token ids per trace block (shared prefix identical)
+    traces    Claude Code and Mooncake traces -> `bench.sessions` (scaled)
+    workload  seeded session sampling and staggered session starts; clipping for small
+              replays
 """

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.sessions import Session
-from penelope_engine.pages import mix64, seed64
+from penelope_engine.cache.pages import mix64, seed64
 from penelope_engine.util import cdiv
 
 _U64 = np.uint64

@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from cache_store import StoreStats
 from deployments.auth import Authenticator
 from deployments.backend import Backend
-from deployments.completions import Runner
+from deployments.completions import CompletionHandler
 from deployments.errors import ApiError, install_handlers, unavailable
 from deployments.metrics import ApiMetrics
 from deployments.middleware import BodySizeLimit, RequestCounter
@@ -50,7 +50,7 @@ class AppState:
     settings: ApiSettings
     auth: Authenticator
     metrics: ApiMetrics
-    runner: Runner
+    runner: CompletionHandler
     backend: Backend | None = None
     started: int = 0
 
@@ -92,7 +92,9 @@ def _new_state(settings: ApiSettings) -> AppState:
         return state.backend.store_stats() if state.backend is not None else {}
 
     metrics = ApiMetrics(replica_stats, store_stats)
-    state = AppState(settings, Authenticator(settings.api_keys), metrics, Runner(settings, metrics))
+    state = AppState(
+        settings, Authenticator(settings.api_keys), metrics, CompletionHandler(settings, metrics)
+    )
     return state
 
 

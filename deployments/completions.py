@@ -1,4 +1,4 @@
-"""Run a prepared request: admission, streaming or not, metrics, cancellation.
+"""Run a prepared request: an in-flight slot, streaming or not, metrics, cancellation.
 
 The first engine output is awaited before any response starts, so errors the
 engine raises up front (invalid request, no capacity) become proper HTTP
@@ -35,7 +35,7 @@ from deployments.responses import (
 )
 from deployments.settings import ApiSettings
 from deployments.textstream import TextStream
-from penelope_engine.protocol import TokenUsage
+from penelope_engine.protocol import FinishReason, TokenUsage
 
 REPLICA_HEADER = "x-penelope-replica"
 T = TypeVar("T")
@@ -53,7 +53,7 @@ class Generation:
         self._last_step: float | None = None
         self.replica = ""
         self.usage = TokenUsage()
-        self.finish_reason: str | None = None
+        self.finish_reason: FinishReason | None = None
         self.completion_tokens = 0
 
     async def start(self) -> None:
@@ -117,7 +117,7 @@ class Generation:
         self._last_step = now
 
 
-class Admission:
+class InflightSlots:
     """A bounded count of admitted, unfinished requests; over it, 429."""
 
     def __init__(self, settings: ApiSettings, metrics: ApiMetrics) -> None:
@@ -141,19 +141,19 @@ class Admission:
         self._metrics.pending.set(self._pending)
 
 
-class Runner:
-    """Runs prepared requests: admission, then a JSON body or an SSE stream."""
+class CompletionHandler:
+    """Handles prepared requests: a slot (or a 429), then a JSON body or an SSE stream."""
 
     def __init__(self, settings: ApiSettings, metrics: ApiMetrics) -> None:
         self._metrics = metrics
-        self._admission = Admission(settings, metrics)
+        self._slots = InflightSlots(settings, metrics)
         self._retry_after_s = settings.retry_after_s
         self._timeout_s = settings.request_timeout_s
 
     async def run(
         self, prepared: Prepared, backend: Backend, http_request: Request
     ) -> JSONResponse | StreamingResponse:
-        self._admission.enter()
+        self._slots.enter()
         gen = Generation(prepared, backend, self._metrics)
         deadline = Deadline.after(prepared.arrival, self._timeout_s)
         try:
@@ -181,7 +181,7 @@ class Runner:
 
     async def _release(self, gen: Generation) -> None:
         await gen.close()
-        self._admission.leave()
+        self._slots.leave()
 
     def _error(self, exc: Exception) -> ApiError:
         err = from_engine_error(exc, self._retry_after_s)

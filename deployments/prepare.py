@@ -17,14 +17,14 @@ from deployments.responses import Kind, ResponseMeta
 from deployments.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 from deployments.settings import ApiSettings
 from penelope_engine.errors import InvalidRequestError
-from penelope_engine.protocol import GenerateRequest, SamplingParams
+from penelope_engine.protocol import GREEDY_BELOW_TEMPERATURE, GenerateRequest, SamplingParams
 
 # Sampling edges the engine's float32 arithmetic cannot take: logits divided by a
 # temperature near zero overflow to inf (NaN probabilities), and a top_p below
 # float32's range keeps no token. Both limits mean "the most likely token", so
-# such values are mapped to exactly that: greedy decoding, or a top_p that
-# still keeps only the top token (any top_p <= 1 / vocabulary size does).
-GREEDY_BELOW_TEMPERATURE = 1e-3
+# such values are mapped to exactly that: greedy decoding (below the engine's
+# GREEDY_BELOW_TEMPERATURE), or a top_p that still keeps only the top token (any
+# top_p <= 1 / vocabulary size does).
 MIN_TOP_P = 1e-6
 
 

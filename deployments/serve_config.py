@@ -12,7 +12,7 @@ the key, and everything past this point is frozen dataclasses.
       api:         deployments.settings.ApiSettings (limits; keys come from a file/env)
       engine_deployment: EngineDeploymentSettings (CPUs, queue bounds, autoscaling)
       ingress:     IngressSettings
-      router:      RouterSettings (router.core.RouterConfig under `options`)
+      router:      RouterSettings (router.schema.RouterConfig under `options`)
 """
 
 from __future__ import annotations
@@ -29,15 +29,11 @@ from deployments.autoscaling import KvPressureSettings
 from deployments.settings import ApiSettings
 from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.errors import ConfigError
-from router.core import RouterConfig
+from penelope_engine.util import require
 from router.policies import ROUTING_POLICIES
+from router.schema import RouterConfig
 
 DEFAULT_MODEL = "smollm2-135m"
-
-
-def _require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
 
 
 @dataclass(frozen=True)
@@ -52,19 +48,19 @@ class AutoscalingSettings:
     kv_pressure: KvPressureSettings = field(default_factory=KvPressureSettings)
 
     def __post_init__(self) -> None:
-        _require(self.min_replicas >= 1, "min_replicas must be >= 1 (sessions hold KV)")
-        _require(
+        require(self.min_replicas >= 1, "min_replicas must be >= 1 (sessions hold KV)")
+        require(
             self.max_replicas >= self.min_replicas,
             f"max_replicas ({self.max_replicas}) must be >= min_replicas ({self.min_replicas})",
         )
         initial = self.initial_replicas
-        _require(
+        require(
             initial is None or self.min_replicas <= initial <= self.max_replicas,
             f"initial_replicas ({initial}) must be in [min_replicas, max_replicas]",
         )
-        _require(self.target_ongoing_requests > 0, "target_ongoing_requests must be positive")
+        require(self.target_ongoing_requests > 0, "target_ongoing_requests must be positive")
         for name in ("upscale_delay_s", "downscale_delay_s", "look_back_period_s"):
-            _require(getattr(self, name) >= 0, f"{name} must be >= 0")
+            require(getattr(self, name) >= 0, f"{name} must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -80,12 +76,12 @@ class EngineDeploymentSettings:
     autoscaling: AutoscalingSettings | None = field(default_factory=AutoscalingSettings)
 
     def __post_init__(self) -> None:
-        _require(self.num_cpus > 0, f"num_cpus must be positive, got {self.num_cpus}")
-        _require(self.num_gpus >= 0, f"num_gpus must be >= 0, got {self.num_gpus}")
-        _require(self.num_replicas >= 1, "num_replicas must be >= 1")
-        _require(self.max_ongoing_requests >= 1, "max_ongoing_requests must be >= 1")
-        _require(self.max_queued_requests >= 1, "max_queued_requests must be >= 1")
-        _require(self.retry_after_s >= 0, "retry_after_s must be >= 0")
+        require(self.num_cpus > 0, f"num_cpus must be positive, got {self.num_cpus}")
+        require(self.num_gpus >= 0, f"num_gpus must be >= 0, got {self.num_gpus}")
+        require(self.num_replicas >= 1, "num_replicas must be >= 1")
+        require(self.max_ongoing_requests >= 1, "max_ongoing_requests must be >= 1")
+        require(self.max_queued_requests >= 1, "max_queued_requests must be >= 1")
+        require(self.retry_after_s >= 0, "retry_after_s must be >= 0")
 
     @property
     def kv_pressure(self) -> KvPressureSettings:
@@ -99,8 +95,8 @@ class IngressSettings:
     api_keys_file: str | None = None  # read on each ingress replica, with PENELOPE_API_KEYS
 
     def __post_init__(self) -> None:
-        _require(self.num_cpus >= 0, f"num_cpus must be >= 0, got {self.num_cpus}")
-        _require(self.num_replicas >= 1, "num_replicas must be >= 1")
+        require(self.num_cpus >= 0, f"num_cpus must be >= 0, got {self.num_cpus}")
+        require(self.num_replicas >= 1, "num_replicas must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -111,17 +107,12 @@ class RouterSettings:
     stats_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        _require(
+        require(
             self.policy in ROUTING_POLICIES,
             f"router policy must be one of {', '.join(ROUTING_POLICIES)}, got {self.policy!r}",
         )
-        _require(
-            not getattr(ROUTING_POLICIES[self.policy], "reads_prompt", False),
-            f"router policy {self.policy!r} models a peer over whole prompts; the ingress passes "
-            "only session ids, so it runs in the simulator (penelope bench peers), not here",
-        )
-        _require(self.stats_period_s > 0, "stats_period_s must be positive")
-        _require(self.stats_timeout_s > 0, "stats_timeout_s must be positive")
+        require(self.stats_period_s > 0, "stats_period_s must be positive")
+        require(self.stats_timeout_s > 0, "stats_timeout_s must be positive")
 
     def router_kwargs(self) -> dict[str, Any]:
         """JSON-serializable `request_router_kwargs`: the policy plus non-default options."""
@@ -153,8 +144,8 @@ class SGLangSettings:
     radix_cache_backend: str | None = "penelope"
 
     def __post_init__(self) -> None:
-        _require(bool(self.model_path), "sglang.model_path must name a model directory")
-        _require(self.page_size >= 1, f"sglang.page_size must be >= 1, got {self.page_size}")
+        require(bool(self.model_path), "sglang.model_path must name a model directory")
+        require(self.page_size >= 1, f"sglang.page_size must be >= 1, got {self.page_size}")
 
 
 def _default_engine() -> EngineConfig:
@@ -173,8 +164,8 @@ class ServeConfig:
     router: RouterSettings = field(default_factory=RouterSettings)
 
     def __post_init__(self) -> None:
-        _require(not self.api.api_keys, "put API keys in ingress.api_keys_file or the env")
-        _require(
+        require(not self.api.api_keys, "put API keys in ingress.api_keys_file or the env")
+        require(
             (self.engine == "sglang") == (self.sglang is not None),
             "engine: sglang needs an sglang: section (model_path, ...), and sglang: needs "
             "engine: sglang",
@@ -205,7 +196,7 @@ def _reject_unknown(raw: Mapping[str, Any], cls: type, where: str) -> None:
     """Pydantic ignores unknown keys of plain dataclasses; a typo must not pass silently."""
     by_name = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - set(by_name))
-    _require(
+    require(
         not unknown,
         f"serve config: unknown key(s) {unknown} in {where}; valid: {', '.join(sorted(by_name))}",
     )

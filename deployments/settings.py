@@ -13,15 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from penelope_engine.errors import ConfigError
+from penelope_engine.util import require
 
 API_KEYS_ENV = "PENELOPE_API_KEYS"
 DEFAULT_TENANT = "default"
-
-
-def _require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
 
 
 @dataclass(frozen=True)
@@ -48,23 +43,23 @@ class ApiSettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "api_keys", MappingProxyType(dict(self.api_keys)))
         for key, tenant in self.api_keys.items():
-            _require(len(key) >= 8, "an API key must have at least 8 characters")
-            _require(bool(tenant), f"API key ...{key[-4:]} has an empty tenant")
+            require(len(key) >= 8, "an API key must have at least 8 characters")
+            require(bool(tenant), f"API key ...{key[-4:]} has an empty tenant")
         for name in ("max_body_bytes", "max_pending", "max_tokens_limit", "default_max_tokens"):
-            _require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        _require(self.retry_after_s >= 0, f"retry_after_s must be >= 0, got {self.retry_after_s}")
-        _require(
+            require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        require(self.retry_after_s >= 0, f"retry_after_s must be >= 0, got {self.retry_after_s}")
+        require(
             0 < self.request_timeout_s < math.inf,
             f"request_timeout_s must be positive and finite, got {self.request_timeout_s}",
         )
-        _require(self.max_stop_sequences >= 0, "max_stop_sequences must be >= 0")
-        _require(self.max_stop_chars > 0, "max_stop_chars must be positive")
-        _require(
+        require(self.max_stop_sequences >= 0, "max_stop_sequences must be >= 0")
+        require(self.max_stop_chars > 0, "max_stop_chars must be positive")
+        require(
             self.default_max_tokens <= self.max_tokens_limit,
             f"default_max_tokens ({self.default_max_tokens}) must be <= max_tokens_limit "
             f"({self.max_tokens_limit})",
         )
-        _require(bool(self.replica_name), "replica_name must not be empty")
+        require(bool(self.replica_name), "replica_name must not be empty")
 
     @property
     def auth_enabled(self) -> bool:

@@ -1,14 +1,12 @@
-"""`penelope serve`: the OpenAI app and one engine in one process, without Ray.
+"""The OpenAI app and one engine in one process, without Ray (`penelope serve`).
 
 For laptops and tests. Binds to loopback unless told otherwise; binding
-elsewhere without API keys logs a warning.
-
-    penelope serve [--host 127.0.0.1] [--port 8000] [--model smollm2-135m]
+elsewhere without API keys logs a warning. The command line is
+`penelope_cli.serve`'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import ipaddress
 import logging
@@ -23,10 +21,8 @@ from fastapi import FastAPI
 from deployments.api import create_app
 from deployments.backend import LocalBackend
 from deployments.serve_config import DEFAULT_MODEL
-from deployments.settings import ApiSettings, load_api_keys
-from penelope_engine import helpformat
-from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from penelope_engine.policies import POLICIES
+from deployments.settings import ApiSettings
+from penelope_engine.config import EngineConfig
 
 log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 30.0  # uvicorn's graceful shutdown (5 s) plus the app's lifespan close
@@ -126,83 +122,3 @@ def background_server(
         raise RuntimeError(
             f"the server on {host}:{bound_port} did not stop within {STOP_TIMEOUT_S:g} s"
         )
-
-
-def add_serve_args(parser: argparse.ArgumentParser) -> None:
-    """The `penelope serve` options."""
-    d, c, s = EngineConfig(), CacheConfig(), SchedulerConfig()
-    a = ApiSettings()
-    parser.add_argument("--host", default="127.0.0.1", help="bind address")
-    parser.add_argument("--port", type=int, default=8000, help="TCP port")
-    parser.add_argument(
-        "--model", default=DEFAULT_MODEL, help="registered model name or checkpoint directory"
-    )
-    parser.add_argument("--device", default=d.device, help="cpu or cuda[:N]")
-    parser.add_argument(
-        "--dtype", default=d.dtype, choices=("float32", "float16", "bfloat16"), help="model dtype"
-    )
-    parser.add_argument("--page-size", type=int, default=c.page_size, help="tokens per KV page")
-    parser.add_argument(
-        "--device-pages", type=int, default=c.device_pages, help="KV pages on the device"
-    )
-    parser.add_argument(
-        "--host-pages", type=int, default=c.host_pages, help="KV pages in host memory (0: no tier)"
-    )
-    parser.add_argument(
-        "--policy", default=c.policy, choices=sorted(POLICIES), help="eviction policy"
-    )
-    parser.add_argument(
-        "--max-running", type=int, default=s.max_running, help="most requests running at once"
-    )
-    parser.add_argument(
-        "--max-pending",
-        type=int,
-        default=a.max_pending,
-        help="admitted unfinished requests before 429",
-    )
-    parser.add_argument(
-        "--api-keys-file",
-        default=None,
-        help="file of 'key[:tenant]' lines, with $PENELOPE_API_KEYS (neither: no auth)",
-    )
-    parser.add_argument(
-        "--metrics-require-auth", action="store_true", help="/metrics needs an API key too"
-    )
-    parser.add_argument("--log-level", default="info", help="uvicorn log level")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """`penelope serve`'s parser (`main` takes what it parses)."""
-    parser = helpformat.parser("penelope serve", __doc__)
-    add_serve_args(parser)
-    return parser
-
-
-def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSettings]:
-    cache = CacheConfig(
-        page_size=args.page_size,
-        device_pages=args.device_pages,
-        host_pages=args.host_pages,
-        policy=args.policy,
-    )
-    engine = EngineConfig(
-        model=args.model,
-        device=args.device,
-        dtype=args.dtype,
-        cache=cache,
-        scheduler=SchedulerConfig(max_running=args.max_running),
-    )
-    settings = ApiSettings(
-        api_keys=load_api_keys(args.api_keys_file),
-        max_pending=args.max_pending,
-        metrics_require_auth=args.metrics_require_auth,
-    )
-    return engine, settings
-
-
-def main(args: argparse.Namespace) -> int:
-    engine, settings = config_from_args(args)
-    serve_standalone(
-        args.host, args.port, engine_config=engine, settings=settings, log_level=args.log_level
-    )
-    return 0

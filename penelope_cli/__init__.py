@@ -1,6 +1,21 @@
 """The `penelope` command line: the top layer, above the engine, the benchmarks and the servers.
 
 `penelope_cli.cli` dispatches to each tool's module (`penelope_cli.demo`,
-`deployments.standalone`, `penelope_engine.verify`, `bench.*`); nothing below
+`penelope_cli.serve`, `penelope_cli.verify`, `bench.*`); nothing below
 this package imports it.
+
+Modules:
+    cli            The `penelope` command: one entry point that dispatches to each tool
+    closeness      How close two results are, as `penelope verify` judges them: NaN always
+                   fails
+    demo           `penelope demo`: a short agent session on the embedded engine, with a
+                   tight cache
+    helpformat     One help style for every `penelope` parser: each option says what it does
+                   and its default
+    serve          `penelope serve`: the OpenAI-compatible server and one engine in one
+                   process, no Ray
+    verify         `penelope verify`: recomputing holes is exact, in the decoder and through
+                   the whole engine
+    verify_engine  The engine and transformers checks of `penelope verify` (the fused check
+                   is in verify.py)
 """

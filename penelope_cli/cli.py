@@ -19,13 +19,13 @@ import importlib
 import sys
 from types import ModuleType
 
-from penelope_engine.helpformat import parser
+from penelope_cli.helpformat import parser
 
 # name: (module with build_parser() and main(), one-line help)
 COMMANDS = {
     "demo": ("penelope_cli.demo", "a three-turn agent session on the embedded engine"),
-    "serve": ("deployments.standalone", "the OpenAI-compatible server in one process"),
-    "verify": ("penelope_engine.verify", "exactness: fused recompute, engine turns, a reference"),
+    "serve": ("penelope_cli.serve", "the OpenAI-compatible server in one process"),
+    "verify": ("penelope_cli.verify", "exactness: fused recompute, engine turns, a reference"),
 }
 BENCHES = {
     "recompute": ("bench.micro.recompute", "rebuilding the front of a cached history vs its tail"),
@@ -78,7 +78,7 @@ def tool_parser(*path: str) -> argparse.ArgumentParser:
 
 def _run(path: tuple[str, ...], argv: list[str]) -> int:
     if path == ("serve",):
-        from deployments.standalone import main as serve
+        from penelope_cli.serve import main as serve
 
         return int(serve(tool_parser("serve").parse_args(argv)) or 0)
     return int(_module(path).main(argv) or 0)

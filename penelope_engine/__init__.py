@@ -1,0 +1,26 @@
+"""The engine: the cache, the one scheduling core, the tiers and the model, in rooms.
+
+Rooms depend one way: `sched` -> `tiers` -> `cache`; `cache`, `sched` and the
+torch-free half of `tiers` import no torch. `core.build_core` is the one place
+that assembles a cache and a scheduler over tiers: the engine, the simulator
+and the replay all call it. Nothing here imports router, deployments, bench or
+penelope_cli.
+
+Modules:
+    cache/        the cache room: tree with holes, pages, placement, eviction policies
+    sched/        the scheduling room: scheduler, admission, agent levers, sequences
+    tiers/        the tiers room: KV pools, copies, load-or-recompute planner, handover
+    model/        paged Qwen3 / Llama decoders, loaders (safetensors, GGUF), tokenizers
+    sglang/       the SGLang 0.5.23 plugin (`--radix-cache-backend penelope`) and adapter
+    core          `build_core`: cache + scheduler + tiers from configs and `CoreHooks`
+    engine        `Engine`: the synchronous step loop over the core and the model runner
+    async_engine  `AsyncEngine`: the `EngineProtocol` over `Engine`, its own step thread
+    runner        `ModelRunner`: one forward over a batch, then sampling
+    protocol      the engine interface: requests, outputs, usage, stats, digests
+    config        frozen, validated configs: model, cache, scheduler, engine
+    costs         the default prefill cost constants (c_lin, c_attn)
+    registry      `Registry`: strategies chosen by name
+    fit           the one least-squares fitter (coefficients >= 0)
+    errors        the errors the engine raises, each saying what to fix
+    util          `cdiv`, `require`
+"""

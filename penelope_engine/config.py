@@ -8,10 +8,66 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from cache_store.location import StoreLocation
-from penelope_engine.errors import ConfigError
+from penelope_engine.errors import ConfigError, UnknownNameError
 from penelope_engine.util import require
+
+# The string options, each listed once: mypy checks the Literal, and the validation
+# of configs read from YAML or the command line takes its values (`get_args`).
+EvictionPolicyName = Literal["lru", "penelope", "greedydual", "return_aware"]
+WritePolicy = Literal["off", "write_through", "write_back"]
+AdmissionOrder = Literal["fcfs", "program", "aged"]
+RetentionMode = Literal["none", "ttl", "return_aware"]
+
+EVICTION_POLICY_NAMES: tuple[EvictionPolicyName, ...] = get_args(EvictionPolicyName)
+WRITE_POLICIES: tuple[WritePolicy, ...] = get_args(WritePolicy)
+ADMISSION_ORDERS: tuple[AdmissionOrder, ...] = get_args(AdmissionOrder)
+RETENTIONS: tuple[RetentionMode, ...] = get_args(RetentionMode)
+
+_Option = TypeVar("_Option", bound=str)
+
+
+class _CheckedInPostInit:
+    """Marks a Literal field that `__post_init__` checks: loaders that read annotations
+    (pydantic, for the serve config's YAML) take it as a str, so a wrong value gets
+    the config's own error, which names the valid ones."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return handler(str)
+
+
+CHECKED_IN_POST_INIT = _CheckedInPostInit()
+
+
+def one_of(allowed: tuple[_Option, ...], value: str, what: str) -> _Option:
+    """`value` as one of `allowed` (a Literal's values); ConfigError naming them otherwise."""
+    for option in allowed:
+        if value == option:
+            return option
+    raise ConfigError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def as_eviction_policy(name: str) -> EvictionPolicyName:
+    """`name` checked as an eviction policy; `UnknownNameError` lists the valid ones."""
+    for option in EVICTION_POLICY_NAMES:
+        if name == option:
+            return option
+    valid = ", ".join(EVICTION_POLICY_NAMES)
+    raise UnknownNameError(f"unknown eviction policy {name!r}; valid: {valid}")
+
+
+def as_write_policy(value: str) -> WritePolicy:
+    return one_of(WRITE_POLICIES, value, "write_policy")
+
+
+def as_admission_order(value: str) -> AdmissionOrder:
+    return one_of(ADMISSION_ORDERS, value, "admission")
+
+
+def as_retention(value: str) -> RetentionMode:
+    return one_of(RETENTIONS, value, "retention")
 
 
 @dataclass(frozen=True)
@@ -69,11 +125,11 @@ class CacheConfig:
     page_size: int = 16
     device_pages: int = 4096
     host_pages: int = 0  # 0 disables the host tier
-    policy: str = "penelope"
+    policy: Annotated[EvictionPolicyName, CHECKED_IN_POST_INIT] = "penelope"
     # How device pages reach the host tier: write_through copies a session's new
     # pages at the end of each turn (later demotion is free); write_back copies
     # a page when it is evicted from the device; off keeps the host tier unused.
-    write_policy: str = "write_through"
+    write_policy: Annotated[WritePolicy, CHECKED_IN_POST_INIT] = "write_through"
     store_uri: str | None = None  # Arrow store under the host tier (a path or URI); None: none
     store_bytes: int = 8 << 30
     # A session's path record (what another replica reads to continue it) not rewritten
@@ -97,10 +153,7 @@ class CacheConfig:
         require(self.page_size > 0, f"page_size must be positive, got {self.page_size}")
         require(self.device_pages > 0, f"device_pages must be positive, got {self.device_pages}")
         require(self.host_pages >= 0, f"host_pages must be >= 0, got {self.host_pages}")
-        require(
-            self.write_policy in ("off", "write_through", "write_back"),
-            f"write_policy must be off, write_through or write_back, got {self.write_policy!r}",
-        )
+        as_write_policy(self.write_policy)
         require(self.store_bytes > 0, "store_bytes must be positive")
         require(self.store_record_ttl_s > 0, "store_record_ttl_s must be positive")
         require(self.write_behind_bytes >= 0, "write_behind_bytes must be >= 0")
@@ -109,9 +162,12 @@ class CacheConfig:
             location is not None or not (self.store_endpoint or self.store_region),
             "store_endpoint and store_region need a store_uri (s3://bucket/prefix)",
         )
-        from penelope_engine.policies import check_policy_name
+        as_eviction_policy(self.policy)
 
-        check_policy_name(self.policy)
+    @property
+    def active_host_pages(self) -> int:
+        """Host pages the cache uses: none when `write_policy` is off."""
+        return self.host_pages if self.write_policy != "off" else 0
 
     def store_location(self) -> StoreLocation | None:
         """Where the Arrow store is, or None without one."""
@@ -123,13 +179,9 @@ class CacheConfig:
             raise ConfigError(str(e)) from e
 
 
-ADMISSION_ORDERS = ("fcfs", "program", "aged")
-RETENTIONS = ("none", "ttl", "return_aware")
-
-
 @dataclass(frozen=True)
 class AgentConfig:
-    """Agent-aware scheduling levers (`penelope_engine.agent_sched`); the defaults are off.
+    """Agent-aware scheduling levers (`penelope_engine.sched.agent`); the defaults are off.
 
     admission: "fcfs" (arrival order, as SGLang and vLLM), "program" (by the
     session's first arrival: Continuum's program-level FCFS) or "aged" (by
@@ -147,11 +199,11 @@ class AgentConfig:
     that many seconds' worth before it (0: off). Finite, so nobody starves.
     """
 
-    admission: str = "fcfs"
+    admission: Annotated[AdmissionOrder, CHECKED_IN_POST_INIT] = "fcfs"
     age_cap_s: float = 60.0
     backfill: bool = False
     starvation_s: float = 30.0
-    retention: str = "none"
+    retention: Annotated[RetentionMode, CHECKED_IN_POST_INIT] = "none"
     default_ttl_s: float = 10.0  # until enough tool gaps are seen
     min_samples: int = 8  # fleet tool gaps before the TTL is fit (3 for one session's own)
     memory_price: float = 1.0  # device-seconds of compute one device-second of memory is worth
@@ -160,8 +212,8 @@ class AgentConfig:
     size_weight: float = 0.0
 
     def __post_init__(self) -> None:
-        require(self.admission in ADMISSION_ORDERS, f"admission must be one of {ADMISSION_ORDERS}")
-        require(self.retention in RETENTIONS, f"retention must be one of {RETENTIONS}")
+        as_admission_order(self.admission)
+        as_retention(self.retention)
         require(self.age_cap_s >= 0 and self.starvation_s >= 0, "age_cap_s, starvation_s >= 0")
         require(self.default_ttl_s >= 0, "default_ttl_s must be >= 0")
         require(self.min_samples >= 1, "min_samples must be >= 1")

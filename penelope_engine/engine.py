@@ -12,14 +12,11 @@ import re
 import time
 
 from cache_store import ArrowSegmentStore, PathRecord, StoreStats
-from penelope_engine.cache import PrefixCache
+from penelope_engine.cache.pages import PageHasher, PublicPrefixes
 from penelope_engine.config import EngineConfig
+from penelope_engine.core import CoreHooks, build_core
 from penelope_engine.errors import CapacityError, EngineError, InvalidRequestError
-from penelope_engine.handover import SessionHandover
-from penelope_engine.kv_pool import DTYPES, KVPool
 from penelope_engine.model.registry import LoadedModel, load_model
-from penelope_engine.pages import PageHasher, PublicPrefixes
-from penelope_engine.planner import CostCalibrator, CostModel
 from penelope_engine.protocol import (
     EngineStats,
     GenerateRequest,
@@ -28,9 +25,11 @@ from penelope_engine.protocol import (
     TokenUsage,
 )
 from penelope_engine.runner import ModelRunner
-from penelope_engine.scheduler import Scheduler
-from penelope_engine.sequence import BatchItem, Sequence
-from penelope_engine.tiers import TorchTiers
+from penelope_engine.sched.sequence import BatchItem, Sequence
+from penelope_engine.tiers.copies import TorchTiers
+from penelope_engine.tiers.handover import SessionHandover
+from penelope_engine.tiers.kv_pool import DTYPES, KVPool
+from penelope_engine.tiers.planner import CalibratedCost, CostCalibrator
 from penelope_engine.util import cdiv
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,10 @@ class Engine:
         config: EngineConfig,
         loaded: LoadedModel | None = None,
         store: ArrowSegmentStore | None = None,
+        hooks: CoreHooks | None = None,
     ) -> None:
+        """`hooks`: what a benchmark injects into the core (`CoreHooks`); None: serving."""
+        hooks = hooks or CoreHooks()
         self.config = config
         self.loaded = loaded or load_model(config.model, config.dtype, config.device)
         mc, cc = self.loaded.config, config.cache
@@ -52,7 +54,7 @@ class Engine:
         self.max_model_len = mc.max_position
         self.vocab_size = mc.vocab_size
         dtype = DTYPES[config.dtype]
-        self.host_pages = cc.host_pages if cc.write_policy != "off" else 0
+        self.host_pages = cc.active_host_pages
         self.device_pool = KVPool(mc, cc.device_pages, cc.page_size, dtype, config.device)
         self.host_pool = (
             KVPool(mc, cc.host_pages, cc.page_size, dtype, "cpu", pin_memory=True)
@@ -71,7 +73,7 @@ class Engine:
         self.hasher = PageHasher(cc.page_size, fingerprint)
         self.public = PublicPrefixes(self.hasher, cc.public_prefixes)
         self.calibrator = CostCalibrator(
-            CostModel(kv_bytes_per_token=mc.kv_bytes_per_token(dtype.itemsize))
+            CalibratedCost(kv_bytes_per_token=mc.kv_bytes_per_token(dtype.itemsize))
         )
         self.tiers = TorchTiers(
             self.device_pool,
@@ -80,30 +82,26 @@ class Engine:
             on_copy=self.calibrator.observe_copy,
             public_hashes=self.public.hashes,
         )
-        self.cache = PrefixCache(
-            cc.page_size,
-            cc.device_pages,
-            self.host_pages,
-            cc.policy,
-            io=self.tiers,
+        core = build_core(
+            cc,
+            config.scheduler,
+            hooks.wrap_tiers(self.tiers) if hooks.wrap_tiers else self.tiers,
+            self.hasher,
+            hooks.cost or (lambda: self.calibrator.cost),
             has_store=store is not None,
+            max_model_len=self.max_model_len,
+            eos_token_ids=tuple(self.tokenizer.eos_token_ids),
             page_cost=lambda p: self.calibrator.cost.recompute_s(p * cc.page_size, cc.page_size),
+            clock=hooks.clock,
+            policy=hooks.policy,
         )
+        self.core, self.cache, self.scheduler = core, core.cache, core.scheduler
         self.handover = (
             SessionHandover(store, self.tiers, self.cache, cc.write_behind_bytes)
             if store is not None
             else None
         )
-        self.scheduler = Scheduler(
-            config.scheduler,
-            self.cache,
-            self.hasher,
-            self.tiers,
-            lambda: self.calibrator.cost,
-            tuple(self.tokenizer.eos_token_ids),
-            self.max_model_len,
-            write_through=self.host_pages > 0 and cc.write_policy == "write_through",
-        )
+        self.step_observer = hooks.step_observer
         self.runner = ModelRunner(self.loaded.model, self.device_pool, config.seed)
         self._seqs: dict[str, Sequence] = {}
 
@@ -170,6 +168,8 @@ class Engine:
                 self._seqs.pop(failed.request_id, None)
             return [failed] if failed is not None else []
         t0 = time.perf_counter()
+        if self.step_observer is not None:
+            self.step_observer(items)
         tokens = self.runner.run(items)
         self._observe(items, time.perf_counter() - t0)
         out = self.scheduler.commit(items, tokens)
@@ -214,6 +214,13 @@ class Engine:
     # -- observability -------------------------------------------------------------------
     def stats(self) -> EngineStats:
         t, c = self.scheduler.totals, self.cache
+        # A lock counts on a node and every ancestor (PageTree.lock), so the locked nodes
+        # hang together under the root: walk those only, not the whole tree.
+        locked, stack = 0, [n for n in c.tree.root.children.values() if n.lock > 0]
+        while stack:
+            node = stack.pop()
+            locked += 1
+            stack.extend(child for child in node.children.values() if child.lock > 0)
         return EngineStats(
             tokens_device=t.device_tokens,
             tokens_host=t.host_tokens,
@@ -227,6 +234,8 @@ class Engine:
             evictions=tuple((p, r, n) for (p, r), n in sorted(c.evictions.items())),
             queue_length=len(self.scheduler.waiting),
             running=len(self.scheduler.running),
+            request_pages=self.scheduler.request_pages(),
+            locked_nodes=locked,
         )
 
     def store_stats(self) -> StoreStats | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator
 from dataclasses import astuple, dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from penelope_engine.errors import InvalidRequestError
 
@@ -26,10 +26,18 @@ if TYPE_CHECKING:  # (this module stays light: no tokenizers, no pyarrow)
     from penelope_engine.model.tokenizer import Tokenizer
 
 
+# Below this temperature sampling is greedy: near zero, softmax(logits / t) is argmax,
+# and float32 logits divided by it would overflow to inf (NaN probabilities).
+GREEDY_BELOW_TEMPERATURE = 1e-3
+
+# Why a request ended: a stop token (or stop string), its token limit, or an abort.
+FinishReason = Literal["stop", "length", "abort"]
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 64
-    temperature: float = 0.0  # 0 means greedy
+    temperature: float = 0.0  # 0 (below GREEDY_BELOW_TEMPERATURE) means greedy
     top_p: float = 1.0
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
@@ -101,7 +109,7 @@ class RequestOutput:
     request_id: str
     token_ids: tuple[int, ...]
     finished: bool = False
-    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    finish_reason: FinishReason | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
     ttft_s: float | None = None  # set once the first token exists
 
@@ -122,6 +130,9 @@ class EngineStats:
     evictions: tuple[tuple[str, str, int], ...] = ()  # (policy, reason, pages)
     queue_length: int = 0
     running: int = 0
+    # Leak checks (bench.load): both are 0 once every request has ended.
+    request_pages: int = 0  # device pages running requests hold outside the prefix tree
+    locked_nodes: int = 0  # prefix-tree nodes locked by running requests
 
     @property
     def hit_ratio(self) -> float:

@@ -5,47 +5,34 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from penelope_engine.kv_pool import KVPool
-from penelope_engine.model.attention import AttentionMetadata
-from penelope_engine.sequence import BatchItem
+from penelope_engine.model.attention import AttentionMetadata, build_metadata
+from penelope_engine.protocol import GREEDY_BELOW_TEMPERATURE
+from penelope_engine.sched.sequence import BatchItem
+from penelope_engine.tiers.kv_pool import KVPool
 from penelope_engine.util import cdiv
 
-__all__ = ["BatchItem", "ModelRunner", "build_metadata"]
+__all__ = ["BatchItem", "ModelRunner", "step_inputs"]
 
 
-def build_metadata(
+def step_inputs(
     items: list[BatchItem], page_size: int, device: torch.device
 ) -> tuple[torch.Tensor, AttentionMetadata]:
     """Token ids and metadata of one step; logits only for the items that sample a token."""
-    ids, pos, slots, starts, ctx, tables = [], [], [], [0], [], []
+    ids, tables, ctx = [], [], []
     for it in items:
-        p = it.positions
-        table = it.seq.page_table
-        tokens = np.asarray(it.seq.tokens, dtype=np.int64)
-        ids.append(tokens[p])
-        pos.append(p)
-        slots.append(table[p // page_size].astype(np.int64) * page_size + p % page_size)
-        starts.append(starts[-1] + len(p))
-        ctx_len = int(p[-1]) + 1
+        ctx_len = int(it.positions[-1]) + 1
+        ids.append(np.asarray(it.seq.tokens, dtype=np.int64)[it.positions])
+        tables.append(it.seq.page_table[: cdiv(ctx_len, page_size)])
         ctx.append(ctx_len)
-        tables.append(torch.from_numpy(table[: cdiv(ctx_len, page_size)].astype(np.int64)))
-    to = lambda arrs: torch.from_numpy(np.concatenate(arrs)).to(device)  # noqa: E731
-    meta = AttentionMetadata(
-        positions=to(pos),
-        slot_mapping=to(slots),
-        query_starts=tuple(starts),
-        context_lens=tuple(ctx),
-        page_tables=tuple(t.to(device) for t in tables),
-        logits_indices=torch.tensor(
-            [end - 1 for end, it in zip(starts[1:], items) if it.wants_token],
-            dtype=torch.int64,
-            device=device,
-        ),
+    meta = build_metadata(
+        [it.positions for it in items],
+        tables,
+        ctx,
+        page_size,
+        device=device,
+        logits_of=[it.wants_token for it in items],
     )
-    return to(ids), meta
-
-
-GREEDY_BELOW = 1e-3
+    return torch.from_numpy(np.concatenate(ids)).to(device), meta
 
 
 def sample(logits: torch.Tensor, items: list[BatchItem], seed: int) -> list[int]:
@@ -53,7 +40,7 @@ def sample(logits: torch.Tensor, items: list[BatchItem], seed: int) -> list[int]
     out = []
     for row, it in zip(logits, items):
         sp = it.seq.req.sampling
-        if sp.temperature < GREEDY_BELOW:  # near zero, softmax(logits / t) is argmax
+        if sp.temperature < GREEDY_BELOW_TEMPERATURE:  # near zero, softmax(logits / t) is argmax
             out.append(int(torch.argmax(row)))
             continue
         if it.seq.generator is None:
@@ -81,7 +68,7 @@ class ModelRunner:
 
     def run(self, items: list[BatchItem]) -> list[int | None]:
         """Forward the batch; a sampled token for items that want one, else None."""
-        ids, meta = build_metadata(items, self.kv.page_size, self.device)
+        ids, meta = step_inputs(items, self.kv.page_size, self.device)
         logits = self.model(ids, meta, self.kv)  # one row per item that wants a token
         wants = [i for i, it in enumerate(items) if it.wants_token]
         tokens: list[int | None] = [None] * len(items)

@@ -1,8 +1,9 @@
-"""Routing policies by name: ``affinity`` (Penelope) and ``pow2`` (Ray Serve's default).
+"""The product's routing policies by name: ``affinity`` (Penelope) and ``pow2`` (Ray's default).
 
 ``pow2`` is the baseline every figure is compared with: two replicas drawn at
-random, the less loaded one wins, no memory of sessions. The simulator and the
-Ray router both get their policy from ``make_policy``.
+random, the less loaded one wins, no memory of sessions. The Ray router gets its
+policy from ``make_routing_policy``; the simulator adds the peers' routers
+(`bench.peers`) to this registry.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
-from penelope_engine.errors import UnknownNameError
-from router.core import (
+from penelope_engine.registry import Registry
+from router.core import AffinityRouter
+from router.schema import (
     NO_REPLICAS,
-    AffinityRouter,
     Choice,
     ReplicaView,
     RouteDecision,
@@ -23,8 +24,6 @@ from router.core import (
     RouteRequest,
     pick_replica,
 )
-from router.ray_prefix import RayPrefixAffinityRouter
-from router.sgl_cache_aware import SglCacheAwareRouter
 
 
 class RoutingPolicy(Protocol):
@@ -73,22 +72,17 @@ class Pow2Router:
         return []
 
 
-ROUTING_POLICIES: dict[str, Callable[[RouterConfig, Callable[[], float]], RoutingPolicy]] = {
-    AffinityRouter.name: AffinityRouter,
-    Pow2Router.name: Pow2Router,
-    RayPrefixAffinityRouter.name: RayPrefixAffinityRouter,
-    SglCacheAwareRouter.name: SglCacheAwareRouter,
-}
+RouterFactory = Callable[[RouterConfig, Callable[[], float]], RoutingPolicy]
+ROUTING_POLICIES: Registry[RouterFactory] = Registry(
+    "routing policy", {AffinityRouter.name: AffinityRouter, Pow2Router.name: Pow2Router}
+)
 
 
-def make_policy(
+def make_routing_policy(
     name: str,
     config: RouterConfig | None = None,
     clock: Callable[[], float] = time.monotonic,
+    registry: Registry[RouterFactory] = ROUTING_POLICIES,
 ) -> RoutingPolicy:
-    """The routing policy registered as ``name``."""
-    factory = ROUTING_POLICIES.get(name)
-    if factory is None:
-        valid = ", ".join(sorted(ROUTING_POLICIES))
-        raise UnknownNameError(f"unknown routing policy {name!r}; valid: {valid}")
-    return factory(config if config is not None else RouterConfig(), clock)
+    """The routing policy registered as ``name`` (in ``registry``, the product's by default)."""
+    return registry.get(name)(config if config is not None else RouterConfig(), clock)

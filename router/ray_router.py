@@ -73,9 +73,9 @@ from ray.serve.request_router import (
     RunningReplica,
 )
 
-from router.core import ReplicaView, RouterConfig, RouteRequest
 from router.digest import EMPTY_DIGEST, DigestError, ReplicaDigest, decode_digest
-from router.policies import RoutingPolicy, make_policy
+from router.policies import RoutingPolicy, make_routing_policy
+from router.schema import ReplicaView, RouterConfig, RouteRequest
 
 logger = logging.getLogger("ray.serve")
 
@@ -85,13 +85,13 @@ class PenelopeRequestRouter(RequestRouter):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._policy: RoutingPolicy = make_policy("affinity")
+        self._policy: RoutingPolicy = make_routing_policy("affinity")
         self._digests: dict[str, tuple[object, ReplicaDigest]] = {}
         self._live_ids: set[str] = set()
 
     def initialize_state(self, policy: str = "affinity", **options: Any) -> None:
         """Called once by Ray with ``request_router_kwargs``."""
-        self._policy = make_policy(policy, RouterConfig.from_kwargs(options))
+        self._policy = make_routing_policy(policy, RouterConfig.from_kwargs(options))
 
     @property
     def policy(self) -> RoutingPolicy:

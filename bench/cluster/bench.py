@@ -31,14 +31,13 @@ from bench.cluster.nodes import (
     WORKER,
     Cluster,
     NodeSpec,
-    free_port,
     start_node,
     two_node_cluster,
 )
 from bench.cluster.s3 import credentials_env, local_s3_server, new_bucket, store_bytes
+from bench.net import free_port, wait_http
 from bench.side.config import SideConfig
 from bench.side.plan import SessionPlan, describe, plan_sessions
-from bench.side.ray_app import wait_http
 from cache_store import StoreLocation
 
 CASE_ORDER = ("replica_kill", "node_loss", "downscale")

@@ -29,34 +29,12 @@ from typing import Any
 from bench.cluster.app import terminate
 from bench.cluster.config import ClusterConfig
 
-_HELP = {  # one per ClusterConfig field (tests/cpu/test_cli_help.py fails on a missing one)
-    "sessions": "agent sessions per case (each case starts its own)",
-    "turns_before": "turns each session runs before its fault (one more runs after it)",
-    "max_tokens": "cap on each turn's output tokens (greedy)",
-    "window_tokens": "only trace sessions whose turns all fit in this many tokens are drawn",
-    "seed": "seed of the session draw",
-    "device_pages": "KV pages per engine replica",
-    "host_pages": "host-tier pages per engine replica",
-    "node_cpus": "CPUs each of the two nodes offers Ray",
-    "ramp_sessions": "session slots of the autoscaling load ramp",
-    "ramp_s": "seconds over which the ramp's slots start",
-    "load_s": "seconds the ramp's load lasts once all slots run",
-    "target_ongoing_requests": "autoscaling target of ongoing requests per replica",
-    "downscale_delay_s": "autoscaling downscale delay",
-    "settle_timeout_s": "each wait for the fleet to change (recover, rejoin, scale)",
-    "startup_timeout_s": "the cluster up and the application running within this",
-    "request_timeout_s": "one HTTP request, or one turn of every session at once",
-    "trace": "Claude Code trace file",
-    "store": "the replicas' shared store: path (a directory of the cluster) or s3 (a bucket "
-    "on a local S3 server, moto's server mode)",
-}
-
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import add_config_args, parser
+    from penelope_cli.helpformat import add_config_args, parser
 
     ap = parser("penelope bench cluster", __doc__)
-    add_config_args(ap, ClusterConfig, _HELP)
+    add_config_args(ap, ClusterConfig)
     ap.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-': stdout)")
     return ap
 

@@ -20,7 +20,7 @@ The deployed config is `serve_config.yaml` itself with what a two-node run on a
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,24 +53,65 @@ STORES = ("path", "s3")
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    sessions: int = 4  # agent sessions per case, each started just before its case
-    turns_before: int = 1  # turns each session runs before the fault; one more after it
-    max_tokens: int = 8  # output tokens per turn (greedy)
-    window_tokens: int = 1024  # only trace sessions whose turns all fit are drawn
-    seed: int = 0
-    device_pages: int = 256  # per replica, 16-token pages
-    host_pages: int = 128
-    node_cpus: int = 1  # CPUs each node offers Ray (two nodes share this machine)
-    ramp_sessions: int = 6  # the autoscaling load ramp (bench.load's client)
-    ramp_s: float = 20.0
-    load_s: float = 40.0
-    target_ongoing_requests: float = 1.0
-    downscale_delay_s: float = 15.0  # longer than a lull in the ramp's closed-loop load
-    settle_timeout_s: float = 120.0  # each wait for the fleet to change (recover, scale)
-    startup_timeout_s: float = 300.0  # cluster up, application running
-    request_timeout_s: float = 120.0  # one HTTP request
-    trace: str = str(DEFAULT_TRACE)
-    store: str = "path"  # the shared store: "path" (a directory) or "s3" (a local S3 server)
+    """One `penelope bench cluster` option per field; its help is the field's `help` metadata."""
+
+    sessions: int = field(
+        default=4, metadata={"help": "agent sessions per case (each case starts its own)"}
+    )
+    turns_before: int = field(
+        default=1,
+        metadata={"help": "turns each session runs before its fault (one more runs after it)"},
+    )
+    max_tokens: int = field(
+        default=8, metadata={"help": "cap on each turn's output tokens (greedy)"}
+    )
+    window_tokens: int = field(
+        default=1024,
+        metadata={"help": "only trace sessions whose turns all fit in this many tokens are drawn"},
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the session draw"})
+    device_pages: int = field(  # 16-token pages
+        default=256, metadata={"help": "KV pages per engine replica"}
+    )
+    host_pages: int = field(default=128, metadata={"help": "host-tier pages per engine replica"})
+    node_cpus: int = field(  # two nodes share this machine
+        default=1, metadata={"help": "CPUs each of the two nodes offers Ray"}
+    )
+    ramp_sessions: int = field(  # the ramp runs bench.load's client
+        default=6, metadata={"help": "session slots of the autoscaling load ramp"}
+    )
+    ramp_s: float = field(
+        default=20.0, metadata={"help": "seconds over which the ramp's slots start"}
+    )
+    load_s: float = field(
+        default=40.0, metadata={"help": "seconds the ramp's load lasts once all slots run"}
+    )
+    target_ongoing_requests: float = field(
+        default=1.0, metadata={"help": "autoscaling target of ongoing requests per replica"}
+    )
+    downscale_delay_s: float = field(  # longer than a lull in the ramp's closed-loop load
+        default=15.0, metadata={"help": "autoscaling downscale delay"}
+    )
+    settle_timeout_s: float = field(
+        default=120.0,
+        metadata={"help": "each wait for the fleet to change (recover, rejoin, scale)"},
+    )
+    startup_timeout_s: float = field(
+        default=300.0,
+        metadata={"help": "the cluster up and the application running within this"},
+    )
+    request_timeout_s: float = field(
+        default=120.0,
+        metadata={"help": "one HTTP request, or one turn of every session at once"},
+    )
+    trace: str = field(default=str(DEFAULT_TRACE), metadata={"help": "Claude Code trace file"})
+    store: str = field(
+        default="path",
+        metadata={
+            "help": "the replicas' shared store: path (a directory of the cluster) or s3 (a "
+            "bucket on a local S3 server, moto's server mode)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.store not in STORES:

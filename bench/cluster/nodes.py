@@ -22,7 +22,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.net import free_port
 
 ENGINE_SLOT = "penelope_engine_slot"
 HEAD, WORKER = "head", "worker"
@@ -41,12 +42,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class ClusterError(RuntimeError):
     """The cluster could not start, or a node did not behave as asked."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -46,31 +46,11 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-_HELP = {  # one per LoadConfig field (tests/cpu/test_cli_help.py fails on a missing one)
-    "sessions": "concurrent session slots; a slot that runs out starts the next session",
-    "duration_s": "no turn starts after this; in-flight requests then get --grace-s",
-    "length_scale": "trace lengths x this (below 1/64: every k-th token of each turn)",
-    "time_scale": "tool times x this",
-    "max_tokens": "cap on each request's output tokens",
-    "stream_share": "share of turns streamed to the end",
-    "cancel_share": "share of turns streamed and cancelled after the first chunk",
-    "malformed_share": "chance of a malformed extra request before each turn",
-    "ramp_s": "slot i starts at i * ramp-s / sessions",
-    "warmup_s": "least warm-up before the memory baseline (and until the device pool is full)",
-    "grace_s": "seconds in-flight requests get after --duration-s",
-    "device_pages": "the server's device KV pages",
-    "page_size": "tokens per KV page",
-    "threads": "the server's torch threads",
-    "seed": "seed of every slot's draws",
-    "trace": "Claude Code trace file",
-}
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import add_config_args, parser
+    from penelope_cli.helpformat import add_config_args, parser
 
     ap = parser("penelope bench load", __doc__)
-    add_config_args(ap, LoadConfig, _HELP)
+    add_config_args(ap, LoadConfig)
     ap.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
     return ap
 

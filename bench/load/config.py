@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.sessions import Scale
 from bench.traces import CLAUDE_BLOCK, DEFAULT_TRACE
@@ -12,25 +12,51 @@ MODEL = "tiny-qwen3"
 
 @dataclass(frozen=True)
 class LoadConfig:
-    sessions: int = 200  # concurrent session slots; a slot that runs out starts the next session
-    duration_s: float = 120.0  # no turn starts after this; in-flight requests get `grace_s`
-    length_scale: float = 1 / 256
-    time_scale: float = 0.1  # tool times x this
-    max_tokens: int = 16
-    stream_share: float = 0.5
-    cancel_share: float = 0.1
-    malformed_share: float = 0.05
-    ramp_s: float = 10.0  # slot i starts at i * ramp_s / sessions
+    """One `penelope bench load` option per field; its help is the field's `help` metadata."""
+
+    sessions: int = field(
+        default=200,
+        metadata={"help": "concurrent session slots; a slot that runs out starts the next session"},
+    )
+    duration_s: float = field(
+        default=120.0,
+        metadata={"help": "no turn starts after this; in-flight requests then get --grace-s"},
+    )
+    length_scale: float = field(
+        default=1 / 256,
+        metadata={"help": "trace lengths x this (below 1/64: every k-th token of each turn)"},
+    )
+    time_scale: float = field(default=0.1, metadata={"help": "tool times x this"})
+    max_tokens: int = field(default=16, metadata={"help": "cap on each request's output tokens"})
+    stream_share: float = field(
+        default=0.5, metadata={"help": "share of turns streamed to the end"}
+    )
+    cancel_share: float = field(
+        default=0.1,
+        metadata={"help": "share of turns streamed and cancelled after the first chunk"},
+    )
+    malformed_share: float = field(
+        default=0.05,
+        metadata={"help": "chance of a malformed extra request before each turn"},
+    )
+    ramp_s: float = field(default=10.0, metadata={"help": "slot i starts at i * ramp-s / sessions"})
     # Memory is compared between the end of warm-up and the end of the run. Warm-up
     # lasts at least this long and until the device pool is first full: the tree
     # and its page tables grow while the cache fills, then must stay flat.
-    warmup_s: float = 30.0
-    grace_s: float = 60.0
-    device_pages: int = 8192
-    page_size: int = 16
-    threads: int = 1
-    seed: int = 0
-    trace: str = str(DEFAULT_TRACE)
+    warmup_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "least warm-up before the memory baseline (and until the device pool is full)"
+        },
+    )
+    grace_s: float = field(
+        default=60.0, metadata={"help": "seconds in-flight requests get after --duration-s"}
+    )
+    device_pages: int = field(default=8192, metadata={"help": "the server's device KV pages"})
+    page_size: int = field(default=16, metadata={"help": "tokens per KV page"})
+    threads: int = field(default=1, metadata={"help": "the server's torch threads"})
+    seed: int = field(default=0, metadata={"help": "seed of every slot's draws"})
+    trace: str = field(default=str(DEFAULT_TRACE), metadata={"help": "Claude Code trace file"})
 
     def __post_init__(self) -> None:
         if self.sessions < 1 or self.duration_s <= 0 or self.max_tokens < 1:

@@ -19,6 +19,7 @@ from bench.load.client import client_deadline_s, client_main, summarize
 from bench.load.config import MODEL, LoadConfig
 from bench.sampler import Sampler
 from bench.traces import CLAUDE_BLOCK
+from penelope_engine.protocol import EngineProtocol
 
 
 class RssSampler(Sampler):
@@ -73,19 +74,18 @@ def wait_idle(engine: Any, timeout_s: float) -> bool:
     return False
 
 
-def page_report(engine: Any) -> dict[str, Any]:
+def page_report(engine: EngineProtocol) -> dict[str, Any]:
     """Pages and locks still held once every request has ended (all must be 0)."""
     try:
         engine.check_integrity()
         integrity = "ok"
     except AssertionError as exc:
         integrity = f"failed: {exc}"
-    inner = engine.engine
     stats = engine.stats()
     return {
         "integrity": integrity,
-        "request_pages": inner.scheduler.request_pages(),
-        "locked_nodes": sum(1 for n in inner.cache.tree.iter_nodes() if n.lock > 0),
+        "request_pages": stats.request_pages,
+        "locked_nodes": stats.locked_nodes,
         "device_pages_used": stats.pages_device_used,
         "device_pages_total": stats.pages_device_total,
         "hit_ratio": round(stats.hit_ratio, 4),

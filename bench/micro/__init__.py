@@ -1,7 +1,9 @@
 """Micro-benchmarks: one component at a time.
 
-recompute   `penelope bench recompute`: rebuilding a front vs a tail
-cache_ops   `penelope bench cache-ops`: the cache's bookkeeping per request
-store_bench `penelope bench store`: the Arrow store against raw file copies
-tiers       `penelope bench tiers`: agent sessions through device, host and store, exactly
+Modules:
+    cache_ops    `penelope bench cache-ops`: the cache's bookkeeping per request
+    recompute    `penelope bench recompute`: rebuilding a front vs a tail
+    store_bench  `penelope bench store`: the Arrow store against raw file copies
+    tiers        `penelope bench tiers`: agent sessions through device, host and store,
+                 exactly
 """

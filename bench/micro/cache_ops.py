@@ -16,10 +16,10 @@ import time
 
 import numpy as np
 
-from penelope_engine.cache import PrefixCache
-from penelope_engine.helpformat import parser
-from penelope_engine.pages import PageHasher
-from penelope_engine.tier import Tier
+from penelope_cli.helpformat import parser
+from penelope_engine.cache.pages import PageHasher
+from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.tier import Tier
 
 OPS = ("hash", "match", "lock", "allocate", "insert", "unlock")
 

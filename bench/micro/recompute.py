@@ -16,19 +16,19 @@ import time
 import numpy as np
 import torch
 
-from penelope_engine.helpformat import parser
-from penelope_engine.kv_pool import KVPool
+from penelope_cli.helpformat import parser
 from penelope_engine.model.registry import load_model
 from penelope_engine.protocol import GenerateRequest
-from penelope_engine.runner import build_metadata
-from penelope_engine.sequence import BatchItem, Sequence
+from penelope_engine.runner import step_inputs
+from penelope_engine.sched.sequence import BatchItem, Sequence
+from penelope_engine.tiers.kv_pool import KVPool
 from penelope_engine.util import cdiv
 
 
 def _pass(lm, pool: KVPool, seq: Sequence, positions: np.ndarray, chunk: int) -> float:
     start = time.perf_counter()
     for a in range(0, len(positions), chunk):
-        ids, meta = build_metadata(
+        ids, meta = step_inputs(
             [BatchItem(seq, positions[a : a + chunk], True)], pool.page_size, pool.device
         )
         lm.model(ids, meta, pool)

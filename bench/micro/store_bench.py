@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from cache_store import ArrowSegmentStore, Segment
-from penelope_engine import helpformat
+from penelope_cli import helpformat
 
 MIB = 1 << 20
 PAGE_BYTES = 2 * MIB  # about one 16-token page of Qwen3-8B KV in bf16

@@ -20,9 +20,9 @@ import torch
 from bench.sessions import Scale
 from bench.tokens import TokenMap
 from bench.traces import DEFAULT_TRACE, load_claude_code
-from penelope_engine.config import CacheConfig, EngineConfig
+from penelope_cli.helpformat import parser
+from penelope_engine.config import CacheConfig, EngineConfig, EvictionPolicyName, as_eviction_policy
 from penelope_engine.engine import Engine
-from penelope_engine.helpformat import parser
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 from penelope_engine.util import cdiv
@@ -68,7 +68,7 @@ def run(
     device_fraction: float = 0.3,
     host_fraction: float = 0.6,
     max_tokens: int = 4,
-    policy: str = "penelope",
+    policy: EvictionPolicyName = "penelope",
     store_dir: str | None = None,
 ) -> dict:
     lm = load_model("tiny-qwen3")
@@ -123,7 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    r = run(args.trace_file, args.sessions, args.turns, args.length_scale, policy=args.policy)
+    r = run(
+        args.trace_file,
+        args.sessions,
+        args.turns,
+        args.length_scale,
+        policy=as_eviction_policy(args.policy),
+    )
     print(json.dumps(r))
     if not args.json:
         print(

@@ -101,12 +101,9 @@ def timing_sweep(
     pages = 2 * (need // page_size + max(cfg.decode_batches) * 2)
     rng = np.random.default_rng(cfg.seed)
     times: dict[StepLoad, list[float]] = defaultdict(list)
+    config = EngineConfig(cache=CacheConfig(page_size, pages, policy="lru"), scheduler=scheduler)
     for _ in range(cfg.repeats):
-        engine = Engine(
-            EngineConfig(cache=CacheConfig(page_size, pages, policy="lru"), scheduler=scheduler),
-            loaded=lm,
-        )
-        timer = StepTimer(engine)
+        timer = StepTimer(lambda hooks: Engine(config, loaded=lm, hooks=hooks))
         _one_pass(timer, cfg, lm.config.vocab_size, np.random.default_rng(rng.integers(1 << 31)))
         for load, seconds in timer.samples:
             times[load].append(seconds)

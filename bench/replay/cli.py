@@ -40,9 +40,9 @@ from bench.sim.cliargs import add_output_args, add_step_args, add_workload_args
 from bench.sim.config import SimConfig
 from bench.sim.report import plot, row, table, write_json
 from bench.workload import Workload
-from penelope_engine.helpformat import parser
-from penelope_engine.kv_pool import DTYPES
+from penelope_cli.helpformat import parser
 from penelope_engine.model.registry import LoadedModel, load_model
+from penelope_engine.tiers.kv_pool import DTYPES
 
 
 def build_parser() -> argparse.ArgumentParser:

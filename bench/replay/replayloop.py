@@ -30,6 +30,7 @@ import heapq
 import itertools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,10 +40,11 @@ from bench.sessions import Session
 from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
 from bench.tokens import TokenMap, repeat_answer
 from bench.workload import Workload
+from penelope_engine.core import CoreHooks
 from penelope_engine.engine import Engine
 from penelope_engine.errors import PenelopeError
 from penelope_engine.protocol import GenerateRequest, SamplingParams
-from penelope_engine.sequence import Sequence as EngineSeq
+from penelope_engine.sched.sequence import Sequence as EngineSeq
 
 
 @dataclass(eq=False)
@@ -57,9 +59,11 @@ class _Pending:
 class EngineReplay:
     """One replay of a workload on one engine (fresh cache); `run()` returns its metrics."""
 
-    def __init__(self, engine: Engine, workload: Workload, tokens: TokenMap) -> None:
-        self.engine = engine
-        self.timer = StepTimer(engine)
+    def __init__(
+        self, make_engine: Callable[[CoreHooks], Engine], workload: Workload, tokens: TokenMap
+    ) -> None:
+        self.timer = StepTimer(make_engine)  # the engine's core on the real clock
+        self.engine = engine = self.timer.engine
         self.workload = workload
         self.tokens = tokens
         self.sessions = {s.id: s for s in workload.sessions}
@@ -79,7 +83,6 @@ class EngineReplay:
         self.busy_s = 0.0  # the whole loop minus the sleeps
         self.t0 = 0.0
         self._clock = time.monotonic()
-        engine.cache.time_fn = lambda: self._clock
 
     def _now(self) -> float:
         return time.monotonic() - self.t0

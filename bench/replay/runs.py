@@ -8,17 +8,21 @@ outermost, and keeps every engine step's timing for the calibration.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from bench.replay.replayloop import EngineReplay
 from bench.sessions import Scale
 from bench.sim.metrics import RunMetrics
+from bench.sim.oracle import policy_for_config
 from bench.tokens import TokenMap
 from bench.traces import load_trace
 from bench.workload import Workload, WorkloadConfig, clip_workload, sample_workload
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from penelope_engine.core import CoreHooks
 from penelope_engine.engine import Engine
 from penelope_engine.model.registry import LoadedModel
 
@@ -55,16 +59,19 @@ def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
     return SchedulerConfig(args.max_batch_tokens, args.max_running, args.prefill_chunk)
 
 
-def _engine(args: argparse.Namespace, lm: LoadedModel, setup: dict[str, Any]) -> Engine:
+def _engine(
+    args: argparse.Namespace, lm: LoadedModel, setup: dict[str, Any]
+) -> Callable[[CoreHooks], Engine]:
     ps = args.page_size
+    policy, obj = policy_for_config(setup["policy"])
     cache = CacheConfig(
         page_size=ps,
         device_pages=setup["device_budget_tokens"] // ps,
         host_pages=setup["host_budget_tokens"] // ps,
-        policy=setup["policy"],
+        policy=policy,
     )
     cfg = EngineConfig(args.model, args.device, args.dtype, cache, scheduler_config(args))
-    return Engine(cfg, loaded=lm)
+    return lambda hooks: Engine(cfg, loaded=lm, hooks=dataclasses.replace(hooks, policy=obj))
 
 
 def setup_grid(args: argparse.Namespace, budgets: list[int]) -> list[dict[str, Any]]:
@@ -87,8 +94,8 @@ def setup_grid(args: argparse.Namespace, budgets: list[int]) -> list[dict[str, A
 def _replay_once(
     args: argparse.Namespace, lm: LoadedModel, wl: Workload, setup: dict, tokens: TokenMap
 ) -> tuple[RunMetrics, list]:
-    engine = _engine(args, lm, setup)
-    rep = EngineReplay(engine, wl, tokens)
+    rep = EngineReplay(_engine(args, lm, setup), wl, tokens)
+    engine = rep.engine
     m = rep.run()
     engine.check_integrity()
     outside = rep.outside_steps_s / max(m.requests, 1)

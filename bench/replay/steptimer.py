@@ -1,36 +1,39 @@
 """What each step of the real engine computed, and how long it took.
 
-`StepTimer` sits between the engine and its model runner (it forwards every
-call) and keeps the `StepLoad` of the batch the runner was given, in the
-simulator's terms; the caller times the whole `Engine.step` (scheduling,
+`StepTimer` builds the engine with a step observer (`CoreHooks.step_observer`)
+that keeps the `StepLoad` of each batch the runner is given, in the
+simulator's terms; `step()` times the whole `Engine.step` (scheduling,
 eviction, copies, the forward, commit) and pairs the two. These pairs are
 what `CpuCostModel.fit` fits.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable
 
 from bench.sim.costmodel import StepLoad, step_load
+from penelope_engine.core import CoreHooks
 from penelope_engine.engine import Engine
-from penelope_engine.runner import ModelRunner
-from penelope_engine.sequence import BatchItem
-from penelope_engine.sequence import Sequence as EngineSeq
+from penelope_engine.sched.sequence import BatchItem
+from penelope_engine.sched.sequence import Sequence as EngineSeq
 
 
 class StepTimer:
-    """Wraps `engine.runner`; `step()` runs one engine step and records (load, seconds)."""
+    """Builds the engine it times; `step()` runs one engine step and records (load, s)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.runner: ModelRunner = engine.runner
-        engine.runner = self  # type: ignore[assignment]
+    def __init__(
+        self, make_engine: Callable[[CoreHooks], Engine], hooks: CoreHooks | None = None
+    ) -> None:
         self.samples: list[tuple[StepLoad, float]] = []
         self._load: StepLoad | None = None
+        self.engine = make_engine(
+            dataclasses.replace(hooks or CoreHooks(), step_observer=self.observe)
+        )
 
-    def run(self, items: list[BatchItem]) -> list[int | None]:
+    def observe(self, items: list[BatchItem]) -> None:
         self._load = step_load(items)
-        return self.runner.run(items)
 
     def step(self) -> list[EngineSeq]:
         """`Engine.step`, timed; a step that ran no batch records nothing."""

@@ -31,33 +31,12 @@ from bench.child import run_child
 from bench.side.config import MODEL, RAY_SETUPS, SGL_ROUTER, SideConfig, serve_args
 from bench.side.plan import SessionPlan, describe, plan_sessions
 
-_HELP = {  # one per SideConfig field (tests/cpu/test_cli_help.py fails on a missing one)
-    "sessions": "agent sessions drawn from the trace (seeded)",
-    "turns": "each session's first turns",
-    "seed": "seed of the draw and of the start times",
-    "mean_interarrival_s": "mean gap between session starts (Poisson)",
-    "time_scale": "tool times x this",
-    "max_think_s": "cap on each scaled tool time",
-    "window_tokens": "only sessions whose first turns all fit in this many tokens are drawn",
-    "max_tokens": "cap on each request's output tokens",
-    "replicas": "engine replicas (sgl-router: penelope serve workers)",
-    "device_pages": "KV pages per replica",
-    "page_size": "tokens per KV page",
-    "max_ongoing_requests": "requests one Ray engine replica runs at once",
-    "stats_period_s": "how often Ray engine replicas publish their session digests",
-    "setups": "comma-separated set-ups, run in this order",
-    "startup_timeout_s": "a set-up must serve within this",
-    "run_timeout_s": "a set-up's sessions must finish within this",
-    "sglang_router_python": "python of a venv with sglang-router==0.3.2 (none: skip sgl-router)",
-    "trace": "Claude Code trace file",
-}
-
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import add_config_args, parser
+    from penelope_cli.helpformat import add_config_args, parser
 
     ap = parser("penelope bench side", __doc__)
-    add_config_args(ap, SideConfig, _HELP)
+    add_config_args(ap, SideConfig)
     ap.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
     return ap
 

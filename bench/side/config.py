@@ -19,7 +19,7 @@ starts cold and nothing of an earlier one survives.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.traces import DEFAULT_TRACE
@@ -38,24 +38,51 @@ INGRESS_CPUS = 0.25
 
 @dataclass(frozen=True)
 class SideConfig:
-    sessions: int = 8
-    turns: int = 6  # each session's first turns
-    seed: int = 0
-    mean_interarrival_s: float = 4.0  # Poisson session starts
-    time_scale: float = 0.25  # tool times x this ...
-    max_think_s: float = 10.0  # ... and capped at this
-    window_tokens: int = 4096  # only sessions whose first turns all fit are drawn
-    max_tokens: int = 16  # cap on each request's output tokens
-    replicas: int = 2
-    device_pages: int = 256  # per replica: ours fits its sessions, a spread one does not
-    page_size: int = 16
-    max_ongoing_requests: int = 8
-    stats_period_s: float = 0.5  # our router's digest period
-    setups: tuple[str, ...] = SETUPS
-    startup_timeout_s: float = 300.0  # a set-up must serve within this
-    run_timeout_s: float = 600.0  # a set-up's client must finish within this
-    sglang_router_python: str | None = None
-    trace: str = str(DEFAULT_TRACE)
+    """One `penelope bench side` option per field; its help is the field's `help` metadata."""
+
+    sessions: int = field(
+        default=8, metadata={"help": "agent sessions drawn from the trace (seeded)"}
+    )
+    turns: int = field(default=6, metadata={"help": "each session's first turns"})
+    seed: int = field(default=0, metadata={"help": "seed of the draw and of the start times"})
+    mean_interarrival_s: float = field(
+        default=4.0, metadata={"help": "mean gap between session starts (Poisson)"}
+    )
+    time_scale: float = field(default=0.25, metadata={"help": "tool times x this"})
+    max_think_s: float = field(default=10.0, metadata={"help": "cap on each scaled tool time"})
+    window_tokens: int = field(
+        default=4096,
+        metadata={"help": "only sessions whose first turns all fit in this many tokens are drawn"},
+    )
+    max_tokens: int = field(default=16, metadata={"help": "cap on each request's output tokens"})
+    replicas: int = field(
+        default=2, metadata={"help": "engine replicas (sgl-router: penelope serve workers)"}
+    )
+    device_pages: int = field(  # ours fits its sessions, a spread one does not
+        default=256, metadata={"help": "KV pages per replica"}
+    )
+    page_size: int = field(default=16, metadata={"help": "tokens per KV page"})
+    max_ongoing_requests: int = field(
+        default=8, metadata={"help": "requests one Ray engine replica runs at once"}
+    )
+    stats_period_s: float = field(
+        default=0.5,
+        metadata={"help": "how often Ray engine replicas publish their session digests"},
+    )
+    setups: tuple[str, ...] = field(
+        default=SETUPS, metadata={"help": "comma-separated set-ups, run in this order"}
+    )
+    startup_timeout_s: float = field(
+        default=300.0, metadata={"help": "a set-up must serve within this"}
+    )
+    run_timeout_s: float = field(
+        default=600.0, metadata={"help": "a set-up's sessions must finish within this"}
+    )
+    sglang_router_python: str | None = field(
+        default=None,
+        metadata={"help": "python of a venv with sglang-router==0.3.2 (none: skip sgl-router)"},
+    )
+    trace: str = field(default=str(DEFAULT_TRACE), metadata={"help": "Claude Code trace file"})
 
     def __post_init__(self) -> None:
         if self.sessions < 1 or self.turns < 1 or self.max_tokens < 1 or self.replicas < 1:

@@ -12,20 +12,19 @@ trees.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-import httpx
 import ray
 from ray import serve
 from ray.serve import Application, Deployment
 from ray.serve import api as serve_api
 from ray.serve.config import RequestRouterConfig
 
+from bench.net import free_port, wait_http
 from bench.side.config import POW2, RAY_PREFIX, RAY_PREFIX_ROUTER_CLASS, RAY_SETUPS
 from deployments.builder import engine_options, ingress_options
 from deployments.engine_replica import EngineReplica
@@ -34,12 +33,6 @@ from deployments.serve_config import ServeConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "penelope-side"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def engine_deployment_options(setup: str, config: ServeConfig) -> dict[str, Any]:
@@ -102,24 +95,6 @@ def wait_running(app: str, timeout_s: float) -> None:
                 f"application {app} is {state} after {timeout_s:g} s: {detail} {deployments}"
             )
         time.sleep(1)
-
-
-def wait_http(url: str, timeout_s: float, proc_alive: Any = None) -> None:
-    """Until GET `url` answers 200 (or the deadline passes, or `proc_alive()` is false)."""
-    deadline = time.monotonic() + timeout_s
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if proc_alive is not None and not proc_alive():
-            raise RuntimeError(f"the process behind {url} exited before it answered")
-        try:
-            r = httpx.get(url, timeout=5)
-            if r.status_code == 200:
-                return
-            last = f"status {r.status_code}"
-        except httpx.HTTPError as exc:
-            last = type(exc).__name__
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} did not answer 200 within {timeout_s:g} s (last: {last})")
 
 
 @contextmanager

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.child import stop_group
+from bench.net import ServerExited, free_port, wait_http
 from bench.side.config import SideConfig, serve_command_args
-from bench.side.ray_app import ROOT, free_port, wait_http
+from bench.side.ray_app import ROOT
 
 STOP_GRACE_S = 10.0
 
@@ -39,7 +40,7 @@ class Started:
         """`wait_http` on `url` while the process lives; the end of its log if it fails."""
         try:
             wait_http(url, max(1.0, deadline - time.monotonic()), lambda: self.proc.poll() is None)
-        except RuntimeError as exc:
+        except (TimeoutError, ServerExited) as exc:
             tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-15:])
             raise RuntimeError(f"{self.name}: {exc}; end of its log {self.log}:\n{tail}") from exc
 

@@ -1,15 +1,29 @@
 """The discrete-event simulator: the engine's scheduling core on a cost model's clock.
 
-config      `SimConfig`: policy, tiers, budgets, replicas, router, scheduler
-loop        the event loop: sessions, tool gaps, routing by the real router core
-replica     one replica: the engine's `Scheduler` over the real `PrefixCache`, timed steps
-tiers       copies that take time on a PCIe channel, over real tiers or none
-costmodel   `StepLoad`, the `CostModel` interface (also the planner's), the CPU model fit
-roofline    Qwen3 8B/14B/32B on H100/H200: the stated GPU roofline
-metrics     per-request and per-session records, one run's summary
-report      rows over seeds (mean, spread, per-seed ratios), JSON out and in, table, PNGs
-cliargs     the options `bench simulate` and `bench replay` share, `comma_list`
-simulate    `penelope bench simulate`
-ablation    `penelope bench ablation`: each lever alone and together, from simulate JSON
-agree       `penelope bench agree`: the real engine and the simulator, request by request
+Modules:
+    ablation      `penelope bench ablation`: each lever alone and together, from simulate
+                  JSON
+    agree         `penelope bench agree`: the real engine and the simulator, request by
+                  request
+    cliargs       the options `bench simulate` and `bench replay` share, `comma_list`
+    config        `SimConfig`: policy, tiers, budgets, replicas, router, scheduler
+    costmodel     `StepLoad`, the `CostModel` interface (also the planner's), the CPU model
+                  fit
+    loop          the event loop: sessions, tool gaps, routing by the real router core
+    metrics       per-request and per-session records, one run's summary
+    oracle        The offline oracle eviction policy: it reads the future, so only the
+                  simulator runs it
+    peers         `penelope bench peers`: Penelope against the best set-up a user can build
+                  today
+    peers_report  Results of `penelope bench peers`: per set-up rows, the best peer, ratios,
+                  table, plot
+    replica       one replica: the engine's `Scheduler` over the real `PrefixCache`, timed
+                  steps
+    report        rows over seeds (mean, spread, per-seed ratios), JSON out and in, table,
+                  PNGs
+    roofline      Qwen3 8B/14B/32B on H100/H200: the stated GPU roofline
+    setups        Named set-ups: a router plus an engine cache, for Penelope and for the
+                  peers it is
+    simulate      `penelope bench simulate`
+    tiers         copies that take time on a PCIe channel, over real tiers or none
 """

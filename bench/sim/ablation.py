@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench.sim.report import FLOOR, load_rows, save_figure
-from penelope_engine.helpformat import parser
+from penelope_cli.helpformat import parser
 
 METRICS = (("mean_ttft_s", "TTFT"), ("mean_llm_time_s", "LLM time"), ("mean_jct_s", "JCT"))
 Key = tuple[str, str, str]  # policy, tiers, router

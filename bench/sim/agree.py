@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from bench.sessions import Scale
@@ -37,8 +37,15 @@ from bench.sim.loop import Simulator
 from bench.sim.metrics import RequestRecord
 from bench.traces import DEFAULT_TRACE, load_trace
 from bench.workload import Workload, WorkloadConfig, clip_workload, sample_workload
-from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from penelope_engine.helpformat import parser
+from penelope_cli.helpformat import parser
+from penelope_engine.config import (
+    CacheConfig,
+    EngineConfig,
+    EvictionPolicyName,
+    SchedulerConfig,
+    as_eviction_policy,
+)
+from penelope_engine.costs import C_ATTN, C_LIN
 
 SOURCES = ("device_tokens", "host_tokens", "store_tokens", "recomputed_tokens", "new_tokens")
 TIMES = ("admitted_at", "first_token_at", "finished_at")
@@ -47,22 +54,29 @@ REL_TOL = 1e-9
 
 @dataclass(frozen=True)
 class AgreeConfig:
-    sessions: int = 8
-    turns: int = 4
-    seed: int = 0
-    length_scale: float = 1 / 128
-    time_scale: float = 0.05
-    max_output_tokens: int = 8
-    policy: str = "penelope"
-    page_size: int = 16
-    device_pages: int = 160
-    host_pages: int = 192
+    sessions: int = field(default=8, metadata={"help": "Claude Code sessions in the workload"})
+    turns: int = field(default=4, metadata={"help": "first turns of each session kept"})
+    seed: int = field(default=0, metadata={"help": "workload seed"})
+    length_scale: float = field(default=1 / 128, metadata={"help": "trace lengths x this"})
+    time_scale: float = field(default=0.05, metadata={"help": "tool gaps x this"})
+    max_output_tokens: int = field(default=8, metadata={"help": "output tokens per turn at most"})
+    policy: EvictionPolicyName = field(
+        default="penelope", metadata={"help": "eviction policy of both sides"}
+    )
+    page_size: int = field(default=16, metadata={"help": "tokens per KV page"})
+    device_pages: int = field(
+        default=160, metadata={"help": "device pool pages (tight: sessions are evicted)"}
+    )
+    host_pages: int = field(
+        default=192, metadata={"help": "host tier pages (the store sits under it)"}
+    )
 
     def __post_init__(self) -> None:
         if self.sessions < 1 or self.turns < 1 or self.max_output_tokens < 1:
             raise ValueError("sessions, turns and max_output_tokens must be >= 1")
         if self.host_pages < 1 or self.device_pages < 1:
             raise ValueError("agree needs a device pool and a host tier")
+        as_eviction_policy(self.policy)
 
 
 def workload(cfg: AgreeConfig) -> Workload:
@@ -80,8 +94,8 @@ def cost_model(kv_bytes_per_token: int) -> CpuCostModel:
     """A stated CPU cost model (the tiny Qwen3's order of magnitude on this machine)."""
     return CpuCostModel(
         c_step=2e-3,
-        c_lin=66e-6,
-        c_attn=0.041e-6,
+        c_lin=C_LIN,
+        c_attn=C_ATTN,
         c_seq=50e-6,
         kv_bytes_per_token=kv_bytes_per_token,
         copy_bytes_per_s=2e9,
@@ -97,6 +111,7 @@ def run_engine(
     cfg: AgreeConfig, wl: Workload, store_dir: str | None
 ) -> tuple[list[RequestRecord], int]:
     from penelope_engine.engine import Engine
+    from penelope_engine.model.registry import load_model
 
     cache = CacheConfig(
         page_size=cfg.page_size,
@@ -106,10 +121,13 @@ def run_engine(
         store_uri=store_dir,
         store_bytes=1 << 30,  # never full: the simulator's store has no budget
     )
-    engine = Engine(EngineConfig(model="tiny-qwen3", cache=cache, scheduler=scheduler_config()))
-    kv = engine.loaded.config.kv_bytes_per_token(4)
-    sim_cfg = sim_config(cfg, engine.loaded.config.vocab_size, store=store_dir is not None)
-    sim = Simulator(wl, sim_cfg, cost_model(kv), 0, [engine])
+    config = EngineConfig(model="tiny-qwen3", cache=cache, scheduler=scheduler_config())
+    loaded = load_model(config.model)
+    kv = loaded.config.kv_bytes_per_token(4)
+    sim_cfg = sim_config(cfg, loaded.config.vocab_size, store=store_dir is not None)
+    sim = Simulator(wl, sim_cfg, cost_model(kv), 0, [lambda h: Engine(config, loaded, hooks=h)])
+    engine = sim.replicas[0].engine
+    assert engine is not None  # a replica over a real engine
     sim.run()
     engine.check_integrity()
     engine.close()  # its store writes behind end before the caller removes the store
@@ -242,27 +260,16 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-_HELP = {
-    "sessions": "Claude Code sessions in the workload",
-    "turns": "first turns of each session kept",
-    "seed": "workload seed",
-    "length_scale": "trace lengths x this",
-    "time_scale": "tool gaps x this",
-    "max_output_tokens": "output tokens per turn at most",
-    "policy": "eviction policy of both sides",
-    "page_size": "tokens per KV page",
-    "device_pages": "device pool pages (tight: sessions are evicted)",
-    "host_pages": "host tier pages (the store sits under it)",
-}
-
-
 def build_parser():
     ap = parser("penelope bench agree", __doc__)
     d = AgreeConfig()
-    for name, help_ in _HELP.items():
-        default = getattr(d, name)
+    for f in fields(AgreeConfig):
+        default = getattr(d, f.name)
         ap.add_argument(
-            f"--{name.replace('_', '-')}", type=type(default), default=default, help=help_
+            f"--{f.name.replace('_', '-')}",
+            type=type(default),
+            default=default,
+            help=f.metadata["help"],
         )
     ap.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
     return ap

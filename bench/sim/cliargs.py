@@ -12,10 +12,10 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.sim.oracle import SIM_EVICTION_POLICIES
 from bench.sim.roofline import HARDWARE, QWEN3
 from bench.traces import DEFAULT_TRACE
 from bench.workload import ARRIVALS
-from penelope_engine.policies import POLICIES
 
 
 def comma_list(kind: Callable[[str], Any], choices: Collection[Any] | None = None):
@@ -49,9 +49,9 @@ def add_workload_args(
     ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
     ap.add_argument(
         "--policies",
-        type=comma_list(str, POLICIES),
+        type=comma_list(str, SIM_EVICTION_POLICIES),
         default=["lru", "penelope"],
-        help=f"comma list or 'all' ({', '.join(POLICIES)})",
+        help=f"comma list or 'all' ({', '.join(SIM_EVICTION_POLICIES)})",
     )
     ap.add_argument(
         "--tiers",

@@ -1,7 +1,7 @@
 """The simulator's set-up: one replica's cache, tiers and scheduler, the fleet and its router.
 
 `SimConfig` is what `bench.sim.loop.Simulator` runs and what every result
-states (`describe`); `cache_setup` is one replica's `CacheSetup`.
+states (`describe`); `cache_config` is one replica's `CacheConfig`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.sim.replica import TIERS, CacheSetup
-from penelope_engine.config import SchedulerConfig
-from penelope_engine.policies import check_policy_name
-from router.policies import ROUTING_POLICIES
+from bench.peers.registry import SIM_ROUTERS
+from bench.sim.oracle import SIM_EVICTION_POLICIES, policy_for_config
+from bench.sim.replica import SIM_NAMESPACE, TIERS
+from penelope_engine.config import CacheConfig, SchedulerConfig
 
 
 def default_scheduler() -> SchedulerConfig:
@@ -37,13 +37,11 @@ class SimConfig:
     fast_decode: bool = True  # run decode-only stretches as one event (same times)
 
     def __post_init__(self) -> None:
-        check_policy_name(self.policy)
+        SIM_EVICTION_POLICIES.check(self.policy)
         if self.tiers not in TIERS:
             raise ValueError(f"tiers must be one of {TIERS}, got {self.tiers!r}")
-        if self.router not in ROUTING_POLICIES:
-            raise ValueError(
-                f"router must be one of {sorted(ROUTING_POLICIES)}, got {self.router!r}"
-            )
+        if self.router not in SIM_ROUTERS:
+            raise ValueError(f"router must be one of {sorted(SIM_ROUTERS)}, got {self.router!r}")
         if self.tiers != "gpu" and self.host_budget_tokens < self.page_size:
             raise ValueError(f"tiers {self.tiers!r} needs host_budget_tokens >= page_size")
         if self.device_budget_tokens < self.page_size or self.replicas < 1:
@@ -51,14 +49,16 @@ class SimConfig:
         if self.digest_period_s <= 0 or self.max_ongoing < 1:
             raise ValueError("digest_period_s must be > 0 and max_ongoing >= 1")
 
-    def cache_setup(self) -> CacheSetup:
+    def cache_config(self) -> CacheConfig:
+        """One replica's cache; the policy is `policy`, which `Replica.simulated` makes
+        (the oracle is the simulator's own, so the config names its deployable base)."""
         host = self.host_budget_tokens // self.page_size if self.tiers != "gpu" else 0
-        return CacheSetup(
-            self.policy,
-            self.page_size,
-            self.device_budget_tokens // self.page_size,
-            host,
-            store=self.tiers == "gpu+cpu+store",
+        return CacheConfig(
+            page_size=self.page_size,
+            device_pages=self.device_budget_tokens // self.page_size,
+            host_pages=host,
+            policy=policy_for_config(self.policy)[0],
+            namespace=SIM_NAMESPACE,
         )
 
     def describe(self) -> dict[str, Any]:

@@ -24,10 +24,10 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from penelope_engine.cache.tier import Tier
 from penelope_engine.fit import nonneg_lstsq
-from penelope_engine.planner import PlannerCost
-from penelope_engine.sequence import BatchItem
-from penelope_engine.tier import Tier
+from penelope_engine.sched.sequence import BatchItem
+from penelope_engine.tiers.planner import PlannerCost
 
 
 class StepLoad(NamedTuple):

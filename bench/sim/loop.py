@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bench.peers.registry import make_sim_router
 from bench.sessions import Session
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CostModel, ttft_floor, turn_floor
@@ -32,11 +33,11 @@ from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_
 from bench.sim.replica import Replica, SimRequest, Step
 from bench.tokens import TokenMap, repeat_answer
 from bench.workload import Workload
-from router.core import ReplicaView, RouterConfig, RouteRequest
 from router.digest import build_digest, decode_digest
-from router.policies import make_policy
+from router.schema import ReplicaView, RouterConfig, RouteRequest
 
 if TYPE_CHECKING:
+    from penelope_engine.core import CoreHooks
     from penelope_engine.engine import Engine
 
 ROUTE_PREFIX_PAGES = 8  # leading page ids a request shows the router
@@ -60,9 +61,10 @@ def _common_pages(a: np.ndarray, b: np.ndarray) -> int:
 class Simulator:
     """The event loop over simulated replicas, or over real engines on simulated time.
 
-    With `engines`, replica i is `engines[i]` (`Replica.over_engine`): its own
-    scheduler, cache, tiers and model, on this loop's clock; `cfg`'s cache and
-    scheduler settings are then the engines' own and are not used.
+    With `engines`, replica i is the engine `engines[i](hooks)` builds with the
+    hooks that put its core on this loop's clock (`Replica.engine_hooks`,
+    `Replica.over_engine`): its own scheduler, cache, tiers and model; `cfg`'s
+    cache and scheduler settings are then the engines' own and are not used.
     """
 
     def __init__(
@@ -71,7 +73,7 @@ class Simulator:
         cfg: SimConfig,
         cost: CostModel,
         seed: int = 0,
-        engines: Sequence[Engine] | None = None,
+        engines: Sequence[Callable[[CoreHooks], Engine]] | None = None,
     ) -> None:
         self.cfg, self.cost, self.workload = cfg, cost, workload
         self.now = 0.0
@@ -79,13 +81,25 @@ class Simulator:
         if engines is not None:
             if len(engines) != cfg.replicas:
                 raise ValueError(f"{len(engines)} engines for {cfg.replicas} replicas")
-            self.replicas = [Replica.over_engine(i, e, cost, clock) for i, e in enumerate(engines)]
+            hooks = Replica.engine_hooks(cost, clock, cfg.page_size)
+            self.replicas = [
+                Replica.over_engine(i, make(hooks), cost) for i, make in enumerate(engines)
+            ]
         else:
             self.replicas = [
-                Replica.simulated(i, cfg.cache_setup(), cfg.scheduler, cost, clock, cfg.fast_decode)
+                Replica.simulated(
+                    i,
+                    cfg.cache_config(),
+                    cfg.policy,
+                    cfg.scheduler,
+                    cost,
+                    clock,
+                    has_store=cfg.tiers == "gpu+cpu+store",
+                    fast_decode=cfg.fast_decode,
+                )
                 for i in range(cfg.replicas)
             ]
-        self.router = make_policy(
+        self.router = make_sim_router(
             cfg.router, RouterConfig(seed=seed, prefix_affinity=cfg.prefix_affinity), clock
         )
         self.tokens = TokenMap(cfg.vocab_size)

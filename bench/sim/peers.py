@@ -35,7 +35,7 @@ from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.sim.setups import STEP_TOKENS, Setup, setups
 from bench.traces import DEFAULT_TRACE, load_trace
 from bench.workload import Workload, WorkloadConfig, cut_at_window, sample_workload
-from penelope_engine.helpformat import parser
+from penelope_cli.helpformat import parser
 
 LENGTHS = {"true": 1.0, "quarter": 0.25}
 

@@ -19,36 +19,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bench.sim.costmodel import CostModel, decode_run, page_cost_fn, step_load
+from bench.sim.oracle import make_sim_policy
 from bench.sim.tiers import NullTiers, TimedTiers
-from penelope_engine.cache import PrefixCache
-from penelope_engine.config import SchedulerConfig
-from penelope_engine.pages import PageHasher
+from penelope_engine.cache.pages import PageHasher
+from penelope_engine.config import CacheConfig, SchedulerConfig
+from penelope_engine.core import CoreHooks, build_core
 from penelope_engine.protocol import GenerateRequest, SamplingParams, TokenUsage
-from penelope_engine.scheduler import Scheduler
-from penelope_engine.sequence import BatchItem, Sequence
+from penelope_engine.sched.scheduler import Scheduler
+from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.util import cdiv
 
 if TYPE_CHECKING:
     from penelope_engine.engine import Engine
 
 TIERS = ("gpu", "gpu+cpu", "gpu+cpu+store")
+SIM_NAMESPACE = "sim"  # one page-hash namespace for the whole simulated fleet
 MAX_MODEL_LEN = 1 << 40  # the trace decides lengths; the workload already capped them
-
-
-@dataclass(frozen=True)
-class CacheSetup:
-    policy: str
-    page_size: int
-    device_pages: int
-    host_pages: int = 0
-    store: bool = False  # host evictions spill to a store (no byte budget)
-    namespace: str = "sim"
-
-    def __post_init__(self) -> None:
-        if self.page_size < 1 or self.device_pages < 1 or self.host_pages < 0:
-            raise ValueError(f"invalid cache setup {self}")
-        if self.store and not self.host_pages:
-            raise ValueError("a store sits under the host tier: it needs host_pages")
 
 
 @dataclass(eq=False)
@@ -115,11 +101,13 @@ class Replica:
         cost: CostModel,
         runner: Runner | None = None,
         fast_decode: bool = True,
+        engine: Engine | None = None,
     ) -> None:
         self.index, self.scheduler, self.tiers, self.cost = index, scheduler, tiers, cost
         self.cache = scheduler.cache
         self.page_size = self.cache.page_size
         self.runner = runner  # None: the trace's tokens
+        self.engine = engine  # the real engine whose core this is (`over_engine`), or None
         self.fast_decode = fast_decode and runner is None
         self.requests: dict[str, SimRequest] = {}
         self.busy = False
@@ -129,54 +117,54 @@ class Replica:
     def simulated(
         cls,
         index: int,
-        setup: CacheSetup,
+        cache: CacheConfig,
+        policy: str,
         sched: SchedulerConfig,
         cost: CostModel,
         clock: Callable[[], float],
+        *,
+        has_store: bool = False,
         fast_decode: bool = True,
     ) -> Replica:
-        ps = setup.page_size
+        """A replica without a model: the core from `build_core` over `NullTiers`, timed.
+
+        `policy` names an eviction policy the simulator runs (the oracle included);
+        `has_store`: host evictions spill to a store without a byte budget."""
+        ps = cache.page_size
         tiers = TimedTiers(NullTiers(), cost, ps, clock)
-        cache = PrefixCache(
-            ps,
-            setup.device_pages,
-            setup.host_pages,
-            setup.policy,
-            io=tiers,
-            has_store=setup.store,
-            time_fn=clock,
-            page_cost=page_cost_fn(cost, ps),
-        )
-        scheduler = Scheduler(
-            sched,
+        core = build_core(
             cache,
-            PageHasher(ps, setup.namespace),
+            sched,
             tiers,
+            PageHasher(ps, SIM_NAMESPACE),
             lambda: cost,
-            (),
-            MAX_MODEL_LEN,
-            write_through=setup.host_pages > 0,
+            has_store=has_store,
+            max_model_len=MAX_MODEL_LEN,
+            page_cost=page_cost_fn(cost, ps),
             clock=clock,
+            policy=make_sim_policy(policy),
         )
-        return cls(index, scheduler, tiers, cost, None, fast_decode)
+        return cls(index, core.scheduler, tiers, cost, None, fast_decode)
+
+    @staticmethod
+    def engine_hooks(cost: CostModel, clock: Callable[[], float], page_size: int) -> CoreHooks:
+        """What a real engine's core needs to run on the simulated clock: its copies
+        charged to `TimedTiers` (the bytes still move through its tiers) and the
+        planner asking `cost` itself, exactly as in `Replica.simulated`."""
+        return CoreHooks(
+            clock=clock,
+            wrap_tiers=lambda real: TimedTiers(real, cost, page_size, clock),
+            cost=lambda: cost,
+        )
 
     @classmethod
-    def over_engine(
-        cls, index: int, engine: Engine, cost: CostModel, clock: Callable[[], float]
-    ) -> Replica:
-        """The engine's own scheduler and cache on `clock`, copies timed, planner fixed.
-
-        The planner asks `cost` itself (not the engine's calibrated constants)
-        and every copy is charged to `TimedTiers`, exactly as in
-        `Replica.simulated`; the bytes still move through the engine's tiers.
-        """
-        ps = engine.config.cache.page_size
-        tiers = TimedTiers(engine.tiers, cost, ps, clock)
-        engine.cache.time_fn = clock
-        engine.cache.io = tiers
-        sched = engine.scheduler
-        sched.tiers, sched.clock, sched.cost = tiers, clock, lambda: cost
-        return cls(index, sched, tiers, cost, engine.runner.run, fast_decode=False)
+    def over_engine(cls, index: int, engine: Engine, cost: CostModel) -> Replica:
+        """A replica over an engine built with `engine_hooks`: its own scheduler, cache,
+        tiers and model runner, as when serving; only the time is the cost model's."""
+        tiers = engine.core.tiers
+        if not isinstance(tiers, TimedTiers):
+            raise TypeError("the engine was not built with Replica.engine_hooks")
+        return cls(index, engine.scheduler, tiers, cost, engine.runner.run, False, engine)
 
     @property
     def queue_len(self) -> int:

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from bench.sim.costmodel import StepLoad, TimedCosts
+from penelope_engine.cache.tier import Tier
 from penelope_engine.config import ModelConfig
-from penelope_engine.tier import Tier
 
 
 def _qwen3(name: str, hidden: int, inter: int, layers: int, heads: int) -> ModelConfig:

@@ -3,8 +3,8 @@ measured against.
 
 A peer set-up is what a user can assemble today. Routers (`router.policies`):
 `pow2` (Ray Serve's default), `ray_prefix` (Ray Serve LLM's
-`PrefixCacheAffinityRouter`, `router.ray_prefix`) and `sgl_cache_aware`
-(sgl-router's `cache_aware`, `router.sgl_cache_aware`). Engine caches:
+`PrefixCacheAffinityRouter`, `bench.peers.ray_prefix`) and `sgl_cache_aware`
+(sgl-router's `cache_aware`, `bench.peers.sgl_cache_aware`). Engine caches:
 
 * `sglang-radix`: SGLang's RadixCache, GPU only, LRU leaf eviction, FCFS.
 * `sglang-hicache`: SGLang HiCache, a host tier written through, LRU, hits in
@@ -13,7 +13,7 @@ A peer set-up is what a user can assemble today. Routers (`router.policies`):
   program-level FCFS and a TTL pin after each tool call, LRU.
 
 Penelope is `affinity` over its own cache: GreedyDual eviction with holes, a
-host tier, the agent levers of `penelope_engine.agent_sched` (aged session
+host tier, the agent levers of `penelope_engine.sched.agent` (aged session
 order, backfill, return-aware retention that yields, preempted KV parked on
 the host) and a prefill chunk cap of a quarter of the step's token budget, so
 a long prefill shares each step with turns that arrive behind it instead of
@@ -31,7 +31,7 @@ import itertools
 from dataclasses import dataclass
 
 from penelope_engine.config import AgentConfig
-from penelope_engine.errors import UnknownNameError
+from penelope_engine.registry import Registry
 
 STEP_TOKENS = 8192  # every set-up's step budget (max_batch_tokens)
 PENELOPE_CHUNK = STEP_TOKENS // 4
@@ -143,8 +143,5 @@ def setups(
     if not names:
         return every
     known = peer_setups() + tuned_peer_setups() + [penelope_setup()] + ablations()
-    by_name = {s.name: s for s in known}
-    missing = [n for n in names if n not in by_name]
-    if missing:
-        raise UnknownNameError(f"unknown set-ups {missing}; valid: {sorted(by_name)}")
-    return [by_name[n] for n in names]
+    registry = Registry("set-up", {s.name: s for s in known})
+    return [registry.get(n) for n in names]

@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench.peers.registry import SIM_ROUTERS
 from bench.sessions import Scale, Trace
 from bench.sim.cliargs import (
     add_gpu_args,
@@ -35,9 +36,8 @@ from bench.sim.report import plot, row, table, write_json
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.traces import load_trace
 from bench.workload import Workload, WorkloadConfig, sample_workload
+from penelope_cli.helpformat import parser
 from penelope_engine.config import SchedulerConfig
-from penelope_engine.helpformat import parser
-from router.policies import ROUTING_POLICIES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--router",
-        type=comma_list(str, ROUTING_POLICIES),
+        type=comma_list(str, SIM_ROUTERS),
         default=["pow2"],
-        help=f"comma list ({', '.join(ROUTING_POLICIES)})",
+        help=f"comma list ({', '.join(SIM_ROUTERS)})",
     )
     ap.add_argument("--replicas", type=int, default=1, help="simulated replicas")
     ap.add_argument(

@@ -20,10 +20,10 @@ from typing import Protocol
 import numpy as np
 
 from bench.sim.costmodel import CostModel
-from penelope_engine.cache import TierIO
-from penelope_engine.tier import Tier
-from penelope_engine.tier_protocol import SchedulerTiers
-from penelope_engine.tree import Node
+from penelope_engine.cache.prefix_cache import TierIO
+from penelope_engine.cache.tier import Tier
+from penelope_engine.cache.tree import Node
+from penelope_engine.tiers.contract import SchedulerTiers
 
 
 class NullTiers:

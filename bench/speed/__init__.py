@@ -1,1 +1,15 @@
-"""`penelope bench speed`: the embedded engine's raw speed, against any OpenAI server."""
+"""`penelope bench speed`: the embedded engine's raw speed, against any OpenAI server.
+
+Modules:
+    cli      `penelope bench speed`: the embedded engine's speed, alone or against another
+             server
+    client   One streamed `/v1/completions` request over token ids, timed chunk by chunk
+    config   What one `penelope bench speed` run measures, and on which servers
+    cpu      CPU seconds of a server's process tree (psutil), sampled on a thread for any
+             instant
+    measure  The figures of one side in one run: prefill / TTFT, decode at batch 1 and B, a
+             session
+    report   Medians over runs, ratios ours/theirs, and the printed table
+    server   Our side of the bench: `penelope serve` in its own process group, stopped on
+             exit
+"""

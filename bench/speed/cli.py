@@ -28,36 +28,12 @@ from bench.speed.config import SpeedConfig
 from bench.speed.cpu import CpuClock
 from bench.speed.report import medians, ratios, table
 
-_HELP = {  # one per SpeedConfig field (tests/cpu/test_cli_help.py fails on a missing one)
-    "model": "our server's model (registered name or checkpoint directory)",
-    "dtype": "our server's model and KV dtype",
-    "prompt_tokens": "length of the fresh prompt of the prefill and TTFT figures",
-    "decode_prompt_tokens": "prompt length of each decode stream",
-    "decode_tokens": "tokens each decode stream asks for",
-    "batch": "concurrent streams of the batched decode figure",
-    "turns": "turns of the session",
-    "shared_tokens": "the session's first prompt length",
-    "turn_tokens": "new tokens each later turn appends",
-    "turn_max_tokens": "tokens each turn generates",
-    "repeats": "alternating runs; figures are their medians",
-    "device_pages": "our server's device KV pages",
-    "page_size": "our server's tokens per KV page",
-    "seed": "seed of every prompt",
-    "vocab_low": "prompts draw token ids from [vocab-low, vocab-high)",
-    "vocab_high": "prompts draw token ids from [vocab-low, vocab-high)",
-    "startup_timeout_s": "our server must answer /health within this",
-    "request_timeout_s": "each request must finish within this",
-    "against": "base URL of the other server (none: ours only)",
-    "against_pid": "the other server's process id (its tree's CPU is read)",
-    "against_model": "the other server's model name (none: the first of its /v1/models)",
-}
-
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import add_config_args, parser
+    from penelope_cli.helpformat import add_config_args, parser
 
     ap = parser("penelope bench speed", __doc__)
-    add_config_args(ap, SpeedConfig, _HELP)
+    add_config_args(ap, SpeedConfig)
     ap.add_argument("--json", default=None, metavar="OUT", help="write the JSON result here")
     return ap
 

@@ -2,29 +2,58 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class SpeedConfig:
-    model: str = "smollm2-135m"
-    dtype: str = "float32"
-    prompt_tokens: int = 2048  # the fresh prompt of the prefill / TTFT figure
-    decode_prompt_tokens: int = 64  # prompt of each decode stream
-    decode_tokens: int = 64  # tokens each decode stream asks for
-    batch: int = 8  # concurrent decode streams of the batched figure
-    turns: int = 6  # turns of the session
-    shared_tokens: int = 1024  # the session's first prompt
-    turn_tokens: int = 128  # new tokens each later turn appends
-    turn_max_tokens: int = 8  # tokens each turn generates
-    repeats: int = 3  # alternating runs; figures are medians
-    device_pages: int = 4096  # our server's KV pages
-    page_size: int = 16
-    seed: int = 0
-    vocab_low: int = 200  # prompts draw token ids from [vocab_low, vocab_high)
-    vocab_high: int = 40000
-    startup_timeout_s: float = 300.0
-    request_timeout_s: float = 600.0
-    against: str = ""  # base URL of the other server (empty: ours only)
-    against_pid: int = 0  # its process id: CPU is read over its process tree
-    against_model: str = ""  # its model name (empty: the first of its /v1/models)
+    """One `penelope bench speed` option per field; its help is the field's `help` metadata."""
+
+    model: str = field(
+        default="smollm2-135m",
+        metadata={"help": "our server's model (registered name or checkpoint directory)"},
+    )
+    dtype: str = field(default="float32", metadata={"help": "our server's model and KV dtype"})
+    prompt_tokens: int = field(
+        default=2048,
+        metadata={"help": "length of the fresh prompt of the prefill and TTFT figures"},
+    )
+    decode_prompt_tokens: int = field(
+        default=64, metadata={"help": "prompt length of each decode stream"}
+    )
+    decode_tokens: int = field(default=64, metadata={"help": "tokens each decode stream asks for"})
+    batch: int = field(
+        default=8, metadata={"help": "concurrent streams of the batched decode figure"}
+    )
+    turns: int = field(default=6, metadata={"help": "turns of the session"})
+    shared_tokens: int = field(default=1024, metadata={"help": "the session's first prompt length"})
+    turn_tokens: int = field(default=128, metadata={"help": "new tokens each later turn appends"})
+    turn_max_tokens: int = field(default=8, metadata={"help": "tokens each turn generates"})
+    repeats: int = field(
+        default=3, metadata={"help": "alternating runs; figures are their medians"}
+    )
+    device_pages: int = field(default=4096, metadata={"help": "our server's device KV pages"})
+    page_size: int = field(default=16, metadata={"help": "our server's tokens per KV page"})
+    seed: int = field(default=0, metadata={"help": "seed of every prompt"})
+    vocab_low: int = field(
+        default=200, metadata={"help": "prompts draw token ids from [vocab-low, vocab-high)"}
+    )
+    vocab_high: int = field(
+        default=40000, metadata={"help": "prompts draw token ids from [vocab-low, vocab-high)"}
+    )
+    startup_timeout_s: float = field(
+        default=300.0, metadata={"help": "our server must answer /health within this"}
+    )
+    request_timeout_s: float = field(
+        default=600.0, metadata={"help": "each request must finish within this"}
+    )
+    against: str = field(
+        default="", metadata={"help": "base URL of the other server (none: ours only)"}
+    )
+    against_pid: int = field(
+        default=0, metadata={"help": "the other server's process id (its tree's CPU is read)"}
+    )
+    against_model: str = field(
+        default="",
+        metadata={"help": "the other server's model name (none: the first of its /v1/models)"},
+    )

@@ -8,19 +8,16 @@ of its log is raised. On the way out its group gets SIGTERM, then SIGKILL.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from bench.child import stop_group
+from bench.net import ServerExited, free_port, wait_http
 from bench.speed.config import SpeedConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,12 +28,6 @@ STOP_GRACE_S = 10.0
 class Server:
     url: str
     pid: int
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def serve_argv(cfg: SpeedConfig, port: int) -> list[str]:
@@ -73,14 +64,9 @@ def penelope_server(cfg: SpeedConfig) -> Iterator[Server]:
 
 
 def _wait_health(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-    why = "exited" if proc.poll() is not None else f"was not up within {timeout_s:g} s"
-    raise RuntimeError(f"penelope serve {why}; end of its log:\n{tail}")
+    try:
+        wait_http(f"{url}/health", timeout_s, alive=lambda: proc.poll() is None)
+    except (TimeoutError, ServerExited) as exc:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        why = "exited" if proc.poll() is not None else f"was not up within {timeout_s:g} s"
+        raise RuntimeError(f"penelope serve {why}; end of its log:\n{tail}") from exc

@@ -1,0 +1,25 @@
+"""The model room: paged Qwen3 / Llama decoders, their loaders and tokenizers (torch).
+
+Modules:
+    attention         Explicit attention metadata for one forward pass over a flat batch
+    causal_attention  Attention of a prefill chunk that starts its sequence: no mask at all
+    decoder           Paged-KV decoder for the Llama and Qwen3 architectures
+    gemm              Linear layers for decode-sized batches on CPU: oneDNN over a pre-
+                      packed copy
+    gguf_loader       Load a llama.cpp GGUF file (Llama or Qwen3) by converting it once to a
+                      checkpoint directory
+    gguf_tokenizer    Byte-level BPE tokenizer rebuilt from GGUF metadata
+                      (``tokenizer.ggml.*``)
+    hf_checkpoint     Hugging Face checkpoint directories: ``config.json`` +
+                      ``*.safetensors`` (+ tokenizer files)
+    layers            Building blocks with uninitialized weights (filled by a loader or
+                      `tiny.init_random`)
+    paged_attention   Attention of a flat batch over paged KV
+    registry          Models by name: ``tiny-qwen3``, ``tiny-llama``, ``smollm2-135m``, or a
+                      checkpoint directory
+    rope              Rotary position embedding with the Hugging Face `rotate_half`
+                      convention
+    tiny              Tiny seeded random-weight models for tests and CPU benchmarks
+    tokenizer         Tokenizer: a `tokenizers.Tokenizer` plus the chat template and end-of-
+                      sequence ids
+"""

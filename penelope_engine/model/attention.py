@@ -14,8 +14,10 @@ at its true position. For each sequence:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from penelope_engine.util import cdiv
@@ -38,41 +40,51 @@ class AttentionMetadata:
 
 
 def build_metadata(
-    query_positions: list[list[int]],
-    page_tables: list[torch.Tensor],
-    context_lens: list[int],
+    query_positions: Sequence[Sequence[int] | np.ndarray],
+    page_tables: Sequence[torch.Tensor | np.ndarray],
+    context_lens: Sequence[int],
     page_size: int,
     all_logits: bool = False,
     device: torch.device | str = "cpu",
+    logits_of: Sequence[bool] | None = None,
 ) -> AttentionMetadata:
     """Metadata for sequences whose query tokens sit at `query_positions` (one list each).
 
-    Each query's KV slot follows from its sequence's page table. Logits are
-    returned for the last query of each sequence, or for every query with
-    `all_logits`.
+    Each query's KV slot follows from its sequence's page table (torch or numpy).
+    Logits are returned for the last query of each sequence (of those `logits_of`
+    marks, when given), or for every query with `all_logits`. Slots are computed
+    on the host and each tensor is copied to `device` once.
     """
-    tables = tuple(t.to(device=device, dtype=torch.int64) for t in page_tables)
-    flat = [p for seq in query_positions for p in seq]
+    positions = [np.asarray(p, dtype=np.int64) for p in query_positions]
+    host_tables = [t.cpu().numpy() if isinstance(t, torch.Tensor) else t for t in page_tables]
     starts = [0]
-    for seq in query_positions:
-        starts.append(starts[-1] + len(seq))
-    positions = torch.tensor(flat, dtype=torch.int64, device=device)
-    slots = torch.cat(
-        [
-            table[torch.tensor(seq, dtype=torch.int64, device=device) // page_size] * page_size
-            + torch.tensor(seq, dtype=torch.int64, device=device) % page_size
-            for table, seq in zip(tables, query_positions)
-        ]
+    for p in positions:
+        starts.append(starts[-1] + len(p))
+    slots = [
+        table[p // page_size].astype(np.int64) * page_size + p % page_size
+        for table, p in zip(host_tables, positions)
+    ]
+    wanted = [True] * len(positions) if logits_of is None else logits_of
+    rows = (
+        list(range(starts[-1]))
+        if all_logits
+        else [end - 1 for end, want in zip(starts[1:], wanted) if want]
     )
-    rows = list(range(len(flat))) if all_logits else [end - 1 for end in starts[1:]]
+    to = lambda arrs: torch.from_numpy(np.concatenate(arrs)).to(device)  # noqa: E731
     return AttentionMetadata(
-        positions=positions,
-        slot_mapping=slots,
+        positions=to(positions),
+        slot_mapping=to(slots),
         query_starts=tuple(starts),
         context_lens=tuple(context_lens),
-        page_tables=tables,
+        page_tables=tuple(_int64_on(t, device) for t in page_tables),
         logits_indices=torch.tensor(rows, dtype=torch.int64, device=device),
     )
+
+
+def _int64_on(table: torch.Tensor | np.ndarray, device: torch.device | str) -> torch.Tensor:
+    if isinstance(table, torch.Tensor):
+        return table.to(device=device, dtype=torch.int64)
+    return torch.from_numpy(table.astype(np.int64)).to(device)
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ import torch
 from torch import nn
 
 from penelope_engine.config import ModelConfig
-from penelope_engine.kv_pool import KVPool
 from penelope_engine.model.attention import AttentionMetadata
 from penelope_engine.model.gemm import PackedLinear
 from penelope_engine.model.layers import MLP, Embedding, Linear, RMSNorm, fuse_rows
 from penelope_engine.model.paged_attention import AttentionPlan, paged_attention
 from penelope_engine.model.rope import RotaryCache, apply_rope
+from penelope_engine.tiers.kv_pool import KVPool
 
 
 class SelfAttention(nn.Module):

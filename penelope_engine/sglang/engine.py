@@ -25,6 +25,7 @@ from penelope_engine.errors import ConfigError, InvalidRequestError
 from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import (
     EngineStats,
+    FinishReason,
     GenerateRequest,
     RequestOutput,
     SessionDigest,
@@ -109,12 +110,16 @@ def sampling_dict(request: GenerateRequest) -> dict[str, Any]:
     return params
 
 
-def finish_reason(meta: dict[str, Any]) -> str | None:
+_FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def finish_reason(meta: dict[str, Any]) -> FinishReason | None:
+    """SGLang's finish reason as ours; a kind we do not name counts as ``stop``."""
     reason = meta.get("finish_reason")
     if not reason:
         return None
     kind = str(reason.get("type")) if isinstance(reason, dict) else str(reason)
-    return kind if kind in ("stop", "length", "abort") else "stop"
+    return _FINISH_REASONS.get(kind, "stop")
 
 
 def usage_of(meta: dict[str, Any], completion_tokens: int) -> TokenUsage:

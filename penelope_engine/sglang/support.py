@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import replace
+from typing import Any
 
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
@@ -35,10 +36,10 @@ def supported_params(params: CacheInitParams) -> CacheInitParams:
     return replace(params, tree_core_backend="python")
 
 
-def path_above(node: object) -> array:
-    """Token ids on the root path above `node`."""
+def path_above(node: Any) -> array:
+    """Token ids on the root path above `node` (an SGLang radix tree node)."""
     parts: list[array] = []
-    cur = node.parent  # type: ignore[attr-defined]
+    cur = node.parent
     while cur.parent is not None:
         parts.append(key_tokens(cur.key))
         cur = cur.parent

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ import ray
 from ray import serve
 from ray.serve import api as serve_api
 
+from bench.net import free_port
 from bench.side.ray_app import wait_running
 from deployments.autoscaling import OCCUPANCY, RECOMPUTE, WORKING_SET
 from deployments.builder import ENGINE_DEPLOYMENT, build_application
@@ -41,12 +41,6 @@ MODEL = "tiny-qwen3"
 SESSIONS = 4
 TURNS = 3
 SYSTEM = "You are a coding agent with tools: read_file, edit_file, run_tests. " * 3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -74,7 +74,7 @@ def test_a_fixed_replica_count_when_autoscaling_is_off() -> None:
         ({"engine_deployment": {"num_cpus": 0}}, "num_cpus must be positive"),
         ({"engine_deployment": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}, "max_r"),
         ({"router": {"policy": "random"}}, "router policy must be one of"),
-        ({"router": {"policy": "ray_prefix"}}, "runs in the simulator"),
+        ({"router": {"policy": "ray_prefix"}}, "router policy must be one of affinity, pow2"),
         ({"router": {"options": {"overload": 1}}}, "unknown key(s) ['overload']"),
         ({"api": {"api_keys": {"k" * 8: "t"}}}, "api_keys_file"),
     ],

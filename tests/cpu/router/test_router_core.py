@@ -15,7 +15,7 @@ from router import (
     RouterConfig,
     RouteRequest,
     SessionHolding,
-    make_policy,
+    make_routing_policy,
     pick_replica,
     rendezvous_order,
     rendezvous_pick,
@@ -272,7 +272,7 @@ def test_pick_replica_when_everything_is_full_takes_the_least_loaded() -> None:
 
 
 def test_pow2_picks_the_less_loaded_of_two_random_choices() -> None:
-    pow2 = make_policy("pow2", RouterConfig(seed=1))
+    pow2 = make_routing_policy("pow2", RouterConfig(seed=1))
     assert isinstance(pow2, Pow2Router)
     views = [view("a", 5), view("b", 1)]
     assert {pow2.choose(views, RouteRequest("s")).replica_id for _ in range(20)} == {"b"}
@@ -280,16 +280,16 @@ def test_pow2_picks_the_less_loaded_of_two_random_choices() -> None:
     chosen = [pow2.choose(many, RouteRequest("s")) for _ in range(200)]
     assert all(len(c.decision.ranks[0]) == 2 for c in chosen)
     assert len({c.replica_id for c in chosen}) > 3  # no stickiness
-    again = make_policy("pow2", RouterConfig(seed=1))
+    again = make_routing_policy("pow2", RouterConfig(seed=1))
     repeat = [again.choose(views, RouteRequest("s")).decision for _ in range(20)]
-    first = make_policy("pow2", RouterConfig(seed=1))
+    first = make_routing_policy("pow2", RouterConfig(seed=1))
     assert repeat == [first.choose(views, RouteRequest("s")).decision for _ in range(20)]
 
 
 def test_policy_registry_names_the_valid_choices() -> None:
-    assert isinstance(make_policy("affinity"), AffinityRouter)
+    assert isinstance(make_routing_policy("affinity"), AffinityRouter)
     with pytest.raises(UnknownNameError, match="valid: affinity, pow2"):
-        make_policy("round_robin")
+        make_routing_policy("round_robin")
 
 
 @pytest.mark.parametrize(

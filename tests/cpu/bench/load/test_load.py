@@ -14,7 +14,7 @@ import pytest
 from bench.child import ChildFailed
 from bench.load.client import summarize
 from bench.load.config import LoadConfig
-from bench.load.server import run_load
+from bench.load.server import page_report, run_load
 from penelope_cli.cli import main
 
 
@@ -39,6 +39,34 @@ def test_a_short_run_has_no_server_error_no_leak_and_refuses_every_malformed_req
     assert pages["hit_ratio"] > 0  # later turns of a session reuse its pages
     assert r["config"]["scale"]["token_stride"] == 4
     assert r["memory"]["samples"] > 1
+
+
+def test_page_report_reads_the_locks_and_pages_running_requests_hold(make_engine) -> None:  # type: ignore[no-untyped-def]
+    """`EngineStats.request_pages` and `locked_nodes` (what `page_report` reads) match the
+    scheduler's and a walk of the whole tree, while requests run and once they ended."""
+    from penelope_engine.protocol import GenerateRequest, SamplingParams
+
+    engine = make_engine(device_pages=64)
+    sampling = SamplingParams(max_tokens=4, ignore_eos=True)
+    shared = tuple(range(100, 124))
+    engine.generate_sync(GenerateRequest("a", shared + (7, 8, 9), sampling, "a"))
+    for sid in ("b", "c"):  # the shared prefix is cached: both lock its path
+        engine.add_request(GenerateRequest(sid, shared + (11, 12, 13, 14, 15), sampling, sid))
+    engine.step()
+
+    def walked() -> int:
+        return sum(1 for n in engine.cache.tree.iter_nodes() if n.lock > 0)
+
+    stats = engine.stats()
+    assert stats.locked_nodes == walked() > 0
+    assert stats.request_pages == engine.scheduler.request_pages() > 0
+    assert page_report(engine)["locked_nodes"] == stats.locked_nodes
+    while engine.has_work():
+        engine.step()
+    stats = engine.stats()
+    assert stats.locked_nodes == walked() == 0 and stats.request_pages == 0
+    report = page_report(engine)
+    assert report["integrity"] == "ok" and report["request_pages"] == report["locked_nodes"] == 0
 
 
 def test_server_errors_count_5xx_and_stream_errors_not_refusals() -> None:

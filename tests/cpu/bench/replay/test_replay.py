@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from bench.replay.replayloop import EngineReplay
 from bench.replay.runs import workloads
 from bench.sessions import Scale, Session, Trace, Turn
 from bench.sim.config import SimConfig
+from bench.sim.oracle import policy_for_config
 from bench.sim.report import row
 from bench.tokens import TokenMap
 from bench.workload import Workload, WorkloadConfig, sample_workload
@@ -39,9 +41,14 @@ def _workload() -> Workload:
 
 
 def _replay(lm: LoadedModel, policy: str, device_tokens: int, host_tokens: int = 0):
-    cache = CacheConfig(PS, device_tokens // PS, host_tokens // PS, policy)
-    engine = Engine(EngineConfig(cache=cache), loaded=lm)
-    rep = EngineReplay(engine, _workload(), TokenMap(lm.config.vocab_size))
+    name, obj = policy_for_config(policy)
+    cache = CacheConfig(PS, device_tokens // PS, host_tokens // PS, name)
+    rep = EngineReplay(
+        lambda hooks: Engine(EngineConfig(cache=cache), lm, hooks=replace(hooks, policy=obj)),
+        _workload(),
+        TokenMap(lm.config.vocab_size),
+    )
+    engine = rep.engine
     metrics = rep.run()
     engine.check_integrity()
     return rep, metrics, engine.stats()
@@ -68,10 +75,13 @@ def test_next_turn_repeats_the_generated_answer_and_finds_it_cached(
         for k in range(2)
     )
     trace = Trace("claude_code", (Session("s0", turns, 32, "s0"),), Scale(), 32)
-    engine = Engine(EngineConfig(cache=CacheConfig(PS, 256, 0, "lru")), loaded=tiny_qwen3)
+    config = EngineConfig(cache=CacheConfig(PS, 256, 0, "lru"))
     rep = EngineReplay(
-        engine, sample_workload(trace, WorkloadConfig(1)), TokenMap(tiny_qwen3.config.vocab_size)
+        lambda hooks: Engine(config, loaded=tiny_qwen3, hooks=hooks),
+        sample_workload(trace, WorkloadConfig(1)),
+        TokenMap(tiny_qwen3.config.vocab_size),
     )
+    engine = rep.engine
     rep.run()
     first, second = rep.requests
     # turn 1 ran 133 prompt + 15 fed-back output tokens: 9 full pages, and turn 2's

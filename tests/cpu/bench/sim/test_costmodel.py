@@ -9,8 +9,8 @@ import pytest
 
 from bench.sim.costmodel import CpuCostModel, StepLoad, page_cost_fn, prefill_time
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel, param_count
-from penelope_engine.planner import choose
-from penelope_engine.tier import Tier
+from penelope_engine.cache.tier import Tier
+from penelope_engine.tiers.planner import choose
 
 
 def _gpu(model: str = "qwen3-8b", hw: str = "h200") -> GpuCostModel:

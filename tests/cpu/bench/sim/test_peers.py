@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from bench.peers.registry import SIM_ROUTERS
 from bench.sim import peers, peers_report
 from bench.sim.setups import CACHES, PEER_CACHES, PEER_ROUTERS, ablations, setups
 from penelope_engine.errors import UnknownNameError
-from router.policies import ROUTING_POLICIES
 
 
 def test_every_peer_set_up_is_a_router_times_an_engine_cache() -> None:
     names = {s.name for s in setups(with_ablations=False)}
     assert len(names) == len(PEER_CACHES) * len(PEER_ROUTERS) + 1
-    assert all(r in ROUTING_POLICIES for r in PEER_ROUTERS)
+    assert all(r in SIM_ROUTERS for r in PEER_ROUTERS)
     assert CACHES["continuum"].agent.admission == "program"
     assert CACHES["continuum"].agent.retention == "ttl"
     assert CACHES["sglang-radix"].tiers == "gpu" and CACHES["sglang-hicache"].tiers == "gpu+cpu"

@@ -11,10 +11,10 @@ from bench.sessions import Scale, Session, Trace, Turn
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CpuCostModel, StepLoad, step_load
 from bench.sim.loop import Simulator
+from bench.sim.oracle import SIM_EVICTION_POLICIES
 from bench.workload import Workload, WorkloadConfig, sample_workload
-from penelope_engine.policies import POLICIES
 from penelope_engine.protocol import GenerateRequest
-from penelope_engine.sequence import BatchItem, Sequence
+from penelope_engine.sched.sequence import BatchItem, Sequence
 
 COST = CpuCostModel(2e-3, 50e-6, 0.05e-6, 1e-4, kv_bytes_per_token=4096, copy_bytes_per_s=4e9)
 PREFIX = 96
@@ -90,7 +90,7 @@ def test_tight_cache_recomputes_history() -> None:
     assert {r.history_class for r in sim.requests} >= {"first", "miss"}
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", sorted(SIM_EVICTION_POLICIES))
 def test_every_policy_runs_tiers_and_keeps_pools_consistent(policy: str) -> None:
     gpu = _run(_cfg(policy=policy, device_budget_tokens=2_000)).metrics
     two = _run(

@@ -1,0 +1,52 @@
+"""The offline oracle eviction policy: it reads the future, so only the simulator runs it.
+
+The simulator tells the cache, at the end of each turn, when that session's
+next request arrives (`PrefixCache.set_next_arrival`); the oracle evicts the
+session that returns last. It bounds what any deployable victim choice can
+reach (DESIGN.md section 1). `SIM_EVICTION_POLICIES` is the product's
+registry plus the oracle: what `bench simulate --policies` accepts.
+"""
+
+from __future__ import annotations
+
+import math
+
+from penelope_engine.cache.eviction import (
+    EVICTION_POLICIES,
+    CacheView,
+    EvictionPolicy,
+    ReturnAwarePolicy,
+    SessionInfo,
+)
+from penelope_engine.config import EvictionPolicyName, as_eviction_policy
+from penelope_engine.registry import Registry
+
+
+class OraclePolicy(ReturnAwarePolicy):
+    """Uses the future: the session whose next request arrives last goes first."""
+
+    name = "oracle"
+
+    def expected_return(self, info: SessionInfo, view: CacheView) -> float:
+        if info.turn_end is None:
+            return view.now
+        return info.next_arrival if info.next_arrival is not None else math.inf
+
+
+SIM_EVICTION_POLICIES: Registry[type[EvictionPolicy]] = EVICTION_POLICIES.extended(
+    "eviction policy", {OraclePolicy.name: OraclePolicy}
+)
+
+
+def make_sim_policy(name: str) -> EvictionPolicy:
+    """A fresh eviction policy by name, the oracle included."""
+    return SIM_EVICTION_POLICIES.get(name)()
+
+
+def policy_for_config(name: str) -> tuple[EvictionPolicyName, EvictionPolicy | None]:
+    """A policy name as a `CacheConfig` takes it, and the object to inject in its place
+    (`CoreHooks.policy`) when the name is the simulator's own: the oracle is configured
+    as its deployable base (`return_aware`) and injected."""
+    if name in EVICTION_POLICIES:
+        return as_eviction_policy(name), None
+    return as_eviction_policy(ReturnAwarePolicy.name), make_sim_policy(name)

@@ -1,0 +1,98 @@
+"""`penelope serve`: the OpenAI-compatible server and one engine in one process, no Ray.
+
+    penelope serve [--host 127.0.0.1] [--port 8000] [--model smollm2-135m]
+
+Options become an `EngineConfig` and `ApiSettings`; the server itself is
+`deployments.standalone.serve_standalone`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from deployments.serve_config import DEFAULT_MODEL
+from deployments.settings import ApiSettings, load_api_keys
+from deployments.standalone import serve_standalone
+from penelope_cli.helpformat import parser
+from penelope_engine.cache.eviction import EVICTION_POLICIES
+from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
+
+
+def add_serve_args(ap: argparse.ArgumentParser) -> None:
+    """The `penelope serve` options."""
+    d, c, s = EngineConfig(), CacheConfig(), SchedulerConfig()
+    a = ApiSettings()
+    ap.add_argument("--host", default="127.0.0.1", help="bind address")
+    ap.add_argument("--port", type=int, default=8000, help="TCP port")
+    ap.add_argument(
+        "--model", default=DEFAULT_MODEL, help="registered model name or checkpoint directory"
+    )
+    ap.add_argument("--device", default=d.device, help="cpu or cuda[:N]")
+    ap.add_argument(
+        "--dtype", default=d.dtype, choices=("float32", "float16", "bfloat16"), help="model dtype"
+    )
+    ap.add_argument("--page-size", type=int, default=c.page_size, help="tokens per KV page")
+    ap.add_argument(
+        "--device-pages", type=int, default=c.device_pages, help="KV pages on the device"
+    )
+    ap.add_argument(
+        "--host-pages", type=int, default=c.host_pages, help="KV pages in host memory (0: no tier)"
+    )
+    ap.add_argument(
+        "--policy", default=c.policy, choices=sorted(EVICTION_POLICIES), help="eviction policy"
+    )
+    ap.add_argument(
+        "--max-running", type=int, default=s.max_running, help="most requests running at once"
+    )
+    ap.add_argument(
+        "--max-pending",
+        type=int,
+        default=a.max_pending,
+        help="admitted unfinished requests before 429",
+    )
+    ap.add_argument(
+        "--api-keys-file",
+        default=None,
+        help="file of 'key[:tenant]' lines, with $PENELOPE_API_KEYS (neither: no auth)",
+    )
+    ap.add_argument(
+        "--metrics-require-auth", action="store_true", help="/metrics needs an API key too"
+    )
+    ap.add_argument("--log-level", default="info", help="uvicorn log level")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`penelope serve`'s parser (`main` takes what it parses)."""
+    ap = parser("penelope serve", __doc__)
+    add_serve_args(ap)
+    return ap
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSettings]:
+    cache = CacheConfig(
+        page_size=args.page_size,
+        device_pages=args.device_pages,
+        host_pages=args.host_pages,
+        policy=args.policy,
+    )
+    engine = EngineConfig(
+        model=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        cache=cache,
+        scheduler=SchedulerConfig(max_running=args.max_running),
+    )
+    settings = ApiSettings(
+        api_keys=load_api_keys(args.api_keys_file),
+        max_pending=args.max_pending,
+        metrics_require_auth=args.metrics_require_auth,
+    )
+    return engine, settings
+
+
+def main(args: argparse.Namespace) -> int:
+    engine, settings = config_from_args(args)
+    serve_standalone(
+        args.host, args.port, engine_config=engine, settings=settings, log_level=args.log_level
+    )
+    return 0

@@ -1,0 +1,45 @@
+"""What a replica's cache tells the router: per-session holdings and shared prefixes. No torch.
+
+Read-only walks over the tree and the session table; `PrefixCache` exposes
+them as `session_digests` and `shared_prefix_hashes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from penelope_engine.cache.sessions import SessionInfo
+from penelope_engine.cache.tree import PageTree
+from penelope_engine.protocol import SessionDigest
+
+
+def shared_prefix_hashes(tree: PageTree, limit: int = 256) -> list[int]:
+    """Page ids of shared prefixes held on the device, depth first (router digests)."""
+    out: list[int] = []
+    stack = list(tree.root.children.values())
+    while stack and len(out) < limit:
+        node = stack.pop()
+        if node.shared and node.n_device:
+            out.extend(int(h) for h in node.hashes[: limit - len(out)])
+            stack.extend(node.children.values())
+    return out
+
+
+def session_digests(
+    sessions: Mapping[str, SessionInfo], page_size: int, limit: int = 1024
+) -> list[SessionDigest]:
+    """Tokens each of the `limit` most recent sessions holds per tier (device, host, store)."""
+    recent = sorted(sessions.items(), key=lambda kv: -kv[1].last_access)[:limit]
+    out = []
+    for sid, info in recent:
+        dev = host = store = 0
+        node = info.leaf
+        while node is not None and node.parent is not None:
+            summary = node.summary
+            dev += node.n_device
+            host += summary.host_only
+            store += summary.store_only
+            node = node.parent
+        ps = page_size
+        out.append(SessionDigest(sid, dev * ps, host * ps, store * ps, info.last_access))
+    return out

@@ -1,0 +1,269 @@
+"""PrefixCache: the tree, the page allocators of each tier and a policy. No torch.
+
+It decides what to keep; the bytes move through a `TierIO` the engine
+supplies (torch copies) or the simulator supplies (time accounting). Every
+method says whether it mutates; `match` never does.
+
+Tiers: device (always), host (when host_pages > 0), store (when the IO has
+one). Device eviction demotes to the host when there is a host tier, host
+eviction spills to the store when there is one; a page that leaves its last
+tier becomes a hole (or, when no live page follows it, is trimmed off the
+tail of its leaf).
+
+This module is the façade the scheduler and the simulator drive; the parts
+live in their own modules:
+
+    placement    each node's pages per tier, splits, trims, moves between tiers
+    evict_heap   which nodes hold each tier; the policy's lazy victim heaps
+    sessions     `SessionInfo` and how session events update it
+    digests      what the router is told (session holdings, shared prefixes)
+    integrity    the full invariant check
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from penelope_engine.cache import digests, integrity
+from penelope_engine.cache.allocator import PageAllocator
+from penelope_engine.cache.evict_heap import EvictionHeaps, first_page
+from penelope_engine.cache.eviction import EvictionPolicy, make_eviction_policy
+from penelope_engine.cache.placement import Placement, TierIO
+from penelope_engine.cache.sessions import SessionInfo
+from penelope_engine.cache.tier import Tier
+from penelope_engine.cache.tree import Node, PageTree, TreeMatch
+from penelope_engine.costs import C_ATTN, C_LIN
+from penelope_engine.errors import CapacityError
+from penelope_engine.protocol import SessionDigest
+
+# Names importable from here since before the split (they live in the modules above).
+__all__ = [
+    "InsertResult",
+    "LockHandle",
+    "PrefixCache",
+    "SessionInfo",
+    "TierIO",
+    "default_page_cost",
+]
+
+
+@dataclass(frozen=True)
+class LockHandle:
+    node: Node | None
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    pages: np.ndarray  # canonical device page of each inserted page
+    leaf: Node
+
+
+def default_page_cost(page_size: int) -> Callable[[int], float]:
+    """Prefill cost (seconds) of a page at a page index: C_LIN + C_ATTN * position."""
+    return lambda page: page_size * (C_LIN + C_ATTN * page * page_size)
+
+
+class PrefixCache:
+    def __init__(
+        self,
+        page_size: int,
+        device_pages: int,
+        host_pages: int = 0,
+        policy: str | EvictionPolicy = "penelope",
+        io: TierIO | None = None,
+        has_store: bool = False,
+        time_fn: Callable[[], float] = time.monotonic,
+        page_cost: Callable[[int], float] | None = None,
+    ) -> None:
+        self.page_size = page_size
+        self.tree = PageTree()
+        self.device = PageAllocator(device_pages, "device")
+        self.host = PageAllocator(host_pages, "host")
+        # One policy instance per cache: a policy may keep state (GreedyDual's clock).
+        self.policy = make_eviction_policy(policy) if isinstance(policy, str) else policy
+        self.time_fn = time_fn
+        self.page_cost = page_cost or default_page_cost(page_size)
+        self.sessions: dict[str, SessionInfo] = {}
+        self.heaps = EvictionHeaps(self.policy, self)
+        self.placement = Placement(
+            self.tree, self.device, self.host, self.policy, self.heaps, io, has_store
+        )
+
+    # -- read-only ---------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.time_fn()
+
+    @property
+    def io(self) -> TierIO | None:
+        return self.placement.io
+
+    @io.setter
+    def io(self, io: TierIO | None) -> None:
+        """Replace the tiers the cache copies through (the simulator times a real engine's)."""
+        self.placement.io = io
+
+    @property
+    def has_store(self) -> bool:
+        return self.placement.has_store
+
+    @property
+    def has_host(self) -> bool:
+        return self.placement.has_host
+
+    @property
+    def evictions(self) -> Counter[tuple[str, str]]:
+        """Pages evicted, by (policy, reason): demote, drop, spill, host_drop."""
+        return self.placement.evictions
+
+    def session(self, sid: str) -> SessionInfo:
+        info = self.sessions.get(sid)
+        if info is None:
+            info = self.sessions[sid] = SessionInfo(last_access=self.now)
+        return info
+
+    def match(self, hashes: np.ndarray) -> TreeMatch:
+        """Where each page of `hashes` is. Does not mutate."""
+        return self.tree.match(hashes)
+
+    def evictable(self, tier: Tier = Tier.DEVICE) -> int:
+        return self.heaps.evictable(tier)
+
+    def can_allocate(self, n: int) -> bool:
+        return self.device.num_free + self.evictable(Tier.DEVICE) >= n
+
+    def first_page(self, node: Node, tier: Tier) -> int:
+        """Sequence page index of `node`'s first page held in `tier` (for policies)."""
+        return first_page(node, tier)
+
+    # -- locks ---------------------------------------------------------------
+    def lock(self, node: Node | None) -> LockHandle:
+        """Pin `node` and its ancestors (mutates lock counts only)."""
+        if node is not None:
+            self.tree.lock(node, +1)
+        return LockHandle(node)
+
+    def lock_match(self, match: TreeMatch) -> LockHandle:
+        """Pin exactly the matched pages and the path above them (mutates).
+
+        When the match ends inside a node, the node is split there first, so
+        the pages past the match stay evictable: pinning them would hold
+        memory the request does not use.
+        """
+        if match.num_pages == 0:
+            return LockHandle(None)
+        last = match.nodes[-1]
+        used = match.num_pages - last.start
+        if 0 < used < len(last):
+            last = self.placement.split(last, used)
+        return self.lock(last)
+
+    def unlock(self, handle: LockHandle) -> None:
+        if handle.node is not None:
+            self.tree.lock(handle.node, -1)
+            self.heaps.touch_path(handle.node)
+            self.placement.trim(handle.node)
+
+    # -- allocation ------------------------------------------------------------
+    def allocate(self, n: int) -> np.ndarray:
+        """Device pages for a request, evicting by policy.
+
+        Raises CapacityError, having evicted nothing, when even evicting every
+        unlocked page would not make room.
+        """
+        if n > self.device.num_free and not self.can_allocate(n):
+            raise CapacityError(
+                f"need {n} device pages, {self.device.num_free} free and "
+                f"{self.evictable(Tier.DEVICE)} evictable; the rest are locked by running requests"
+            )
+        if n > self.device.num_free:
+            self.heaps.evict(Tier.DEVICE, n - self.device.num_free, self.placement.drop)
+        if n > self.device.num_free:
+            raise CapacityError(
+                f"need {n} device pages, {self.device.num_free} free and the rest locked by "
+                f"running requests (capacity {self.device.capacity})"
+            )
+        return self.device.allocate(n)
+
+    def free(self, pages: np.ndarray) -> None:
+        self.device.free(pages)
+
+    def allocate_host(self, n: int) -> np.ndarray | None:
+        """`n` host pages, evicting host pages by policy; None when they cannot be had."""
+        return self.placement.allocate_host(n)
+
+    # -- insert ------------------------------------------------------------------
+    def insert(
+        self,
+        hashes: np.ndarray,
+        pages: np.ndarray,
+        session: str,
+        tenant: str = "default",
+        tokens: np.ndarray | None = None,
+    ) -> InsertResult:
+        """Record that `pages` on the device hold the KV of `hashes` (mutates).
+
+        Pages fill holes and extend the tree; where the tree already has a
+        device page for a hash, that one is canonical and the request's copy
+        is freed. `tokens` ([pages, page_size]) are kept on new nodes so the
+        store can verify identity. Returns the canonical pages and the leaf.
+        """
+        now = self.now
+        info = self.session(session)
+        pages, leaf = self.placement.insert(hashes, pages, session, tenant, tokens, now)
+        info.inserted(leaf, hashes, now)
+        self.heaps.touch_path(leaf)
+        return InsertResult(pages, leaf)
+
+    # -- session events (each may re-key the session's path) ----------------------
+    def on_arrival(self, sid: str, now: float | None = None) -> None:
+        info = self.session(sid)
+        info.arrive(self.now if now is None else now)
+        self.heaps.touch_path(info.leaf)
+
+    def on_start(self, sid: str) -> None:
+        info = self.session(sid)
+        info.start(self.now)
+        self.heaps.touch_path(info.leaf)
+
+    def on_turn_end(self, sid: str, stop_reason: str | None, now: float | None = None) -> None:
+        info = self.session(sid)
+        info.end_turn(self.now if now is None else now, stop_reason)
+        self.heaps.touch_path(info.leaf)
+
+    def on_abort(self, sid: str) -> None:
+        """A queued request of the session was withdrawn before it ran."""
+        info = self.session(sid)
+        info.withdraw()
+        self.heaps.touch_path(info.leaf)
+
+    def set_next_arrival(self, sid: str, t: float | None) -> None:
+        info = self.session(sid)
+        info.next_arrival = t
+        self.heaps.touch_path(info.leaf)
+
+    # -- host tier and store -------------------------------------------------------
+    def write_through(self, leaf: Node) -> int:
+        """Copy device pages on `leaf`'s path that lack a host copy to the host (mutates)."""
+        return self.placement.write_through(leaf)
+
+    def mark_stored(self, node: Node, idx: np.ndarray) -> None:
+        """The store now holds pages `idx` of `node` (spilled or drained)."""
+        self.placement.mark_stored(node, idx)
+
+    # -- digests and checks ---------------------------------------------------------
+    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+        """Page ids of shared prefixes held on the device, depth first (router digests)."""
+        return digests.shared_prefix_hashes(self.tree, limit)
+
+    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
+        return digests.session_digests(self.sessions, self.page_size, limit)
+
+    def check_integrity(self, request_pages: int = 0) -> None:
+        """Tree and allocators agree; `request_pages` device pages are held outside the tree."""
+        integrity.check_integrity(self.tree, self.device, self.host, self.heaps, request_pages)

@@ -1,0 +1,161 @@
+"""Admission of one request: match, lock, allocate, load or recompute, and its usage.
+
+Page table of an admitted request (page = position // page_size):
+
+    |-- device hit --|-- hole / host / store --|-- device hit --|-- new --|
+      tree pages       own pages, loaded or      tree pages       own pages
+                       recomputed
+
+Pages past the tree's match may still be in a shared store (a session that
+moved here, or a replica that restarted): the run found there is loaded too.
+For each tier (host, then store) one decision covers the request's whole span
+in that tier: load it, or recompute it, whichever the planner finds cheaper.
+Pages that fail to load are recomputed. Device pages are allocated only when
+all of them can be had, so a request that does not fit evicts nothing.
+
+After the prefill (`insert_path`) the computed pages join the tree, and the
+request's lock moves to its new leaf; `release_lock` drops it at the end,
+writing the path through to the host when asked.
+
+Usage: tokens whose page the session had cached before (its longest inserted
+path, `SessionInfo.seen_hashes`) and must compute again are `recomputed`; the
+rest of what it computes is `new`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from penelope_engine.cache.pages import PageHasher
+from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.tier import Tier
+from penelope_engine.errors import CapacityError
+from penelope_engine.protocol import TokenUsage
+from penelope_engine.sched.sequence import Sequence
+from penelope_engine.tiers.contract import SchedulerTiers
+from penelope_engine.tiers.planner import PlannerCost, choose
+from penelope_engine.util import cdiv
+
+
+def admit(
+    seq: Sequence, cache: PrefixCache, tiers: SchedulerTiers, cost: PlannerCost, now: float
+) -> TokenUsage | None:
+    """Admit `seq` (its page table, lock, todo and ready time); None when it does not fit now."""
+    ps = cache.page_size
+    n_ctx = len(seq.tokens)  # the prompt, plus generated tokens after a preemption
+    n_pages = cdiv(n_ctx, ps)
+    usable = (n_ctx - 1) // ps  # always leave the last token to compute
+    tiers.begin()
+    match = cache.match(seq.hashes[:usable])
+    lock = cache.lock_match(match)
+    beyond = tiers.store_run(seq.hashes[match.num_pages : usable], seq.req.tenant)
+    k = match.num_pages + beyond
+    where = np.concatenate([match.where, np.full(beyond, Tier.STORE, np.int8)])
+    host = np.concatenate([match.host, np.full(beyond, -1, np.int32)])
+    device = where == Tier.DEVICE
+    need = n_pages - int(device.sum())
+    try:
+        fresh = cache.allocate(need) if cache.can_allocate(need) else None
+    except CapacityError:
+        fresh = None
+    if fresh is None:
+        cache.unlock(lock)
+        return None
+    cache.on_start(seq.req.session)
+    m = match.num_pages
+    table = np.empty(n_pages, dtype=np.int32)
+    table[:m][device[:m]] = match.device[device[:m]]
+    owned = np.ones(n_pages, dtype=bool)
+    owned[:k][device] = False
+    table[owned] = fresh
+    seq.page_table, seq.owned, seq.lock = table, owned, lock
+    recompute = np.zeros(n_pages, dtype=bool)
+    recompute[:k] = where == Tier.HOLE
+    recompute[k:] = True
+    loaded = _load(seq, tiers, cost, ps, host, where, recompute)
+    pages = np.flatnonzero(recompute)
+    pos = (pages[:, None] * ps + np.arange(ps)[None, :]).reshape(-1)
+    seq.todo = pos[pos < n_ctx].astype(np.int64)
+    seq.cursor = 0
+    seq.ready_at = tiers.ready_at(now)
+    if seq.admitted_at is None:
+        seq.admitted_at = now
+    return _usage(seq, cache, ps, int(device.sum()), loaded)
+
+
+def _load(
+    seq: Sequence,
+    tiers: SchedulerTiers,
+    cost: PlannerCost,
+    ps: int,
+    host: np.ndarray,
+    where: np.ndarray,
+    recompute: np.ndarray,
+) -> dict[Tier, int]:
+    """Load the host and store pages the planner picks; mark the rest for recompute."""
+    loaded = {Tier.HOST: 0, Tier.STORE: 0}
+    for tier in (Tier.HOST, Tier.STORE):
+        idx = np.flatnonzero(where == tier)
+        if not len(idx):
+            continue
+        if choose(cost, tier, int(idx[0]) * ps, len(idx) * ps) == "recompute":
+            recompute[idx] = True
+            continue
+        if tier == Tier.HOST:
+            ok = np.full(len(idx), tiers.host_to_device(host[idx], seq.page_table[idx]))
+        else:
+            toks = seq.token_array(len(seq.hashes) * ps).reshape(-1, ps)
+            ok = tiers.load_store(seq.hashes[idx], toks[idx], seq.req.tenant, seq.page_table[idx])
+        recompute[idx[~ok]] = True
+        loaded[tier] = int(ok.sum())
+    return loaded
+
+
+def _usage(
+    seq: Sequence, cache: PrefixCache, ps: int, device_pages: int, loaded: dict[Tier, int]
+) -> TokenUsage:
+    seen = cache.session(seq.req.session).seen_hashes
+    n = min(len(seen), len(seq.hashes))
+    was_cached = np.zeros(len(seq.page_table), dtype=bool)
+    was_cached[:n] = seen[:n] == seq.hashes[:n]
+    recomputed = int(was_cached[seq.todo // ps].sum())
+    return TokenUsage(
+        prompt_tokens=seq.prompt_len,
+        device_tokens=device_pages * ps,
+        host_tokens=loaded[Tier.HOST] * ps,
+        store_tokens=loaded[Tier.STORE] * ps,
+        recomputed_tokens=recomputed,
+        new_tokens=len(seq.todo) - recomputed,
+    )
+
+
+def insert_path(seq: Sequence, cache: PrefixCache, hasher: PageHasher, computed: int) -> None:
+    """Insert the request's first `computed` tokens' full pages; lock its new leaf."""
+    ps = cache.page_size
+    n = computed // ps
+    if n == 0:
+        return
+    tokens = seq.token_array(n * ps)
+    hashes = (
+        seq.hashes[:n]
+        if n <= len(seq.hashes)
+        else hasher.hashes(tokens, seq.req.tenant, seq.public_pages)
+    )
+    res = cache.insert(
+        hashes, seq.page_table[:n], seq.req.session, seq.req.tenant, tokens.reshape(n, ps)
+    )
+    seq.page_table[:n] = res.pages
+    seq.owned[:n] = False
+    old, seq.lock = seq.lock, cache.lock(res.leaf)
+    if old is not None:
+        cache.unlock(old)
+
+
+def release_lock(seq: Sequence, cache: PrefixCache, write_through: bool) -> None:
+    """Drop the request's lock; write its path through to the host when asked."""
+    assert seq.lock is not None
+    leaf = seq.lock.node
+    cache.unlock(seq.lock)
+    seq.lock = None
+    if write_through and leaf is not None and leaf.parent is not None:
+        cache.write_through(leaf)

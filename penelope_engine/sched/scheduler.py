@@ -1,0 +1,287 @@
+"""The scheduling core: continuous batching with chunked prefill over the Penelope cache.
+
+One implementation for the engine and the simulator. The engine drives it with
+the real model runner and real tiers; `bench.sim` drives it with a cost model's
+clock, scripted tokens and tiers that only time their copies. Torch-free.
+
+Each step carries every running decode (one token each), then continues
+prefills, then admits waiting requests in queue order (arrival by default;
+the agent-aware orders, backfill and KV retention of `agent_sched` are
+levers of `SchedulerConfig.agent`), within the step's token budget.
+Admission matches the prompt against the tree, locks the matched path,
+allocates device pages for everything not on the device (only when they
+can be had: a request that does not fit evicts nothing), loads host and
+store pages the planner chooses to load, and queues the rest
+(holes, failed loads, new tokens) as query positions of a fused prefill.
+Decode pages are allocated as decoding goes, preempting the newest running
+request when none is left. A request's prefill starts once its copies are
+done (`Sequence.ready_at`, from the tiers).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from penelope_engine.cache.pages import PageHasher
+from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.config import SchedulerConfig
+from penelope_engine.errors import CapacityError
+from penelope_engine.protocol import TokenUsage
+from penelope_engine.sched.admission import admit, insert_path, release_lock
+from penelope_engine.sched.agent import Retention, WaitingQueue, prefill_estimate_s, queue_key
+from penelope_engine.sched.sequence import BatchItem, Sequence
+from penelope_engine.tiers.contract import SchedulerTiers
+from penelope_engine.tiers.planner import PlannerCost
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        cache: PrefixCache,
+        hasher: PageHasher,
+        tiers: SchedulerTiers,
+        cost: Callable[[], PlannerCost],
+        eos_token_ids: tuple[int, ...],
+        max_model_len: int,
+        write_through: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.hasher = hasher
+        self.tiers = tiers
+        self.cost = cost  # the planner's current cost model (the engine refines its own)
+        self.eos = frozenset(eos_token_ids)
+        self.max_model_len = max_model_len
+        self.write_through = write_through
+        self.clock = clock
+        self.page_size = cache.page_size
+        self.agent = config.agent
+        self.waiting = WaitingQueue()
+        self.running: list[Sequence] = []
+        self.retention = Retention(config.agent, cache)
+        self.totals = TokenUsage()
+        self._released = 0  # bumps whenever pages may have become free or evictable
+
+    # -- queue ------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        sid = seq.req.session
+        info = self.cache.session(sid)
+        gap = None if info.turn_end is None else max(0.0, seq.arrival - info.turn_end)
+        if self.retention.on_arrival(sid, gap, info.last_stop == "tool_use"):
+            self._released += 1
+        self.cache.on_arrival(sid, seq.arrival)
+        start = info.first_arrival if info.first_arrival is not None else seq.arrival
+        key = queue_key(self.agent, seq.arrival, start)
+        if self.agent.size_weight:
+            key += self.agent.size_weight * prefill_estimate_s(seq, self.cache, self.cost())
+        self.waiting.insert(seq, key)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def request_pages(self) -> int:
+        return sum(s.owned_pages for s in self.running)
+
+    # -- scheduling --------------------------------------------------------------
+    def schedule(self) -> list[BatchItem]:
+        now = self.clock()
+        budget = self.config.max_batch_tokens
+        items: list[BatchItem] = []
+        for seq in [s for s in self.running if not s.in_prefill]:
+            if seq not in self.running:  # preempted below for an older sequence
+                continue
+            if budget and self._page_for_decode(seq):
+                items.append(BatchItem(seq, np.array([len(seq.tokens) - 1]), True))
+                budget -= 1
+        for seq in [s for s in self.running if s.in_prefill]:
+            budget -= self._take_chunk(seq, budget, items, now)
+        if self.retention.expire(now):
+            self._released += 1
+        while budget > 0 and self.waiting and len(self.running) < self.config.max_running:
+            new = self._next_admitted(now)
+            if new is None:
+                break
+            self.waiting.remove(new)
+            self.running.append(new)
+            budget -= self._take_chunk(new, budget, items, now)
+        return items
+
+    def _next_admitted(self, now: float) -> Sequence | None:
+        """Admit the first waiting request that fits, in queue order.
+
+        Without backfill only the head may go. With it, later requests may
+        pass a head that does not fit, until the head has waited
+        `starvation_s`. A head that does not fit first takes back the pins
+        that yield (`Retention.yield_one`), one at a time.
+        """
+        for i, seq in enumerate(self.waiting):
+            while not self._admit(seq, now):
+                if i or not self.retention.yield_one():
+                    break
+                self._released += 1
+            else:
+                return seq
+            if not self.agent.backfill or now - seq.arrival >= self.agent.starvation_s:
+                return None
+        return None
+
+    def extend_decodes(self, items: list[BatchItem], steps: int) -> int:
+        """Grant up to `steps` decode steps for a step of decodes only; returns how many.
+
+        The simulator's fast path, valid when `items` are every running request,
+        all decoding, and nothing else can change before those steps end: it
+        gives each the pages its next tokens need (without preempting: where
+        none is left it grants fewer, and the next `schedule` preempts as usual).
+        """
+        assert len(items) == len(self.running) and not any(s.in_prefill for s in self.running)
+        for j in range(1, steps):
+            for it in items:
+                if not self._ensure_page(it.seq, len(it.seq.tokens) - 1 + j):
+                    return j
+        return max(steps, 1)
+
+    def released(self) -> None:
+        """Pages were given back outside the scheduler (the simulator's cut decode runs)."""
+        self._released += 1
+
+    def commit_decoded(self, items: list[BatchItem], tokens: list[np.ndarray]) -> None:
+        """Apply all but the last step of a decode run granted by `extend_decodes`: the
+        tokens only, since no request ends inside the run (the run stops at the first
+        last token, and the simulator's requests have no stop tokens)."""
+        assert not self.eos and not any(it.seq.req.sampling.stop_token_ids for it in items)
+        for it, toks in zip(items, tokens):
+            it.seq.tokens.extend(toks.tolist())
+
+    def next_ready(self) -> float | None:
+        """When the first running prefill still waiting on its copies can start, or, with a
+        queue, the first pin expires."""
+        times = [s.ready_at for s in self.running if s.in_prefill]
+        expiry = self.retention.next_expiry() if self.waiting else None
+        if expiry is not None:
+            times.append(expiry)
+        return min(times) if times else None
+
+    def break_deadlock(self) -> Sequence | None:
+        """Nothing could run: running requests hold every page. Fail the newest one."""
+        now = self.clock()
+        if not self.has_work() or any(s.ready_at > now for s in self.running):
+            return None
+        if self.retention.pins:  # pinned pages free up when their TTL expires
+            return None
+        seq = self.running[-1] if self.running else self.waiting[0]
+        seq.finish_reason = "abort"
+        seq.error = CapacityError("out of KV pages: every page is held by running requests")
+        self.finish(seq, None, aborted=True)
+        return seq
+
+    def _take_chunk(self, seq: Sequence, budget: int, items: list[BatchItem], now: float) -> int:
+        n = min(budget, self.config.prefill_chunk, len(seq.todo) - seq.cursor)
+        if n <= 0 or seq.ready_at > now:
+            return 0
+        positions = seq.todo[seq.cursor : seq.cursor + n]
+        items.append(BatchItem(seq, positions, seq.cursor + n == len(seq.todo)))
+        return n
+
+    def _page_for_decode(self, seq: Sequence) -> bool:
+        """A page for the decode token, preempting the newest other sequences if need be."""
+        while not self._ensure_page(seq, len(seq.tokens) - 1):
+            victim = self.running[-1]
+            if victim is seq:
+                return False
+            self.preempt(victim)
+        return True
+
+    def preempt(self, seq: Sequence) -> None:
+        """Put a running sequence back at the head of the queue, keeping what it computed.
+
+        A decoding sequence inserts its KV into the tree first, so when it is
+        admitted again it finds its own pages (or what the policy left of them)
+        and recomputes only the rest, exactly as a returning session would.
+        """
+        self.running.remove(seq)
+        if not seq.in_prefill:
+            insert_path(seq, self.cache, self.hasher, len(seq.tokens) - 1)
+        if seq.lock is not None:
+            release_lock(seq, self.cache, self.write_through and self.agent.park_on_preempt)
+        self.cache.free(seq.page_table[seq.owned])
+        seq.page_table = np.empty(0, np.int32)
+        seq.owned = np.empty(0, bool)
+        seq.todo = np.empty(0, np.int64)
+        seq.cursor = 0
+        seq.hashes = self.hasher.hashes(
+            seq.token_array(len(seq.tokens)), seq.req.tenant, seq.public_pages
+        )
+        seq.preemptions += 1
+        self._released += 1
+        self.cache.on_arrival(seq.req.session)
+        self.waiting.appendleft(seq)
+
+    def _ensure_page(self, seq: Sequence, position: int) -> bool:
+        if position // self.page_size < len(seq.page_table):
+            return True
+        try:
+            seq.extend_pages(self.cache.allocate(1))
+        except CapacityError:
+            return False
+        return True
+
+    def _admit(self, seq: Sequence, now: float) -> bool:
+        if seq.blocked_at == self._released:  # nothing was freed since it last failed
+            return False
+        usage = admit(seq, self.cache, self.tiers, self.cost(), now)
+        if usage is None:
+            seq.blocked_at = self._released
+            return False
+        if not seq.preemptions:  # usage describes the request's first admission
+            seq.usage = usage
+            self.totals += usage
+            self.retention.on_admit(now - seq.arrival)
+        return True
+
+    # -- results -----------------------------------------------------------------
+    def commit(self, items: list[BatchItem], tokens: list[int | None]) -> list[Sequence]:
+        """Apply a step's results; return sequences that got a new token."""
+        now = self.clock()
+        out = []
+        for it, tok in zip(items, tokens):
+            seq = it.seq
+            if seq.in_prefill:
+                seq.cursor += len(it.positions)
+                if not seq.in_prefill:
+                    insert_path(seq, self.cache, self.hasher, len(seq.tokens))
+            if tok is None:
+                continue
+            seq.tokens.append(tok)
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+            seq.finish_reason = seq.stop_for(tok, self.eos, self.max_model_len)
+            if seq.finish_reason is not None:
+                self.finish(seq, seq.req.stop_reason_hint)
+            out.append(seq)
+        return out
+
+    def finish(self, seq: Sequence, stop_reason: str | None, aborted: bool = False) -> None:
+        """Release a running or waiting sequence (mutates the cache)."""
+        now = self.clock()
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+            self.cache.on_abort(seq.req.session)
+            self._released += 1  # the head of the queue may have changed
+            return
+        self.running.remove(seq)
+        self._released += 1
+        if not aborted and not seq.in_prefill:
+            insert_path(seq, self.cache, self.hasher, len(seq.tokens) - 1)
+        if seq.lock is not None:
+            release_lock(seq, self.cache, self.write_through)
+        self.cache.free(seq.page_table[seq.owned])
+        seq.owned[:] = False
+        self.cache.on_turn_end(seq.req.session, stop_reason)
+        if not aborted and self.retention.enabled:  # cost() only when a pin may be set
+            context = len(seq.tokens) - 1
+            self.retention.on_turn_end(seq.req.session, stop_reason, context, self.cost(), now)

@@ -1,0 +1,97 @@
+"""Per-request state the scheduler keeps while a request runs.
+
+Page table of a request, by token position (page = position // page_size):
+
+    |-- device hit --|-- hole / loaded --|-- device hit --|-- new --|-- decode --|
+      tree pages       own pages           tree pages       own pages  own pages
+
+`owned[i]` marks pages the request allocated; they join the tree on insert
+(or are freed as duplicates) and the rest are freed when the request ends.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from penelope_engine.cache.prefix_cache import LockHandle
+from penelope_engine.protocol import FinishReason, GenerateRequest, TokenUsage
+
+
+@dataclass(eq=False)
+class Sequence:
+    req: GenerateRequest
+    hashes: np.ndarray  # page ids of the prompt's full pages
+    tokens: list[int]
+    arrival: float = field(default_factory=time.monotonic)
+    prompt_len: int = 0
+    page_table: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    owned: np.ndarray = field(default_factory=lambda: np.empty(0, bool))
+    todo: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # positions to compute
+    cursor: int = 0  # todo[:cursor] are computed
+    lock: LockHandle | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    first_token_at: float | None = None
+    finish_reason: FinishReason | None = None
+    generator: object | None = None  # torch.Generator for sampling, made lazily
+    error: Exception | None = None  # set when the engine had to fail the request
+    public_pages: int = 0  # leading pages named alike for every tenant
+    preemptions: int = 0  # times the scheduler put it back in the queue to free pages
+    admitted_at: float | None = None  # first admission, on the scheduler's clock
+    ready_at: float = 0.0  # its copies (demotions, loads) are done; prefill waits for it
+    blocked_at: int = -1  # the scheduler's release count when it last failed to fit
+
+    # the prompt as int32, converted from `tokens` on first use unless the caller has it
+    prompt_array: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.prompt_len = len(self.tokens)
+
+    def token_array(self, n: int) -> np.ndarray:
+        """The first `n` tokens as int32 (the prompt's part is converted once)."""
+        if self.prompt_array is None:
+            self.prompt_array = np.asarray(self.tokens[: self.prompt_len], dtype=np.int32)
+        head = self.prompt_array[: min(n, self.prompt_len)]
+        if n <= self.prompt_len:
+            return head
+        return np.concatenate([head, np.asarray(self.tokens[self.prompt_len : n], np.int32)])
+
+    @property
+    def request_id(self) -> str:
+        return self.req.request_id
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.cursor < len(self.todo)
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def owned_pages(self) -> int:
+        return int(self.owned.sum())
+
+    def stop_for(self, tok: int, eos: frozenset[int], max_model_len: int) -> FinishReason | None:
+        """Why the sequence ends with the new token `tok` ("stop", "length"), or None."""
+        sp = self.req.sampling
+        if tok in sp.stop_token_ids or (tok in eos and not sp.ignore_eos):
+            return "stop"
+        if self.num_generated >= sp.max_tokens or len(self.tokens) >= max_model_len:
+            return "length"
+        return None
+
+    def extend_pages(self, pages: np.ndarray) -> None:
+        self.page_table = np.concatenate([self.page_table, pages.astype(np.int32)])
+        self.owned = np.concatenate([self.owned, np.ones(len(pages), bool)])
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One sequence's share of a step: the query positions it computes."""
+
+    seq: Sequence
+    positions: np.ndarray  # query positions of this step, ascending
+    wants_token: bool  # the last query is the sequence's last token: sample from it

@@ -1,0 +1,13 @@
+"""The tiers room: KV bytes in device and host pools and the Arrow store, and moving them.
+
+Torch lives in `kv_pool` and `copies` only; `contract` and `planner` are
+torch-free (the scheduler imports them).
+
+Modules:
+    kv_pool       KV tensors per layer, addressed by flat slot (device or pinned host)
+    copies        `TorchTiers`: copies device <-> host <-> Arrow store
+    contract      what the scheduler asks of tiers: loads, and when copies are done
+    planner       load or recompute per missing segment; the cost model calibrated live
+    handover      sessions that change replica find their history in the shared store
+    write_behind  one background thread writing to the store within a byte bound
+"""

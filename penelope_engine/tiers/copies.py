@@ -1,0 +1,205 @@
+"""Moves KV bytes between the device pool, the host pool and the Arrow store.
+
+Implements the cache's `TierIO` with torch copies. Only the scheduler thread
+calls it, and each copy completes before it returns (on CUDA the copy runs on
+a side stream and is synchronized), so the tree never points at bytes in
+flight. A failed copy returns False and the cache treats the page as missing.
+
+In the store a page belongs to its tenant, or to `PUBLIC` when it is a page of
+a prefix the operator declared public (`public_hashes`): those are the only
+pages a tenant's look-ups find under another name than its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from cache_store import ArrowSegmentStore, Segment
+from penelope_engine.cache.pages import PUBLIC
+from penelope_engine.cache.tier import Tier
+from penelope_engine.cache.tree import Node
+from penelope_engine.tiers.kv_pool import DTYPES, KVPool
+
+log = logging.getLogger(__name__)
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class PageSnapshot:
+    """Consecutive pages of one owner copied out of a pool: a segment not yet built."""
+
+    owner: str
+    hashes: tuple[int, ...]
+    positions: tuple[int, ...]
+    tokens: np.ndarray  # [pages, page_size]
+    kv: torch.Tensor  # [2, layers, pages * page_size, kv_heads, head_dim] on the CPU
+
+    @property
+    def nbytes(self) -> int:
+        return self.kv.numel() * self.kv.element_size()
+
+    def segment(self, namespace: str) -> Segment:
+        return Segment(
+            namespace=namespace,
+            tenant=self.owner,
+            page_hashes=self.hashes,
+            positions=self.positions,
+            token_ids=tuple(tuple(t) for t in self.tokens.tolist()),
+            dtype=DTYPE_NAMES[self.kv.dtype],
+            shape=tuple(self.kv.shape),
+            payload=memoryview(self.kv.view(torch.uint8).numpy().data).cast("B"),
+        )
+
+
+class TorchTiers:
+    def __init__(
+        self,
+        device_pool: KVPool,
+        host_pool: KVPool | None,
+        store: ArrowSegmentStore | None = None,
+        on_copy: Callable[[Tier, int, float], None] | None = None,
+        public_hashes: frozenset[int] = frozenset(),
+    ) -> None:
+        self.device = device_pool
+        self.host = host_pool
+        self.store = store
+        self.on_copy = on_copy  # (tier, bytes, seconds) of each load, for the planner
+        self.stream = torch.cuda.Stream() if device_pool.device.type == "cuda" else None
+        self.failures = 0
+        self.public_hashes = public_hashes  # pages of operator-declared public prefixes
+
+    def owner(self, tenant: str, page_hash: int) -> str:
+        """Whose page `page_hash` of `tenant` is in the store: PUBLIC for a declared prefix."""
+        return PUBLIC if page_hash in self.public_hashes else tenant
+
+    def _copy(self, src: KVPool, src_pages: np.ndarray, dst: KVPool, dst_pages: np.ndarray) -> bool:
+        src_idx = torch.from_numpy(src_pages.astype(np.int64))
+        dst_idx = torch.from_numpy(dst_pages.astype(np.int64))
+        try:
+            if self.stream is not None:
+                with torch.cuda.stream(self.stream):
+                    dst.write_pages(dst_idx, *src.read_pages(src_idx))
+                self.stream.synchronize()
+            else:
+                dst.write_pages(dst_idx, *src.read_pages(src_idx))
+            return True
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # pragma: no cover - hw faults
+            self.failures += 1
+            log.warning("KV copy failed (%s); the pages will be recomputed", exc)
+            return False
+
+    def device_to_host(self, device_pages: np.ndarray, host_pages: np.ndarray) -> bool:
+        assert self.host is not None
+        return self._copy(self.device, device_pages, self.host, host_pages)
+
+    def host_to_device(self, host_pages: np.ndarray, device_pages: np.ndarray) -> bool:
+        assert self.host is not None
+        t0 = time.perf_counter()
+        ok = self._copy(self.host, host_pages, self.device, device_pages)
+        if ok and self.on_copy is not None:
+            nbytes = len(host_pages) * self.host.bytes_per_page
+            self.on_copy(Tier.HOST, nbytes, time.perf_counter() - t0)
+        return ok
+
+    def spill(self, node: Node, idx: np.ndarray) -> bool:
+        """Write host pages `idx` of `node` to the store (host eviction)."""
+        if self.host is None:
+            return False
+        return self.write_segments(self.host, node.host, node, idx)
+
+    def write_segments(self, pool: KVPool, slots: np.ndarray, node: Node, idx: np.ndarray) -> bool:
+        """Write pages `idx` of `node`, held at `slots[idx]` of `pool`, to the store."""
+        if self.store is None:
+            return False
+        ok = True
+        for snap in self.snapshot(pool, slots, node, idx):
+            ok = self.store.put(snap.segment(self.store.namespace)) and ok
+        return ok
+
+    def snapshot(
+        self, pool: KVPool, slots: np.ndarray, node: Node, idx: np.ndarray
+    ) -> list[PageSnapshot]:
+        """Copies of pages `idx` of `node` (at `slots[idx]` of `pool`), one per run of
+        consecutive pages of one owner; each carries its tokens so a reader can check
+        identity before using the KV."""
+        if self.store is None or node.tokens is None or len(idx) == 0:
+            return []
+        ps = pool.page_size
+        out = []
+        for run in self._runs(node, idx):
+            k, v = pool.read_pages(torch.from_numpy(slots[run].astype(np.int64)))
+            out.append(
+                PageSnapshot(
+                    owner=self.owner(node.tenant, int(node.hashes[run[0]])),
+                    hashes=tuple(int(h) for h in node.hashes[run]),
+                    positions=tuple(int(p) * ps for p in node.start + run),
+                    tokens=node.tokens[run].copy(),
+                    kv=torch.stack([k, v]).cpu().contiguous(),
+                )
+            )
+        return out
+
+    def _runs(self, node: Node, idx: np.ndarray) -> Iterator[np.ndarray]:
+        """`idx` cut where pages stop being consecutive or change owner."""
+        public = np.array([int(h) in self.public_hashes for h in node.hashes[idx]], dtype=bool)
+        cuts = np.flatnonzero((np.diff(idx) != 1) | (np.diff(public) != 0)) + 1
+        yield from np.split(idx, cuts)
+
+    def begin(self) -> None:
+        """`SchedulerTiers`: nothing to mark, copies here finish before they return."""
+
+    def ready_at(self, now: float) -> float:
+        return now
+
+    def store_run(self, hashes: np.ndarray, tenant: str) -> int:
+        """How many of `hashes`, from the first, the store's index holds (no I/O)."""
+        if self.store is None:
+            return 0
+        n = 0
+        while n < len(hashes):
+            h = int(hashes[n])
+            if self.store.lookup(self.owner(tenant, h), h) is None:
+                break
+            n += 1
+        return n
+
+    def load_store(
+        self, hashes: np.ndarray, tokens: np.ndarray, tenant: str, device_pages: np.ndarray
+    ) -> np.ndarray:
+        """Load pages from the store into `device_pages`; a mask of the pages that loaded.
+
+        A page loads only when its segment is intact and holds the very tokens
+        of the request at that page; anything else is a miss (recomputed).
+        """
+        loaded = np.zeros(len(hashes), dtype=bool)
+        if self.store is None:
+            return loaded
+        segments: dict[str, Segment | None] = {}
+        for i, h in enumerate(hashes):
+            key = self.store.lookup(self.owner(tenant, int(h)), int(h))
+            if key is None:
+                continue
+            if key not in segments:
+                segments[key] = self.store.get(key)
+            seg = segments[key]
+            if seg is None:
+                continue
+            j = seg.page_index(int(h))
+            if seg.token_ids[j] != tuple(int(t) for t in tokens[i]):
+                continue
+            with warnings.catch_warnings():  # read-only mapped bytes: we only read them
+                warnings.simplefilter("ignore", UserWarning)
+                kv = torch.frombuffer(seg.payload, dtype=torch.uint8).view(DTYPES[seg.dtype])
+            kv = kv.reshape(seg.shape)
+            ps = self.device.page_size
+            page = kv[:, :, j * ps : (j + 1) * ps]
+            self.device.write_pages(torch.tensor([int(device_pages[i])]), page[0], page[1])
+            loaded[i] = True
+        return loaded

@@ -1,0 +1,224 @@
+"""Sessions that change replica find their history in the shared store.
+
+A session may be routed to another replica at any turn (upscale, overload, a
+replica or node lost). So at the end of each turn the replica writes the
+session's pages the store lacks *behind* (the copy out of the pools on the
+step thread, the upload on `WriteBehind`'s thread), then the session's path
+record (`cache_store.records`): its pages and the segments holding them.
+
+    turn ends on A:  copy new pages -> [writer] put segments -> put record(tenant, session)
+    next turn on B:  get record (off the step thread) -> index its segments
+                     -> admission loads them (store tokens); pages the record
+                        lists that cannot be loaded count as recomputed
+
+Why a record in the store, and not the router or the ingress telling B how
+long the session's history was: the store is the one place every replica
+already shares and that outlives any of them (a lost node takes its router
+digests with it; an ingress sees prompts, not what a replica cached), and the
+record names the very segments B must load: without it B's index only knows
+what was in the store when B started. Reading it costs one small object per
+turn, off the step thread. A declared public prefix has a record of its own
+(named by its last page), so a new session of any tenant finds it too.
+
+Pages are marked stored when copied, not when uploaded: if the upload fails
+the page reads as a miss and is recomputed (correct, only slower).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cache_store import ArrowSegmentStore, PathRecord
+from penelope_engine.cache.pages import PUBLIC
+from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.tree import Node
+from penelope_engine.protocol import GenerateRequest
+from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
+from penelope_engine.tiers.write_behind import WriteBehind
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """What a drain did: pages and records written (the rest were in the store already)."""
+
+    pages: int
+    records: int
+    records_left: int  # stale records the deadline left unwritten
+    in_time: bool  # the writes behind and the pages finished within the deadline
+    seconds: float
+
+
+class SessionHandover:
+    """Write-behind of sessions' pages and records; reading records for arriving sessions."""
+
+    def __init__(
+        self, store: ArrowSegmentStore, tiers: TorchTiers, cache: PrefixCache, max_bytes: int
+    ) -> None:
+        self.store = store
+        self.tiers = tiers
+        self.cache = cache
+        self.writer = WriteBehind(max_bytes) if max_bytes > 0 else None  # None: drain only
+        self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
+        self.deferred_pages = 0  # pages not written behind for want of room (offered again)
+        self._recorded: dict[str, int] = {}  # session id -> pages in its last record
+        self.last_drain: DrainReport | None = None
+
+    # -- any thread ------------------------------------------------------------------
+    def fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
+        """The record of the request's session, its segments (and those of its public
+        prefix, ending at page `public_tail`) indexed by the store. Store I/O: call it
+        off the step thread."""
+        if public_tail is not None and self.store.lookup(PUBLIC, public_tail) is None:
+            self.store.get_record(PUBLIC, _public_name(public_tail))
+        if req.session_id is None:
+            return None
+        return self.store.get_record(req.tenant, req.session_id)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait for the writes queued so far; False if `timeout_s` passed first."""
+        return self.writer is None or self.writer.flush(timeout_s)
+
+    def close(self, timeout_s: float) -> bool:
+        return self.writer is None or self.writer.close(timeout_s)
+
+    # -- the step thread -------------------------------------------------------------
+    def arrived(self, tenant: str, session_id: str, record: PathRecord | None) -> None:
+        """A request of the session is queued: what the fleet held of it counts as seen."""
+        self.tenants[session_id] = tenant
+        if record is not None:
+            self.cache.session(session_id).held_elsewhere(np.array(record.page_hashes, np.uint64))
+
+    def turn_ended(self, tenant: str, session_id: str) -> int:
+        """Queue the session's unstored pages and its record for the store; pages queued.
+
+        Pages that do not fit the writer's bound now stay unstored, and are offered
+        again at the session's next turn end (or by a spill or a drain).
+        """
+        self.tenants[session_id] = tenant
+        if self.writer is None:
+            return 0
+        info = self.cache.session(session_id)
+        taken: list[tuple[Node, np.ndarray]] = []
+        room = self.writer.room() // self.tiers.device.bytes_per_page
+        for node in _path(info.leaf):
+            idx = np.flatnonzero(((node.device >= 0) | (node.host >= 0)) & ~node.stored)
+            self.deferred_pages += max(0, len(idx) - room)
+            if room > 0 and len(idx):
+                taken.append((node, idx[:room]))
+                room -= len(taken[-1][1])
+        seen = info.seen_hashes.tolist()
+        if not taken and self._recorded.get(session_id) == len(seen):
+            return 0
+        snaps = [snap for node, idx in taken for snap in self._snapshot(node, idx)]
+        pages = [(self.tiers.owner(tenant, h), h) for h in seen]
+        nbytes = sum(s.nbytes for s in snaps)
+        public = any(s.owner == PUBLIC for s in snaps)
+        job = lambda: self._write(snaps, tenant, session_id, pages, public)  # noqa: E731
+        self._recorded[session_id] = len(seen)  # before the job runs: a failed one undoes it
+        if not self.writer.submit(nbytes, job):
+            self._recorded.pop(session_id, None)  # pages unstored, record stale: a drain writes
+            return 0
+        for node, idx in taken:
+            self.cache.mark_stored(node, idx)
+        return sum(len(idx) for _, idx in taken)
+
+    def drain(self, deadline_s: float) -> int:
+        """Write every cached page the store lacks, then the records those writes (or a
+        refused write behind) left stale; pages written. All within `deadline_s`.
+
+        Called when a replica leaves (downscale, redeploy): its sessions are then
+        served from the shared store wherever they go next. The writes behind go
+        first (a record is never written ahead of its segments). A session whose
+        record this replica wrote at its current length is not written again: it
+        may since have moved on, and another replica's longer record must stand.
+        """
+        t0 = time.monotonic()
+        end = t0 + deadline_s
+        flushed = self.flush(deadline_s)
+        if not flushed:
+            log.warning("drain: store writes behind still running after %g s", deadline_s)
+        pages, touched, late = self._drain_pages(end)
+        records = stale = 0
+        for sid, tenant in list(self.tenants.items()):
+            info = self.cache.sessions.get(sid)
+            if info is None or not len(info.seen_hashes):
+                continue
+            rewritten = any(id(node) in touched for node in _path(info.leaf))
+            if self._recorded.get(sid) == len(info.seen_hashes) and not rewritten:
+                continue  # its record (written behind) is current
+            if time.monotonic() > end:
+                stale += 1
+                continue
+            seen = info.seen_hashes.tolist()
+            if self.store.put_record(tenant, sid, [(self.tiers.owner(tenant, h), h) for h in seen]):
+                self._recorded[sid] = len(seen)
+                records += 1
+        in_time = flushed and not late
+        self.last_drain = DrainReport(pages, records, stale, in_time, time.monotonic() - t0)
+        if stale or late:
+            log.warning("drain: deadline of %g s passed: %s", deadline_s, self.last_drain)
+        return pages
+
+    def _drain_pages(self, end: float) -> tuple[int, set[int], bool]:
+        """Write the cached pages the store lacks until `end`: pages written, the ids of
+        the nodes they belong to, and whether the deadline cut it short."""
+        tiers, written, touched = self.tiers, 0, set[int]()
+        for node in list(self.cache.tree.iter_nodes()):
+            if time.monotonic() > end:
+                return written, touched, True
+            for pool, slots in ((tiers.host, node.host), (tiers.device, node.device)):
+                idx = np.flatnonzero((slots >= 0) & ~node.stored)
+                if pool is not None and len(idx) and tiers.write_segments(pool, slots, node, idx):
+                    self.cache.mark_stored(node, idx)
+                    written += len(idx)
+                    touched.add(id(node))
+        return written, touched, False
+
+    def _snapshot(self, node: Node, idx: np.ndarray) -> list[PageSnapshot]:
+        """Copies of pages `idx` of `node`, read from the host where it has them."""
+        host, device = self.tiers.host, self.tiers.device
+        on_host = idx[node.host[idx] >= 0] if host is not None else idx[:0]
+        on_device = np.setdiff1d(idx, on_host)
+        snaps = self.tiers.snapshot(device, node.device, node, on_device)
+        if host is not None:
+            snaps += self.tiers.snapshot(host, node.host, node, on_host)
+        return snaps
+
+    def _write(
+        self,
+        snaps: list[PageSnapshot],
+        tenant: str,
+        session_id: str,
+        pages: list[tuple[str, int]],
+        public: bool,
+    ) -> None:
+        """(The writer thread.) The segments, then the records that name them: the
+        session's, and the public prefix's when its pages were among them."""
+        for snap in snaps:
+            self.store.put(snap.segment(self.store.namespace))
+        if pages and not self.store.put_record(tenant, session_id, pages):
+            self._recorded.pop(session_id, None)  # unwritten: a drain writes it
+        head = [p for p in itertools.takewhile(lambda p: p[0] == PUBLIC, pages)]
+        if public and head:
+            self.store.put_record(PUBLIC, _public_name(head[-1][1]), head)
+
+
+def _public_name(tail_hash: int) -> str:
+    """The record name of the public prefix whose last page is `tail_hash`."""
+    return f"public-prefix-{tail_hash:016x}"
+
+
+def _path(leaf: Node | None) -> list[Node]:
+    """The nodes from the root's first child down to `leaf`."""
+    nodes = []
+    while leaf is not None and leaf.parent is not None:
+        nodes.append(leaf)
+        leaf = leaf.parent
+    return nodes[::-1]

@@ -1,0 +1,72 @@
+"""`penelope serve` arguments and API-key loading (no server starts here)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from deployments.auth import Authenticator
+from deployments.errors import ApiError
+from deployments.settings import ApiSettings, load_api_keys, parse_api_keys
+from penelope_cli.serve import add_serve_args, config_from_args
+from penelope_engine.errors import ConfigError
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_defaults_bind_loopback_and_serve_the_default_model() -> None:
+    args = parse()
+    assert (args.host, args.port) == ("127.0.0.1", 8000)
+    engine, settings = config_from_args(args)
+    assert engine.model == "smollm2-135m" and not settings.auth_enabled
+
+
+def test_flags_reach_the_engine_and_api_configs(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("# team keys\nsk-alpha-0001:alpha\nsk-beta-00001\n")
+    args = parse(
+        "--model",
+        "tiny-qwen3",
+        "--page-size",
+        "8",
+        "--device-pages",
+        "64",
+        "--policy",
+        "lru",
+        "--max-pending",
+        "3",
+        "--api-keys-file",
+        str(keys),
+    )
+    engine, settings = config_from_args(args)
+    assert (engine.model, engine.cache.page_size, engine.cache.device_pages) == (
+        "tiny-qwen3",
+        8,
+        64,
+    )
+    assert engine.cache.policy == "lru" and settings.max_pending == 3
+    assert dict(settings.api_keys) == {"sk-alpha-0001": "alpha", "sk-beta-00001": "default"}
+    with pytest.raises(SystemExit):
+        parse("--policy", "fifo")
+
+
+def test_keys_from_env_and_constant_time_matching() -> None:
+    keys = load_api_keys(env={"PENELOPE_API_KEYS": "sk-one-00001:t1, sk-two-00002:t2"})
+    auth = Authenticator(keys)
+    assert auth.tenant("Bearer sk-two-00002") == "t2"
+    for header in (None, "Bearer sk-two-0000", "Basic sk-two-00002", "Bearer "):
+        with pytest.raises(ApiError) as err:
+            auth.tenant(header)
+        assert err.value.status == 401
+    assert parse_api_keys("") == {}
+
+
+def test_short_keys_are_refused() -> None:
+    with pytest.raises(ConfigError):
+        ApiSettings(api_keys={"short": "t"})

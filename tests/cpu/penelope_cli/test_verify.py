@@ -1,0 +1,129 @@
+"""`penelope verify`'s checks: a NaN fails, the engine check forms holes and tier loads and is
+exact, and transformers agrees with our logits on the tiny Qwen3."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+from penelope_cli import closeness, verify
+from penelope_cli.verify_engine import hf_from_state_dict, run_engine, run_reference
+from penelope_engine.model.registry import LoadedModel
+from penelope_engine.tiers.copies import TorchTiers
+
+pytestmark = pytest.mark.slow
+PS = 16
+
+
+def test_worst_and_max_abs_diff_keep_a_nan() -> None:
+    nan = float("nan")
+    assert not math.isnan(max(0.1, nan, 0.2))  # Python's max drops it: the bug fixed here
+    assert math.isnan(closeness.worst([0.1, nan, 0.2])) and closeness.worst([0.1, 0.3]) == 0.3
+    a = torch.zeros(4)
+    b = a.clone()
+    b[2] = nan
+    assert math.isnan(closeness.max_abs_diff(a, b)) and math.isnan(closeness.max_abs_diff(b, a))
+    assert (
+        closeness.max_abs_diff(a, a) == 0.0
+        and closeness.max_abs_diff(a, torch.zeros(3)) == math.inf
+    )
+    assert not closeness.passes(nan, 1e-4) and closeness.passes(0.0, 1e-4)
+    assert verify.jsonable({"d": nan, "l": [math.inf, 1.0]}) == {"d": "nan", "l": ["inf", 1.0]}
+
+
+def _poison_fused(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """The fused pass (each case's second forward) leaves a NaN in its KV or its logits."""
+    forward, calls = verify._forward, [0]
+
+    def poisoned(lm, pool, seq, positions, chunks, first):
+        logits = forward(lm, pool, seq, positions, chunks, first)
+        calls[0] += 1
+        if calls[0] % 2 == 0:
+            if where == "kv":
+                pool.v[-1][0, 0, 0] = float("nan")  # slot 0 holds some position's KV
+            else:
+                logits[0, 0] = float("nan")
+        return logits
+
+    monkeypatch.setattr(verify, "_forward", poisoned)
+
+
+@pytest.mark.parametrize("where", ["kv", "logits"])
+def test_a_nan_in_the_fused_pass_fails_the_case(
+    where: str, monkeypatch: pytest.MonkeyPatch, tiny_qwen3: LoadedModel
+) -> None:
+    clean = verify.run_fused(tiny_qwen3, 2, PS, 0, "float32", "cpu", 1e-4)
+    assert clean["ok"] and clean["max_abs_diff"] <= 1e-4
+    _poison_fused(monkeypatch, where)
+    r = verify.run_fused(tiny_qwen3, 2, PS, 0, "float32", "cpu", 1e-4)
+    assert math.isnan(r["max_abs_diff"]) and r["failed_cases"] == 2 and r["ok"] is False
+
+
+def test_a_nan_reads_nan_in_the_json_and_fails_the_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tiny_qwen3: LoadedModel
+) -> None:
+    monkeypatch.setattr(verify, "load_model", lambda *a: tiny_qwen3)
+    _poison_fused(monkeypatch, "kv")
+    assert verify.main(["--cases", "1", "--sessions", "0", "--json"]) == 1
+    r = json.loads(capsys.readouterr().out)  # strict JSON: no bare NaN
+    assert r["max_abs_diff"] == "nan" and r["fused"]["max_abs_diff"] == "nan"
+    assert r["ok"] is False and r["cases"] == 1
+
+
+@pytest.fixture(scope="module")
+def engine_run(tiny_qwen3: LoadedModel) -> tuple[dict, list]:
+    return run_engine(tiny_qwen3, "tiny-qwen3", "float32", "cpu", PS, 4, 4, 3, 0, 1e-4)
+
+
+def test_the_engine_check_forms_holes_and_tier_loads_and_is_exact(engine_run) -> None:
+    report, turns = engine_run
+    assert report["ok"] and report["tokens_exact"] and not report["mismatched_turns"]
+    assert report["turns"] == len(turns) == 16
+    assert report["turns_with_holes"] > 0
+    assert report["turns_with_host_loads"] > 0 and report["turns_with_store_loads"] > 0
+    tokens = report["tokens"]
+    assert tokens["recomputed"] > 0 and tokens["host"] > 0 and tokens["store"] > 0
+    assert 0.0 <= report["max_abs_diff"] <= 1e-4
+    for seq, prompt_len, rows in turns:  # the tap saw the row behind every greedy token
+        assert [int(r.argmax()) for r in rows] == seq[prompt_len:]
+
+
+def test_the_engine_check_catches_a_host_load_that_copies_nothing(
+    monkeypatch: pytest.MonkeyPatch, tiny_qwen3: LoadedModel
+) -> None:
+    monkeypatch.setattr(TorchTiers, "host_to_device", lambda self, host, device: True)
+    report, _ = run_engine(tiny_qwen3, "tiny-qwen3", "float32", "cpu", PS, 4, 4, 3, 0, 1e-4)
+    assert report["turns_with_host_loads"] > 0
+    assert not report["ok"]
+    assert report["mismatched_turns"] or report["max_abs_diff"] > 1e-4
+
+
+@pytest.fixture(scope="module")
+def hf_tiny(tiny_qwen3: LoadedModel) -> torch.nn.Module:
+    return hf_from_state_dict(tiny_qwen3)
+
+
+def test_transformers_matches_the_tiny_qwen3_within_1e4(
+    engine_run, hf_tiny: torch.nn.Module, tiny_qwen3: LoadedModel
+) -> None:
+    _, turns = engine_run
+    r = run_reference(tiny_qwen3, "tiny-qwen3", PS, turns[:6], 1e-4, lambda *_: hf_tiny)
+    assert r["ok"] and r["max_abs_diff"] <= 1e-4 and r["argmax_agreement"] == 1.0
+    assert r["sequences"] == 6 and r["positions"] > 6 * 3
+    random = verify.random_sequences(tiny_qwen3, PS, 0)
+    r = run_reference(tiny_qwen3, "tiny-qwen3", PS, random, 1e-4, lambda *_: hf_tiny)
+    assert r["ok"] and r["argmax_agreement"] == 1.0
+
+
+def test_the_reference_check_catches_a_different_model(
+    engine_run, hf_tiny: torch.nn.Module, tiny_qwen3: LoadedModel
+) -> None:
+    other = copy.deepcopy(hf_tiny)
+    with torch.no_grad():
+        other.model.layers[0].mlp.down_proj.weight.mul_(1.01)
+    r = run_reference(tiny_qwen3, "tiny-qwen3", PS, engine_run[1][:2], 1e-4, lambda *_: other)
+    assert not r["ok"] and r["max_abs_diff"] > 1e-4
