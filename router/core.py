@@ -53,6 +53,7 @@ class AffinityRouter:
 
     name = "affinity"
     reads_prompt = False
+    reads_kv_state = False
 
     def __init__(
         self, config: RouterConfig | None = None, clock: Callable[[], float] = time.monotonic

@@ -29,6 +29,7 @@ from router.schema import (
 class RoutingPolicy(Protocol):
     name: str
     reads_prompt: bool  # needs RouteRequest.prompt_pages (every page of the prompt)
+    reads_kv_state: bool  # needs ReplicaView's KV fields (usage, active pages, cached runs)
 
     def rank(self, views: Sequence[ReplicaView], request: RouteRequest) -> RouteDecision: ...
 
@@ -49,6 +50,7 @@ class Pow2Router:
 
     name = "pow2"
     reads_prompt = False
+    reads_kv_state = False
 
     def __init__(
         self, config: RouterConfig | None = None, clock: Callable[[], float] = time.monotonic

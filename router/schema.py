@@ -8,7 +8,7 @@ Ray Serve's request router does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
@@ -75,14 +75,36 @@ class RouterConfig:
         return cls(**kwargs)
 
 
+class CachedRun(NamedTuple):
+    """Leading pages of a page sequence a replica holds, up to its first miss, by tier."""
+
+    device: int = 0
+    host: int = 0
+    store: int = 0
+
+    @property
+    def pages(self) -> int:
+        return self.device + self.host + self.store
+
+
 @dataclass(frozen=True)
 class ReplicaView:
-    """What the router knows of one replica when it routes."""
+    """What the router knows of one replica when it routes.
+
+    The last four are what KV-event routers (Dynamo's, llm-d's precise prefix
+    scorer, Ray's KV-aware router) learn from a replica's KV events and load
+    reports; Penelope's own policies read only the queue and the digest. Where a
+    caller has none, they say "nothing cached, nothing running".
+    """
 
     replica_id: str
     queue_len: int
     max_ongoing: int
     digest: ReplicaDigest = EMPTY_DIGEST
+    kv_usage: float = 0.0  # device KV pages in use / device pages
+    active_pages: int = 0  # device pages held by the requests running there
+    waiting_tokens: int = 0  # prompt tokens of requests queued there, not yet admitted
+    cached: Callable[[Sequence[int]], CachedRun] | None = None  # a prompt's cached run
 
     @property
     def full(self) -> bool:

@@ -190,6 +190,7 @@ class RayPrefixAffinityRouter:
 
     name = "ray_prefix"
     reads_prompt = True
+    reads_kv_state = False
 
     def __init__(
         self,

@@ -5,18 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from bench.peers.ray_prefix import RayPrefixAffinityRouter
-from bench.peers.sgl_cache_aware import SglCacheAwareRouter
+from bench.peers.engine_routers import ENGINE_ROUTERS
+from bench.peers.ray_routers import RAY_ROUTERS
 from router.policies import ROUTING_POLICIES, RouterFactory, RoutingPolicy, make_routing_policy
 from router.schema import RouterConfig
 
-SIM_ROUTERS = ROUTING_POLICIES.extended(
-    "routing policy",
-    {
-        RayPrefixAffinityRouter.name: RayPrefixAffinityRouter,
-        SglCacheAwareRouter.name: SglCacheAwareRouter,
-    },
-)
+SIM_ROUTERS = ROUTING_POLICIES.extended("routing policy", {**RAY_ROUTERS, **ENGINE_ROUTERS})
 
 
 def make_sim_router(

@@ -232,6 +232,7 @@ class SglCacheAwareRouter:
 
     name = "sgl_cache_aware"
     reads_prompt = True
+    reads_kv_state = False
 
     def __init__(
         self,

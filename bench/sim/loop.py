@@ -190,8 +190,18 @@ class Simulator:
                     now=self.now,
                 )
                 self._digests[i] = decode_digest(wire)
+        live = self.router.reads_kv_state
         return [
-            ReplicaView(str(r.index), r.queue_len, self.cfg.max_ongoing, self._digests[i])
+            ReplicaView(
+                str(r.index),
+                r.queue_len,
+                self.cfg.max_ongoing,
+                self._digests[i],
+                kv_usage=r.kv_usage if live else 0.0,
+                active_pages=r.scheduler.request_pages() if live else 0,
+                waiting_tokens=r.waiting_tokens() if live else 0,
+                cached=r.cached_run if live else None,
+            )
             for i, r in enumerate(self.replicas)
         ]
 

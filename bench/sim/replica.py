@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,12 +23,14 @@ from bench.sim.costmodel import CostModel, decode_run, page_cost_fn, step_load
 from bench.sim.oracle import make_sim_policy
 from bench.sim.tiers import NullTiers, TimedTiers
 from penelope_engine.cache.pages import PageHasher
+from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, SchedulerConfig
 from penelope_engine.core import CoreHooks, build_core
 from penelope_engine.protocol import GenerateRequest, SamplingParams, TokenUsage
 from penelope_engine.sched.scheduler import Scheduler
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.util import cdiv
+from router.schema import CachedRun
 
 if TYPE_CHECKING:
     from penelope_engine.engine import Engine
@@ -165,6 +168,26 @@ class Replica:
         if not isinstance(tiers, TimedTiers):
             raise TypeError("the engine was not built with Replica.engine_hooks")
         return cls(index, engine.scheduler, tiers, cost, engine.runner.run, False, engine)
+
+    @property
+    def kv_usage(self) -> float:
+        """Device pages in use (tree and running requests), as a share of the pool."""
+        return self.cache.device.num_used / self.cache.device.capacity
+
+    def waiting_tokens(self) -> int:
+        return sum(len(seq.tokens) for seq in self.scheduler.waiting)
+
+    def cached_run(self, hashes: SequenceOf[int]) -> CachedRun:
+        """The leading pages of `hashes` this replica holds, by tier, up to the first miss
+        or hole: what a KV-event router knows of it (exact and current here)."""
+        where = self.cache.match(np.asarray(hashes, dtype=np.uint64)).where
+        holes = np.flatnonzero(where == Tier.HOLE)
+        run = where[: int(holes[0])] if len(holes) else where
+        return CachedRun(
+            int(np.count_nonzero(run == Tier.DEVICE)),
+            int(np.count_nonzero(run == Tier.HOST)),
+            int(np.count_nonzero(run == Tier.STORE)),
+        )
 
     @property
     def queue_len(self) -> int:
