@@ -4,7 +4,8 @@
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           recompute | cache-ops | store | tiers | replay | simulate
-                                  | load | ablation | agree | peers | side | cluster | speed
+                                  | load | ablation | agree | peers | capacity | side | cluster
+                                  | speed
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks. The
@@ -38,6 +39,10 @@ BENCHES = {
     "ablation": ("bench.sim.ablation", "the ablation table from `bench simulate --json` files"),
     "agree": ("bench.sim.agree", "the real engine and the simulator, request by request"),
     "peers": ("bench.sim.peers", "Penelope against the best peer set-ups, both length regimes"),
+    "capacity": (
+        "bench.sim.capacity",
+        "agent sessions a fleet holds within a TTFT SLO",
+    ),
     "side": ("bench.side.cli", "real routers side by side through the HTTP API, on this machine"),
     "speed": ("bench.speed.cli", "the embedded engine's speed, alone or against another server"),
     "cluster": ("bench.cluster.cli", "the Ray app on two nodes here: faults and autoscaling"),

@@ -1,0 +1,178 @@
+"""`penelope bench capacity`: agent sessions per fleet within a p90 TTFT SLO, per set-up.
+
+The operator's number: for each set-up (a router over an engine cache,
+`bench.sim.setups`), the largest number of concurrent Claude Code sessions
+that `--replicas` simulated GPUs hold with p90 TTFT <= `--slo-s` (default
+2.0 s at true lengths, 0.5 s at 1/4 length), found per seed by doubling and
+bisection on the session count (`bench.sim.capacity_search`). Then, at the
+best peer's capacity, the attribution rows: the best peer's router over
+Penelope's cache, Penelope's router over the best peer's cache, and Penelope
+with each lever off. JSON: `runs[]` (system, router, cache, levers, slo_s,
+sessions_at_slo and per seed, curve), `best_peer`, `ratio`, `attribution`;
+a table and a plot of p90 TTFT against sessions. Example::
+
+    penelope bench capacity --lengths true --seeds 3 --jobs 2 --json cap.json --plot cap.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from bench.sim import capacity_report as report
+from bench.sim.capacity_search import (
+    LENGTHS,
+    SLO_S,
+    SearchResult,
+    SearchSpec,
+    WorkloadSpec,
+    point,
+    search,
+)
+from bench.sim.cliargs import add_gpu_args, comma_list
+from bench.sim.peers import sim_config
+from bench.sim.peers_report import describe
+from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
+from bench.sim.setups import CACHES, Setup, ablations, penelope_setup, setups
+from bench.traces import DEFAULT_TRACE
+from penelope_cli.helpformat import parser
+
+# Penelope and the grid's strongest set-ups at 96 sessions (`bench peers`): what a run
+# without --setups measures, so that it ends in under 40 minutes here with --jobs 2.
+DEFAULT_SETUPS = (
+    "penelope",
+    "sglang-hicache/ray_session_hash",
+    "sglang-hicache/sgl_cache_aware_abs16",
+    "sglang-hicache/ray_prefix_t10",
+    "sglang-hicache/dynamo_kv",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = parser("penelope bench capacity", __doc__)
+    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
+    ap.add_argument("--lengths", choices=sorted(LENGTHS), default="true", help="length regime")
+    ap.add_argument(
+        "--window-tokens", type=int, default=131072, help="true lengths: the model's window"
+    )
+    ap.add_argument(
+        "--slo-s", type=float, default=None, help="p90 TTFT target (default: 2.0 true, 0.5 quarter)"
+    )
+    ap.add_argument("--seeds", type=int, default=3, help="workloads, one per seed")
+    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
+    ap.add_argument("--replicas", type=int, default=4, help="simulated replicas")
+    ap.add_argument("--mean-interarrival-s", type=float, default=5.0, help="Poisson session starts")
+    ap.add_argument("--start", type=int, default=32, help="first session count of each search")
+    ap.add_argument("--max-sessions", type=int, default=1024, help="the search's cap")
+    ap.add_argument("--resolution", type=int, default=8, help="bisection stops at this bracket")
+    ap.add_argument(
+        "--device-budget-tokens",
+        type=int,
+        default=None,
+        help="KV tokens per replica (default: what fits on the GPU after the weights)",
+    )
+    ap.add_argument(
+        "--host-budget-factor", type=float, default=2.0, help="host tier / device budget"
+    )
+    add_gpu_args(ap)
+    ap.add_argument(
+        "--setups",
+        type=comma_list(str),
+        default=list(DEFAULT_SETUPS),
+        help="set-up names (`bench peers` names them)",
+    )
+    ap.add_argument("--no-attribution", action="store_true", help="skip the attribution rows")
+    ap.add_argument("--jobs", type=int, default=1, help="searches run in parallel")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--plot", type=Path, default=None, help="PNG of p90 TTFT against sessions")
+    return ap
+
+
+def attribution_setups(best: Setup) -> list[Setup]:
+    """Penelope, the best peer, each router over the other's cache, Penelope's ablations."""
+    ours = penelope_setup()
+    cross = [
+        Setup(f"penelope cache / {best.router}", "penelope", best.router, "penelope", ours.spec),
+        Setup(f"{best.cache} / affinity", best.system, "affinity", best.cache, best.spec),
+    ]
+    return [ours, best, *cross, *ablations()]
+
+
+def _search(job: tuple) -> tuple[int, int, SearchResult]:
+    i, seed, spec, cfg, cost, s = job
+    return i, seed, search(lambda n: point(spec, cfg, cost, n, seed), s)
+
+
+def _point(job: tuple) -> tuple[str, int, dict[str, float]]:
+    name, seed, spec, cfg, cost, n = job
+    return name, seed, point(spec, cfg, cost, n, seed)
+
+
+def _run(pool: ProcessPoolExecutor, fn: Any, jobs: list[tuple]) -> list[Any]:
+    out = []
+    for k, result in enumerate(pool.map(fn, jobs), 1):
+        print(f"[{k}/{len(jobs)}] {result[0]} seed={result[1]}", file=sys.stderr, flush=True)
+        out.append(result)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    slo = args.slo_s if args.slo_s is not None else SLO_S[args.lengths]
+    cost = GpuCostModel(QWEN3[args.model], HARDWARE[args.gpu])
+    budget = args.device_budget_tokens or cost.kv_capacity_tokens()
+    spec = WorkloadSpec(args.trace_file, args.lengths, args.window_tokens, args.mean_interarrival_s)
+    s = SearchSpec(slo, args.start, args.max_sessions, args.resolution)
+    chosen = setups(args.setups, with_ablations=False)
+    seeds = range(args.seed_base, args.seed_base + args.seeds)
+
+    def cfg(setup: Setup) -> Any:
+        return sim_config(setup, budget, args.host_budget_factor, args.replicas)
+
+    with ProcessPoolExecutor(max(1, args.jobs)) as pool:
+        jobs = [(i, seed, spec, cfg(x), cost, s) for i, x in enumerate(chosen) for seed in seeds]
+        found: dict[int, dict[int, SearchResult]] = {i: {} for i in range(len(chosen))}
+        for i, seed, result in _run(pool, _search, jobs):
+            found[i][seed] = result
+        runs = [report.capacity_run(describe(x), slo, found[i]) for i, x in enumerate(chosen)]
+        best = report.best_peer(runs)
+        attribution = None
+        if best and not args.no_attribution:
+            at = max(1, round(best["sessions_at_slo"]))
+            rows = attribution_setups(next(x for x in chosen if x.name == best["setup"]))
+            pjobs = [(x.name, seed, spec, cfg(x), cost, at) for x in rows for seed in seeds]
+            per: dict[str, dict[int, dict[str, float]]] = {x.name: {} for x in rows}
+            for name, seed, figures in _run(pool, _point, pjobs):
+                per[name][seed] = figures
+            attribution = report.attribution_rows(at, per, best["setup"])
+    ratio = report.ratios(runs, best)
+    print(report.table(runs, best, ratio))
+    if attribution is not None:
+        print(report.attribution_table(attribution))
+    doc = {
+        "config": {
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "slo_s": slo,
+            "device_budget_tokens": budget,
+            "cost_model": cost.describe(),
+            "caches": sorted(CACHES),
+        },
+        "runs": runs,
+        "best_peer": best,
+        "ratio": ratio,
+        "attribution": attribution,
+    }
+    if args.json is not None:
+        args.json.write_text(json.dumps(doc, indent=1))
+    if args.plot is not None:
+        title = f"{args.lengths} lengths, {args.replicas} replicas, {args.seeds} seeds"
+        print(f"wrote {report.plot(args.plot, runs, slo, title)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

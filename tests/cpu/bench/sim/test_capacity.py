@@ -1,0 +1,63 @@
+"""`bench capacity`: the search finds the largest count within the SLO; the bench runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.sim import capacity
+from bench.sim.capacity_search import SearchSpec, search
+
+
+def p90_growing(limit: int):
+    """p90 TTFT that crosses 1.0 s just past `limit` sessions; records what ran."""
+    ran: list[int] = []
+
+    def measure(n: int) -> dict[str, float]:
+        ran.append(n)
+        return {"p90_ttft_s": 0.5 if n <= limit else 1.5, "mean_ttft_s": 0.1}
+
+    return measure, ran
+
+
+@pytest.mark.parametrize("limit", [0, 5, 32, 45, 100, 333])
+def test_search_finds_the_last_count_within_the_slo(limit: int) -> None:
+    measure, ran = p90_growing(limit)
+    r = search(measure, SearchSpec(1.0, start=32, max_sessions=400, resolution=1))
+    assert r.sessions_at_slo == limit and not r.capped
+    assert len(ran) == len(set(ran))  # no count runs twice
+    assert set(r.curve) == set(ran)
+
+
+def test_search_stops_at_the_cap_and_says_so() -> None:
+    measure, _ = p90_growing(10_000)
+    r = search(measure, SearchSpec(1.0, start=32, max_sessions=100, resolution=4))
+    assert (r.sessions_at_slo, r.capped) == (100, True)
+
+
+def test_resolution_bounds_the_bracket() -> None:
+    measure, ran = p90_growing(45)
+    r = search(measure, SearchSpec(1.0, start=32, max_sessions=400, resolution=8))
+    assert 45 - 8 < r.sessions_at_slo <= 45 and len(ran) <= 5
+
+
+@pytest.mark.slow
+def test_capacity_bench_runs_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "cap.json"
+    argv = ["--lengths", "quarter", "--setups", "penelope,sglang-hicache/pow2", "--seeds", "1"]
+    argv += ["--start", "2", "--max-sessions", "4", "--resolution", "1", "--slo-s", "30"]
+    argv += ["--replicas", "2", "--json", str(out)]
+    assert capacity.main(argv) == 0
+    doc = json.loads(out.read_text())
+    runs = {r["name"]: r for r in doc["runs"]}
+    assert set(runs) == {"penelope", "sglang-hicache/pow2"}
+    for r in runs.values():
+        assert 0 <= r["sessions_at_slo"] <= 4 and r["curve"]
+        for fig in r["curve"].values():
+            assert fig["p90_ttft_s"] > 0 and 0 <= fig["hit_ratio"] <= 1
+    assert doc["best_peer"]["setup"] == "sglang-hicache/pow2"
+    att = doc["attribution"]["rows"]
+    assert "penelope cache / pow2" in att and "sglang-hicache / affinity" in att
+    assert att["sglang-hicache/pow2"]["mean_ttft_s_vs_best"]["mean"] == pytest.approx(1.0)
