@@ -34,6 +34,7 @@ from deployments.backend import ReplicaOutput, stream_with_abort
 from deployments.replica_stats import REPORT_PERIOD_S
 from deployments.serve_config import SGLangSettings
 from penelope_engine.async_engine import AsyncEngine
+from penelope_engine.cache.pages import PageNaming
 from penelope_engine.config import EngineConfig
 from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import EngineProtocol, EngineStats, GenerateRequest
@@ -78,6 +79,9 @@ class EngineInfo:
     model_name: str
     max_model_len: int
     tokenizer: TokenizerSpec
+    # How the engine names pages, for the router's first-page ids; None for an engine
+    # whose page ids are its own (SGLang's): the ingress then sends none.
+    page_naming: PageNaming | None = None
 
 
 def _sglang_engine(settings: SGLangSettings) -> EngineProtocol:
@@ -139,7 +143,8 @@ class EngineReplica:
 
     async def describe(self) -> EngineInfo:
         e = self._engine
-        return EngineInfo(e.model_name, e.max_model_len, TokenizerSpec.of(e.tokenizer))
+        naming = getattr(e, "page_naming", None)
+        return EngineInfo(e.model_name, e.max_model_len, TokenizerSpec.of(e.tokenizer), naming)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[ReplicaOutput]:
         async for item in stream_with_abort(self._engine, request, self._replica):

@@ -36,7 +36,9 @@ from deployments.engine_replica import EngineInfo
 from deployments.errors import overloaded, unavailable
 from deployments.replica_stats import ReplicaStatsBook
 from deployments.settings import ApiSettings, load_api_keys
+from penelope_engine.cache.pages import FirstPages
 from penelope_engine.protocol import EngineStats, GenerateRequest
+from router.schema import ROUTE_PREFIX_PAGES
 
 REPLICA_FAILURES = (
     RayActorError,
@@ -62,6 +64,7 @@ class RayBackend:
         self.model_name = info.model_name
         self.max_model_len = info.max_model_len
         self.tokenizer = info.tokenizer.build()
+        self._first_pages = FirstPages(info.page_naming) if info.page_naming else None
 
     @classmethod
     async def connect(
@@ -71,6 +74,9 @@ class RayBackend:
         return cls(handle, info, retry_after_s, book)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[ReplicaOutput]:
+        if self._first_pages is not None:  # the router places new sessions by these
+            ids = self._first_pages(request.prompt_token_ids, request.tenant, ROUTE_PREFIX_PAGES)
+            request = dataclasses.replace(request, prefix_hashes=ids)
         handle = self._handle
         if request.session_id is not None:
             handle = handle.options(session_id=request.session)

@@ -84,6 +84,7 @@ class AsyncEngine:
         self.model_name = self.engine.model_name
         self.tokenizer = self.engine.tokenizer
         self.max_model_len = self.engine.max_model_len
+        self.page_naming = self.engine.page_naming
         self.vocab_size = self.engine.vocab_size
         self._lock = threading.Lock()  # the engine, for the step thread and stats readers
         self._wake = threading.Event()

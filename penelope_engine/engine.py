@@ -12,7 +12,7 @@ import re
 import time
 
 from cache_store import ArrowSegmentStore, PathRecord, StoreStats
-from penelope_engine.cache.pages import PageHasher, PublicPrefixes
+from penelope_engine.cache.pages import PageNaming, PublicPrefixes
 from penelope_engine.config import EngineConfig
 from penelope_engine.core import CoreHooks, build_core
 from penelope_engine.errors import CapacityError, EngineError, InvalidRequestError
@@ -70,7 +70,8 @@ class Engine:
                 location, cc.store_bytes, fingerprint, record_ttl_s=cc.store_record_ttl_s
             )
         self.store = store
-        self.hasher = PageHasher(cc.page_size, fingerprint)
+        self.page_naming = PageNaming(cc.page_size, fingerprint, cc.public_prefixes)
+        self.hasher = self.page_naming.hasher()
         self.public = PublicPrefixes(self.hasher, cc.public_prefixes)
         self.calibrator = CostCalibrator(
             CalibratedCost(kv_bytes_per_token=mc.kv_bytes_per_token(dtype.itemsize))

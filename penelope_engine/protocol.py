@@ -64,6 +64,10 @@ class GenerateRequest:
     # How the agent's turn ends, when the caller knows ("tool_use": back in
     # seconds; "end_turn": a human answers). Return-aware eviction uses it.
     stop_reason_hint: str | None = None
+    # Ids of the prompt's first full pages as the engine names them (`FirstPages`): the
+    # Ray ingress sets them so the router can place a new session by its cached
+    # prefix; the engine does not read them.
+    prefix_hashes: tuple[int, ...] = ()
 
     @property
     def session(self) -> str:

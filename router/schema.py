@@ -75,6 +75,9 @@ class RouterConfig:
         return cls(**kwargs)
 
 
+ROUTE_PREFIX_PAGES = 8  # leading page ids a request shows the router (`prefix_hashes`)
+
+
 class CachedRun(NamedTuple):
     """Leading pages of a page sequence a replica holds, up to its first miss, by tier."""
 

@@ -17,6 +17,7 @@ a page id.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -119,3 +120,34 @@ class PublicPrefixes:
 
     def _matching(self, prompt: tuple[int, ...]) -> list[np.ndarray]:
         return [h for p, h in zip(self._prefixes, self._hashes) if prompt[: len(p)] == p]
+
+
+@dataclass(frozen=True)
+class PageNaming:
+    """Everything that names a replica's pages: page size, model namespace, public prefixes.
+
+    An engine publishes it (the ingress gets it through `describe`) so that a
+    process without the engine names a prompt's first pages exactly as the
+    engine, the router digests and the store do.
+    """
+
+    page_size: int
+    namespace: str
+    public_prefixes: tuple[tuple[int, ...], ...] = ()
+
+    def hasher(self) -> PageHasher:
+        return PageHasher(self.page_size, self.namespace)
+
+
+class FirstPages:
+    """The ids of a prompt's first full pages under one `PageNaming` (tenant-aware)."""
+
+    def __init__(self, naming: PageNaming) -> None:
+        self.hasher = naming.hasher()
+        self.public = PublicPrefixes(self.hasher, naming.public_prefixes)
+
+    def __call__(self, prompt: tuple[int, ...], tenant: str, pages: int) -> tuple[int, ...]:
+        ps = self.hasher.page_size
+        head = prompt[: pages * ps]
+        public = min(self.public.pages(prompt), len(head) // ps)
+        return tuple(int(h) for h in self.hasher.hashes(head, tenant, public))

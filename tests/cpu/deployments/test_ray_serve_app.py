@@ -166,6 +166,14 @@ def test_replica_hooks_answer_inside_a_real_replica(base_url: str) -> None:
     assert all(0 <= digest.ts - h.last_access < 600 for h in digest.sessions.values())
 
 
+def test_engines_publish_how_they_name_pages_for_the_ingress(base_url: str) -> None:
+    """The ingress names each prompt's first pages for the router from this (`FirstPages`)."""
+    engine = serve.get_deployment_handle(ENGINE_DEPLOYMENT, app_name="penelope")
+    info = engine.options(method_name="describe").remote().result()
+    assert info.page_naming is not None and info.page_naming.page_size == 4
+    assert MODEL in info.page_naming.namespace
+
+
 def test_health_models_and_errors_through_the_proxy(base_url: str) -> None:
     assert httpx.get(f"{base_url}/health").json() == {"status": "ok"}
     assert httpx.get(f"{base_url}/v1/models").json()["data"][0]["id"] == MODEL

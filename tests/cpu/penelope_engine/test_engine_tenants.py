@@ -40,3 +40,19 @@ def test_a_prompt_that_only_resembles_the_public_prefix_shares_nothing(tiny_qwen
     _cached(engine, "a1", "acme", SYSTEM + USER)
     altered = (SYSTEM[0] + 1,) + SYSTEM[1:] + USER
     assert _cached(engine, "g1", "globex", altered) == 0
+
+
+def test_first_pages_from_the_published_naming_match_the_engine(make_engine) -> None:
+    """The ingress names a prompt's first pages from `Engine.page_naming` alone; the ids
+    are the ones the engine gives the same prompt (what router digests carry)."""
+    from penelope_engine.cache.pages import FirstPages
+
+    engine = make_engine()
+    prompt = tuple(range(3, 60))
+    req = GenerateRequest("first", prompt, SamplingParams(max_tokens=1), tenant="acme")
+    seq = engine.add_request(req)
+    assert FirstPages(engine.page_naming)(prompt, "acme", 8) == tuple(
+        int(h) for h in seq.hashes[:8]
+    )
+    while engine.has_work():
+        engine.step()

@@ -255,6 +255,9 @@ def test_session_id_sources() -> None:
         assert route_request_of(pending("", prefix_hashes="junk")).prefix_hashes == ()
         hashes = np.array([1, 2], dtype=np.uint64)
         assert route_request_of(pending("", prefix_hashes=hashes)).prefix_hashes == (1, 2)
+        # what the Ray ingress sends: the GenerateRequest carries the first pages' ids
+        named = GenerateRequest("r", (1, 2, 3), session_id="s", prefix_hashes=(7, 8))
+        assert route_request_of(pending("s", named)).prefix_hashes == (7, 8)
 
     run(body())
 

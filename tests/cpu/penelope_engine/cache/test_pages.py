@@ -75,3 +75,20 @@ def test_hashes_are_stable_across_hasher_instances() -> None:
 def test_page_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="page_size"):
         PageHasher(0, "m")
+
+
+def test_first_pages_name_a_prompt_as_the_engine_does_for_each_tenant() -> None:
+    from penelope_engine.cache.pages import FirstPages, PageNaming
+
+    public = tuple(range(1, 9))  # two pages an operator declared public
+    naming = PageNaming(4, "model-x", (public,))
+    first = FirstPages(naming)
+    prompt = public + tuple(range(100, 130))
+    hasher = PageHasher(4, "model-x")
+    for tenant in ("default", "acme"):
+        want = tuple(int(h) for h in hasher.hashes(prompt, tenant, public_pages=2)[:5])
+        assert first(prompt, tenant, 5) == want
+    a, b = first(prompt, "default", 5), first(prompt, "acme", 5)
+    assert a[:2] == b[:2] and not set(a[2:]) & set(b[2:])  # public pages shared, the rest not
+    assert first(prompt[:10], "default", 5) == a[:2]  # only full pages are named
+    assert FirstPages(PageNaming(4, "model-y"))(prompt, "default", 5)[0] != a[0]
