@@ -2,6 +2,12 @@
 
 `bench.traces` reads both trace formats into these; `Scale` states the length
 and time factors every result carries.
+
+A session's input starts with its cross-session prefix (`Session.prefix_blocks`):
+the system prompt, then the tool schemas, in the order the engine's chat
+template renders them. Sessions whose blocks have equal kinds and keys share
+those blocks' tokens (`bench.tokens`); a session without blocks starts with the
+one stream every such session shares.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ class Turn:
     input_tokens: int
     output_tokens: int
     stop_reason: str  # "tool_use", "end_turn", or "" when the trace does not say
-    shared_prefix_tokens: int  # leading input tokens identical in every session
+    shared_prefix_tokens: int  # leading input tokens of the cross-session prefix
 
     def __post_init__(self) -> None:
         if self.input_tokens < 1 or self.output_tokens < 1:
@@ -72,6 +78,24 @@ class Turn:
         return np.concatenate([np.arange(s, s + n, dtype=np.uint64) for s, n in self.block_runs])
 
 
+SYSTEM = "system"  # PrefixBlock kinds
+TOOLS = "tools"
+
+
+@dataclass(frozen=True)
+class PrefixBlock:
+    """One block of a session's cross-session prefix; sessions whose blocks have equal
+    `kind` and `key` share its token ids."""
+
+    kind: str  # SYSTEM or TOOLS
+    key: str  # the trace's identity of the content (Claude Code: its recorded token count)
+    tokens: int  # scaled length
+
+    def __post_init__(self) -> None:
+        if self.tokens < 0:
+            raise ValueError(f"a prefix block's length must be >= 0, got {self}")
+
+
 @dataclass(frozen=True)
 class Session:
     id: str
@@ -82,10 +106,17 @@ class Session:
     after_turn: int = -1  # a subagent starts after this parent turn ends (-1: at the parent start)
     start_delay_s: float = 0.0
     trace_start_s: float = 0.0  # when the session began in the trace (Mooncake)
+    # The cross-session prefix in the engine's order (system, then tools); () when the
+    # trace names none: its turns' shared_prefix_tokens come from the one common stream.
+    prefix_blocks: tuple[PrefixBlock, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.turns:
             raise ValueError(f"session {self.id} has no turns")
+        if self.prefix_blocks:
+            total = sum(b.tokens for b in self.prefix_blocks)
+            if any(t.shared_prefix_tokens > total for t in self.turns):
+                raise ValueError(f"session {self.id}: a turn's shared prefix exceeds its blocks")
 
     @property
     def tool_time_s(self) -> float:

@@ -2,13 +2,18 @@
 
 A turn's tokens are a pure function of where they sit:
 
-    position  < shared_prefix_tokens      shared stream[position]       same in every session
+    position  < shared_prefix_tokens      the session's prefix blocks   shared across sessions
     position in block j of the turn       f(block_scope, block id) xor g(offset in block)
     beyond the turn's blocks              f(session id, turn index, position)
 
-so equal trace blocks give equal tokens (and equal page hashes), and the
-system-and-tools prefix is one stream that every session starts with (a
-session with a shorter prefix shares the first part of it).
+so equal trace blocks give equal tokens (and equal page hashes). The
+cross-session prefix is the session's `prefix_blocks` laid end to end (system
+prompt, then tool schemas: the engine's chat-template order); a block's tokens
+are a stream seeded by its kind and key, so sessions with equal keys share it
+and sessions with different keys do not. A session without prefix blocks
+starts with the one common stream (`shared_prefix`), as every session did
+before traces named their prefixes (a session with a shorter prefix shares its
+first part).
 
 A turn's block list looks one turn ahead when the next turn extends it: the
 partial last block of this input and this turn's output tokens are the next
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.sessions import Session
+from bench.sessions import PrefixBlock, Session
 from penelope_engine.cache.pages import mix64, seed64
 from penelope_engine.util import cdiv
 
@@ -44,6 +49,7 @@ class TokenMap:
         self._seed = seed
         self._shared = _seed(seed, "shared-prefix")
         self._stream = np.empty(0, dtype=np.int64)
+        self._block_streams: dict[tuple[str, str], np.ndarray] = {}
         self._offset_tables: dict[int, np.ndarray] = {}
 
     def _offsets(self, bt: int) -> np.ndarray:
@@ -70,6 +76,36 @@ class TokenMap:
             self._stream = self._to_vocab(self._shared + pos * _GOLDEN)
         return self._stream[:n]
 
+    def _block_stream(self, block: PrefixBlock) -> np.ndarray:
+        """The tokens of one prefix block: a stream seeded by its kind and key."""
+        stream = self._block_streams.get((block.kind, block.key))
+        if stream is None or len(stream) < block.tokens:
+            pos = np.arange(block.tokens, dtype=np.uint64)
+            start = _seed(self._seed, "prefix-block", block.kind, block.key)
+            stream = self._block_streams[block.kind, block.key] = self._to_vocab(
+                start + pos * _GOLDEN
+            )
+        return stream[: block.tokens]
+
+    def prefix_ids(self, session: Session, n: int) -> np.ndarray:
+        """The first `n` tokens of the session's cross-session prefix."""
+        if not session.prefix_blocks:
+            return self.shared_prefix(n)
+        out = np.concatenate([self._block_stream(b) for b in session.prefix_blocks])
+        if len(out) < n:
+            raise ValueError(f"session {session.id}: {n} prefix tokens, its blocks hold {len(out)}")
+        return out[:n]
+
+    def block_span(self, session: Session, k: int, kind: str) -> tuple[int, int]:
+        """Where turn k's input holds the prefix block of `kind`: [start, end), or (0, 0)
+        when it has none."""
+        n, start = session.turns[k].shared_prefix_tokens, 0
+        for b in session.prefix_blocks:
+            if b.kind == kind:
+                return min(start, n), min(start + b.tokens, n)
+            start += b.tokens
+        return 0, 0
+
     def _blocks(self, session: Session, k: int) -> np.ndarray:
         """Block ids covering turn k's input, extended by the next turn's when it extends k."""
         turns = session.turns
@@ -87,7 +123,7 @@ class TokenMap:
         n = turn.input_tokens + turn.output_tokens
         out = np.empty(n, dtype=np.int64)
         p = min(turn.shared_prefix_tokens, n)
-        out[:p] = self.shared_prefix(p)
+        out[:p] = self.prefix_ids(session, p)
         blocks, bt = self._blocks(session, k), session.block_tokens
         b = max(p, min(n, len(blocks) * bt))
         if b > p:  # token = (mix(block id) xor mix(offset)) scaled into the vocabulary

@@ -4,9 +4,12 @@ Two formats (data/traces/README.md):
 
 * **Claude Code sessions** (`*.jsonl.gz`, one session per line, 64-token blocks,
   block ids local to the session). Every request starts with the session's
-  `tool_tokens + system_tokens` of system prompt and tool schemas; those
-  leading tokens become one shared prefix, identical in every session (see
-  `bench.tokens`). Request types `n` and `s` are both turns. A `subagent`
+  `system_tokens` of system prompt and `tool_tokens` of tool schemas; those
+  leading tokens become its `prefix_blocks` (system, then tools, the engine's
+  chat-template order), keyed by the recorded counts: sessions with equal
+  `system_tokens` share the system prompt's tokens, sessions with equal
+  `tool_tokens` the tool schemas' (see `bench.tokens`); a count of 0 gives no
+  block. Request types `n` and `s` are both turns. A `subagent`
   entry becomes a *child session* (id `<parent>/<agent_id>`, its own prefix
   length, its nested requests as turns) that starts `start_delay_s` after the
   parent's turn `after_turn` ends: the delay is the trace's gap between that
@@ -20,7 +23,8 @@ Two formats (data/traces/README.md):
   request was already continued, the newcomer starts a new session (its
   content still shares pages by block id). A turn's think time is the gap
   between the two arrivals: an upper bound, since it includes the earlier
-  response's generation.
+  response's generation. The trace names no system prompt or tools: sessions
+  have no prefix blocks and no shared prefix.
 
 Scaling: lengths map each trace block to `Scale.block_tokens(block_size)`
 tokens and scale every other length (tail of a partial block, prefix, output)
@@ -35,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.sessions import Scale, Session, Trace, Turn
+from bench.sessions import SYSTEM, TOOLS, PrefixBlock, Scale, Session, Trace, Turn
 
 # The real traces vendored into the repository (data/traces, Apache-2.0, with their licence).
 TRACE_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -61,6 +65,7 @@ def runs_of(ids: Sequence[int]) -> tuple[tuple[int, int], ...]:
 
 
 def _claude_turn(r: dict[str, Any], think: float, prefix: int, scale: Scale) -> Turn:
+    """One request as a turn; `prefix` is the session's prefix blocks' length, scaled."""
     runs = tuple((int(s), int(n)) for s, n in r["hash_runs"] if n > 0)
     n_blocks = sum(n for _, n in runs)
     tail = max(0, r["in"] - n_blocks * CLAUDE_BLOCK)
@@ -73,8 +78,17 @@ def _claude_turn(r: dict[str, Any], think: float, prefix: int, scale: Scale) -> 
         input_tokens=n_in,
         output_tokens=max(1, scale.tokens(r["out"], CLAUDE_BLOCK)),
         stop_reason=r.get("stop") or "",
-        shared_prefix_tokens=min(n_in, scale.tokens(prefix, CLAUDE_BLOCK)),
+        shared_prefix_tokens=min(n_in, prefix),
     )
+
+
+def _prefix_blocks(d: dict[str, Any], scale: Scale) -> tuple[PrefixBlock, ...]:
+    """The system prompt, then the tool schemas, each keyed by its recorded token count."""
+    blocks = (
+        PrefixBlock(kind, str(d[field]), scale.tokens(d[field], CLAUDE_BLOCK))
+        for kind, field in ((SYSTEM, "system_tokens"), (TOOLS, "tool_tokens"))
+    )
+    return tuple(b for b in blocks if b.tokens > 0)
 
 
 def _end(r: dict[str, Any]) -> float:
@@ -85,7 +99,8 @@ def _claude_sessions(
     sid: str, scope: str, d: dict[str, Any], scale: Scale, parent: tuple[str, int, float] | None
 ) -> list[Session]:
     """The session `sid` (and its subagents after it) from one trace object."""
-    prefix = d["tool_tokens"] + d["system_tokens"]
+    blocks = _prefix_blocks(d, scale)
+    prefix = sum(b.tokens for b in blocks)  # scaled
     turns: list[Turn] = []
     children: list[Session] = []
     prev: dict[str, Any] | None = None
@@ -104,7 +119,14 @@ def _claude_sessions(
         return children
     parent_id, after, delay = parent if parent else (None, -1, 0.0)
     own = Session(
-        sid, tuple(turns), scale.block_tokens(CLAUDE_BLOCK), scope, parent_id, after, delay
+        sid,
+        tuple(turns),
+        scale.block_tokens(CLAUDE_BLOCK),
+        scope,
+        parent_id,
+        after,
+        delay,
+        prefix_blocks=blocks,
     )
     return [own, *children]
 

@@ -2,7 +2,8 @@
 
 Sessions are drawn from a trace without replacement; asking for more than the
 trace has adds copies whose block ids live in their own namespace (`#2`, `#3`,
-...), so a copy shares only the common prefix with its original. Subagents
+...), so a copy shares only its cross-session prefix (`Session.prefix_blocks`:
+system prompt and tool schemas) with its original. Subagents
 come with their parent. Starts are staggered by a Poisson process
 (`mean_interarrival_s`), or taken from the trace (`arrivals="trace"`,
 Mooncake's real timestamps, shifted so that the first sampled session starts

@@ -108,6 +108,7 @@ class ReplicaView:
     active_pages: int = 0  # device pages held by the requests running there
     waiting_tokens: int = 0  # prompt tokens of requests queued there, not yet admitted
     cached: Callable[[Sequence[int]], CachedRun] | None = None  # a prompt's cached run
+    page_size: int = 16  # tokens per page (a KV block) on this replica
 
     @property
     def full(self) -> bool:

@@ -40,10 +40,20 @@ def workloads(args: argparse.Namespace) -> tuple[dict[int, Workload], dict[str, 
 
 
 def working_set_tokens(wl: Workload) -> int:
-    """Shared prefix once plus every session's longest turn past it."""
+    """Each distinct shared prefix once plus every session's longest turn past its own.
+
+    A prefix block's KV depends on the blocks before it, so a block is stored once per
+    distinct run of blocks that ends with it (the same tools after two system prompts
+    are two copies); sessions without blocks share one prefix stream."""
     longest = [max(t.input_tokens + t.output_tokens for t in s.turns) for s in wl.sessions]
-    shared = max(s.turns[0].shared_prefix_tokens for s in wl.sessions)
-    return shared + sum(n - shared for n in longest)
+    own = sum(n - s.turns[0].shared_prefix_tokens for n, s in zip(longest, wl.sessions))
+    runs = {
+        tuple((b.kind, b.key) for b in s.prefix_blocks[: i + 1]): s.prefix_blocks[i].tokens
+        for s in wl.sessions
+        for i in range(len(s.prefix_blocks))
+    }
+    plain = [s.turns[0].shared_prefix_tokens for s in wl.sessions if not s.prefix_blocks]
+    return own + sum(runs.values()) + max(plain, default=0)
 
 
 def default_budget(wls: dict[int, Workload], fraction: float, page_size: int) -> int:

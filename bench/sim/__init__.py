@@ -5,6 +5,9 @@ Modules:
                   JSON
     agree         `penelope bench agree`: the real engine and the simulator, request by
                   request
+    capacity         `penelope bench capacity`: sessions a fleet holds within a TTFT SLO
+    capacity_report  its runs, the best peer, ratios, attribution, table, plot
+    capacity_search  one set-up and seed: doubling and bisection on the session count
     cliargs       the options `bench simulate` and `bench replay` share, `comma_list`
     config        `SimConfig`: policy, tiers, budgets, replicas, router, scheduler
     costmodel     `StepLoad`, the `CostModel` interface (also the planner's), the CPU model
@@ -17,6 +20,7 @@ Modules:
                   today
     peers_report  Results of `penelope bench peers`: per set-up rows, the best peer, ratios,
                   table, plot
+    published     published Qwen3-8B step and prompt times, and the roofline on each point
     replica       one replica: the engine's `Scheduler` over the real `PrefixCache`, timed
                   steps
     report        rows over seeds (mean, spread, per-seed ratios), JSON out and in, table,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bench.peers.registry import make_sim_router
-from bench.sessions import Session
+from bench.sessions import TOOLS, Session
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CostModel, ttft_floor, turn_floor
 from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
@@ -34,13 +34,11 @@ from bench.sim.replica import Replica, SimRequest, Step
 from bench.tokens import TokenMap, repeat_answer
 from bench.workload import Workload
 from router.digest import build_digest, decode_digest
-from router.schema import ReplicaView, RouterConfig, RouteRequest
+from router.schema import ROUTE_PREFIX_PAGES, ReplicaView, RouterConfig, RouteRequest
 
 if TYPE_CHECKING:
     from penelope_engine.core import CoreHooks
     from penelope_engine.engine import Engine
-
-ROUTE_PREFIX_PAGES = 8  # leading page ids a request shows the router
 
 
 @dataclass(eq=False)
@@ -201,6 +199,7 @@ class Simulator:
                 active_pages=r.scheduler.request_pages() if live else 0,
                 waiting_tokens=r.waiting_tokens() if live else 0,
                 cached=r.cached_run if live else None,
+                page_size=r.page_size,
             )
             for i, r in enumerate(self.replicas)
         ]
@@ -220,7 +219,7 @@ class Simulator:
             return
         views = self._views()
         prefix = tuple(int(h) for h in req.hashes[:ROUTE_PREFIX_PAGES])
-        pages = tuple(req.hashes.tolist()) if self.router.reads_prompt else ()
+        pages = self._router_pages(st.session, req) if self.router.reads_prompt else ()
         choice = self.router.choose(
             views, RouteRequest(sid, prefix, request_id=f"{sid}:{k}", prompt_pages=pages)
         )
@@ -230,6 +229,16 @@ class Simulator:
         if cut is not None:
             self._push(cut.end, "step", (rep, cut))
         self._kick(rep)
+
+    def _router_pages(self, s: Session, req: SimRequest) -> tuple[int, ...]:
+        """The prompt's full-page hashes as a text-matching router sees them: without the
+        tool schemas, which an OpenAI request carries beside its messages (the engine's
+        pages, `req.hashes`, include them where the chat template puts them)."""
+        start, end = self.tokens.block_span(s, req.turn, TOOLS)
+        if start == end:
+            return tuple(req.hashes.tolist())
+        prompt = req.tokens[: req.prompt_len]
+        return tuple(self.hasher.hashes(np.concatenate([prompt[:start], prompt[end:]])).tolist())
 
     def _request(self, st: _SessionState, k: int) -> SimRequest:
         s, turn = st.session, st.session.turns[k]

@@ -1,10 +1,10 @@
-"""Deterministic token ids: shared prefix, block identity, look-ahead, scale."""
+"""Deterministic token ids: shared prefix, prefix blocks, block identity, look-ahead, scale."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bench.sessions import Scale, Session, Turn
+from bench.sessions import SYSTEM, TOOLS, PrefixBlock, Scale, Session, Turn
 from bench.tokens import TokenMap
 
 
@@ -67,3 +67,45 @@ def test_scaled_blocks_keep_identity() -> None:
     s = _session(bt=bt, prefix=25)
     in0, in1 = tm.input_ids(s, 0), tm.input_ids(s, 1)
     assert len(in0) == 3 * bt + 10 and np.array_equal(in1[: 3 * bt], in0[: 3 * bt])
+
+
+def _keyed(sid: str, system: tuple[str, int], tools: tuple[str, int] | None, n_in=600) -> Session:
+    """One turn of 64-token blocks whose prefix is a system block, then maybe a tools block."""
+    blocks = [PrefixBlock(SYSTEM, *system)] + ([PrefixBlock(TOOLS, *tools)] if tools else [])
+    prefix = sum(b.tokens for b in blocks)
+    turn = _turn([(1, n_in // 64)], n_in, 8, min(prefix, n_in))
+    return Session(sid, (turn,), 64, sid, prefix_blocks=tuple(blocks))
+
+
+def test_prefix_blocks_are_shared_by_key() -> None:
+    tm = TokenMap(151936)
+    a = tm.input_ids(_keyed("a", ("2208", 100), ("12439", 200)), 0)
+    same = tm.input_ids(_keyed("b", ("2208", 100), ("12439", 200)), 0)
+    other_tools = tm.input_ids(_keyed("c", ("2208", 100), ("9292", 200)), 0)
+    other_system = tm.input_ids(_keyed("d", ("913", 80), ("12439", 200)), 0)
+    assert np.array_equal(a[:300], same[:300])  # equal keys: the whole prefix
+    assert (a[300:] != same[300:]).mean() > 0.9  # own blocks after it
+    assert np.array_equal(a[:100], other_tools[:100])
+    assert (a[100:300] != other_tools[100:300]).mean() > 0.9
+    assert (a[:80] != other_system[:80]).mean() > 0.9
+    assert np.array_equal(a[100:300], other_system[80:280])  # the same tools, after it
+    assert not np.array_equal(a[:100], tm.shared_prefix(100))  # not the keyless stream
+
+
+def test_prefix_blocks_are_deterministic_and_seeded() -> None:
+    s = _keyed("a", ("2208", 100), ("12439", 200))
+    x = TokenMap(151936).input_ids(s, 0)
+    warm = TokenMap(151936)
+    warm.input_ids(_keyed("z", ("2208", 300), ("12439", 10)), 0)  # longer stream cached first
+    assert np.array_equal(x, warm.input_ids(s, 0))
+    assert (x[:300] != TokenMap(151936, seed="other").input_ids(s, 0)[:300]).mean() > 0.9
+
+
+def test_block_span_places_tools_after_the_system_prompt() -> None:
+    tm = TokenMap(151936)
+    s = _keyed("a", ("2208", 100), ("12439", 200))
+    assert tm.block_span(s, 0, SYSTEM) == (0, 100) and tm.block_span(s, 0, TOOLS) == (100, 300)
+    assert tm.block_span(_keyed("b", ("2208", 100), None), 0, TOOLS) == (0, 0)
+    short = _keyed("c", ("2208", 100), ("12439", 200), n_in=150)  # the input ends in the tools
+    assert tm.block_span(short, 0, TOOLS) == (100, 150)
+    assert np.array_equal(tm.input_ids(short, 0), tm.input_ids(s, 0)[:150])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.sessions import Scale
+from bench.sessions import SYSTEM, TOOLS, PrefixBlock, Scale
 from bench.traces import (
     DEFAULT_TRACE,
     MOONCAKE_TRACE,
@@ -90,6 +90,27 @@ def test_claude_code_turns_and_subagent(tmp_path: Path) -> None:
     assert s2.turns[0].stop_reason == "" and s2.turns[0].shared_prefix_tokens == 128
 
 
+def test_claude_code_prefix_blocks_follow_the_recorded_counts(tmp_path: Path) -> None:
+    s1, child, s2 = load_claude_code(_claude_file(tmp_path)).sessions
+    assert s1.prefix_blocks == (PrefixBlock(SYSTEM, "60", 60), PrefixBlock(TOOLS, "100", 100))
+    assert child.prefix_blocks == (PrefixBlock(SYSTEM, "64", 64), PrefixBlock(TOOLS, "64", 64))
+    assert s2.prefix_blocks == (PrefixBlock(SYSTEM, "28", 28), PrefixBlock(TOOLS, "100", 100))
+    half = load_claude_code(_claude_file(tmp_path), Scale(length=0.5)).sessions[0]
+    assert half.prefix_blocks == (PrefixBlock(SYSTEM, "60", 30), PrefixBlock(TOOLS, "100", 50))
+    assert half.turns[0].shared_prefix_tokens == 80
+
+
+def test_claude_code_without_tools_has_only_a_system_block(tmp_path: Path) -> None:
+    d = {"id": "s", "block_size": 64, "tool_tokens": 0, "system_tokens": 70}
+    d["requests"] = [_req(0.0, 200, 5, [[1, 3]], think=0.0)]
+    path = tmp_path / "bare.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps(d) + "\n")
+    (s,) = load_claude_code(path).sessions
+    assert s.prefix_blocks == (PrefixBlock(SYSTEM, "70", 70),)
+    assert s.turns[0].shared_prefix_tokens == 70
+
+
 def test_claude_code_scale_factors(tmp_path: Path) -> None:
     path = _claude_file(tmp_path)
     half = load_claude_code(path, Scale(length=0.5, time=2.0))
@@ -138,6 +159,7 @@ def test_mooncake_continuations(tmp_path: Path) -> None:
     assert chain.turns[2].block_runs == ((0, 2), (3, 2), (6, 2))
     assert ids["mooncake-4"].trace_start_s == 5.0
     assert all(t.shared_prefix_tokens == 0 for s in trace.sessions for t in s.turns)
+    assert all(s.prefix_blocks == () for s in trace.sessions)
 
 
 def test_mooncake_scaled_lengths(tmp_path: Path) -> None:
@@ -170,6 +192,8 @@ def test_real_claude_code_head() -> None:
         for t in s.turns:
             assert t.num_blocks * 64 <= t.input_tokens < t.num_blocks * 64 + 64
             assert t.stop_reason in ("tool_use", "end_turn", "")
+        assert [b.kind for b in s.prefix_blocks] == [SYSTEM, TOOLS]
+        assert s.turns[0].shared_prefix_tokens == sum(b.tokens for b in s.prefix_blocks)
 
 
 def test_real_mooncake_about_a_third_continue() -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from bench.sessions import Scale, Session, Trace, Turn
+from bench.sessions import SYSTEM, TOOLS, PrefixBlock, Scale, Session, Trace, Turn
 from bench.workload import WorkloadConfig, clip_workload, sample_workload
 
 
@@ -46,6 +48,16 @@ def test_more_sessions_than_the_trace_makes_namespaced_copies() -> None:
     assert len(set(ids)) == 7
     copies = [s for s in w.sessions if "#" in s.id]
     assert copies and all(s.block_scope.endswith(s.id[s.id.index("#") :]) for s in copies)
+
+
+def test_copies_keep_their_originals_prefix_blocks() -> None:
+    blocks = (PrefixBlock(SYSTEM, "2208", 6), PrefixBlock(TOOLS, "12439", 4))
+    trace = _trace(2)
+    trace = dataclasses.replace(
+        trace, sessions=tuple(dataclasses.replace(s, prefix_blocks=blocks) for s in trace.sessions)
+    )
+    w = sample_workload(trace, WorkloadConfig(sessions=5, seed=0))
+    assert all(s.prefix_blocks == blocks for s in w.all_sessions)
 
 
 def test_subagents_come_with_their_parent() -> None:

@@ -149,3 +149,23 @@ def test_cli_replays_claude_code_sessions_into_the_issue_schema(tmp_path: Path, 
     first = build_parser().parse_args(argv)
     assert workloads(again)[0][1].sessions == workloads(first)[0][1].sessions
     assert (again.turns, again.time_scale, again.seed_base) == (2, 0.01, 1)
+
+
+def test_working_set_counts_each_distinct_prefix_run_once() -> None:
+    from bench.replay.runs import working_set_tokens
+    from bench.sessions import SYSTEM, TOOLS, PrefixBlock
+
+    def session(sid: str, system: str, tools: str, longest: int) -> Session:
+        blocks = (PrefixBlock(SYSTEM, system, 100), PrefixBlock(TOOLS, tools, 50))
+        turn = Turn(0.0, 0.0, ((1, 4),), longest - 10, 10, "tool_use", 150)
+        return Session(sid, (turn,), 32, sid, prefix_blocks=blocks)
+
+    sessions = (
+        session("a", "s1", "t1", 400),  # own: 250
+        session("b", "s1", "t1", 300),  # own: 150; its prefix is a's
+        session("c", "s1", "t2", 200),  # own: 50; s1 again, new tools after it
+        session("d", "s2", "t1", 200),  # own: 50; t1 after s2 is another copy of t1
+    )
+    wl = Workload(sessions, (0.0,) * 4, {}, WorkloadConfig(4), {})
+    # runs: (s1) 100, (s1,t1) 50, (s1,t2) 50, (s2) 100, (s2,t1) 50
+    assert working_set_tokens(wl) == (250 + 150 + 50 + 50) + (100 + 50 + 50 + 100 + 50)

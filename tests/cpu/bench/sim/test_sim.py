@@ -7,14 +7,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from bench.sessions import Scale, Session, Trace, Turn
+from bench.sessions import SYSTEM, TOOLS, PrefixBlock, Scale, Session, Trace, Turn
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CpuCostModel, StepLoad, step_load
 from bench.sim.loop import Simulator
 from bench.sim.oracle import SIM_EVICTION_POLICIES
+from bench.sim.replica import SimRequest
 from bench.workload import Workload, WorkloadConfig, sample_workload
 from penelope_engine.protocol import GenerateRequest
 from penelope_engine.sched.sequence import BatchItem, Sequence
+from router.schema import ROUTE_PREFIX_PAGES, RouteRequest
 
 COST = CpuCostModel(2e-3, 50e-6, 0.05e-6, 1e-4, kv_bytes_per_token=4096, copy_bytes_per_s=4e9)
 PREFIX = 96
@@ -112,6 +114,73 @@ def test_affinity_keeps_sessions_home_and_pow2_scatters_them() -> None:
         hits[router] = sim.metrics.hit_ratio
     assert homes["affinity"] <= 1.25 < 2.0 <= homes["pow2"]
     assert hits["affinity"] > hits["pow2"]
+
+
+def _keyed_workload(n: int = 6, seed: int = 0) -> Workload:
+    """Sessions whose prefix is a 40-token system prompt and 56 tokens of tool schemas
+    (keys alternate between two tool sets); s0 has no tools, only a 96-token system prompt."""
+    sessions = []
+    for i in range(n):
+        s = _session(i)
+        blocks = (
+            (PrefixBlock(SYSTEM, "sys", PREFIX),)
+            if i == 0
+            else (PrefixBlock(SYSTEM, "sys", 40), PrefixBlock(TOOLS, f"tools{i % 2}", 56))
+        )
+        sessions.append(dataclasses.replace(s, prefix_blocks=blocks))
+    trace = Trace("claude_code", tuple(sessions), Scale(), 64)
+    return sample_workload(trace, WorkloadConfig(n, seed=seed, mean_interarrival_s=0.5))
+
+
+def _routed(router: str, wl: Workload) -> tuple[Simulator, list[tuple[SimRequest, RouteRequest]]]:
+    """A run with `router`, and each request beside what the router was shown."""
+    sim = Simulator(wl, _cfg(replicas=2, router=router, device_budget_tokens=3_000), COST)
+    made: dict[str, SimRequest] = {}
+    seen: list[tuple[SimRequest, RouteRequest]] = []
+    make, choose = sim._request, sim.router.choose
+
+    def request(st, k):
+        made[f"{st.session.id}:{k}"] = req = make(st, k)
+        return req
+
+    def route(views, rr):
+        seen.append((made[rr.request_id], rr))
+        return choose(views, rr)
+
+    sim._request, sim.router.choose = request, route  # type: ignore[method-assign]
+    sim.metrics = sim.run()
+    return sim, seen
+
+
+def test_text_matching_routers_see_the_prompt_without_the_tool_schemas() -> None:
+    sim, seen = _routed("ray_prefix", _keyed_workload())
+    assert sim.metrics.requests == 36 and len(seen) == 36
+    ps = sim.cfg.page_size
+    for req, rr in seen:
+        engine = req.hashes
+        assert rr.prefix_hashes == tuple(engine[:ROUTE_PREFIX_PAGES].tolist())  # the engine's
+        prompt = req.tokens[: req.prompt_len]
+        if req.session_id == "s0":  # no tools: the router sees the engine's pages
+            assert rr.prompt_pages == tuple(engine.tolist())
+            continue
+        text = np.concatenate([prompt[:40], prompt[96:]])
+        assert rr.prompt_pages == tuple(sim.hasher.hashes(text).tolist())
+        assert len(rr.prompt_pages) == (req.prompt_len - 56) // ps < len(engine)
+        assert rr.prompt_pages[: 40 // ps] == tuple(engine[: 40 // ps].tolist())  # system
+        assert not set(engine[40 // ps + 1 : 96 // ps].tolist()) & set(rr.prompt_pages)
+    first = {req.session_id: (req, rr) for req, rr in seen if req.turn == 0}
+    # equal keys share the engine's prefix pages; different tools share only the system's
+    for a, b, pages in (("s1", "s3", 96 // ps), ("s1", "s2", 40 // ps)):
+        assert np.array_equal(first[a][0].hashes[:pages], first[b][0].hashes[:pages])
+        assert first[a][0].hashes[pages] != first[b][0].hashes[pages]
+
+
+def test_routers_that_read_no_prompt_get_no_pages_and_runs_repeat() -> None:
+    _, seen = _routed("affinity", _keyed_workload())
+    assert all(rr.prompt_pages == () for _, rr in seen)
+    a, _ = _routed("sgl_cache_aware", _keyed_workload())
+    b, _ = _routed("sgl_cache_aware", _keyed_workload())
+    assert _summary(a) == _summary(b)
 
 
 def test_a_turn_larger_than_the_device_fails_alone() -> None:
