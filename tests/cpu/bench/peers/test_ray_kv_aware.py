@@ -13,6 +13,7 @@ with the answer (one rank; a full pick is waited for, never replaced).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import uuid
 from collections import Counter
@@ -22,7 +23,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from bench.peers.ray_kv_aware import RayKvAwareConfig, RayKvAwareRouter
+from bench.peers.dynamo_kv import DynamoKvConfig
+from bench.peers.ray_kv_aware import RAY_DYNAMO_CONFIG, RayKvAwareRouter
 from bench.peers.registry import SIM_ROUTERS, make_sim_router
 from penelope_engine.errors import ConfigError
 from router import ReplicaView, RouterConfig, RouteRequest
@@ -59,7 +61,8 @@ def view(
 
 
 def router(seed: int = 3, **options: Any) -> RayKvAwareRouter:
-    return RayKvAwareRouter(RouterConfig(seed=seed), options=RayKvAwareConfig(**options))
+    config = dataclasses.replace(RAY_DYNAMO_CONFIG, **options)
+    return RayKvAwareRouter(RouterConfig(seed=seed), options=config)
 
 
 def prompt(pages: Sequence[int] = PROMPT) -> RouteRequest:
@@ -85,7 +88,7 @@ def test_logit_is_prefill_left_after_the_credit_plus_active_blocks() -> None:
     assert r.logit(view("a", CachedRun(10), active_pages=3), PROMPT) == 13.0
     # 4 device + 4 host: credit 4 + 0.75 x 4 = 7; store pages earn nothing by default.
     assert r.logit(view("a", CachedRun(4, 4, 2)), PROMPT) == 13.0
-    assert router(store_hit_weight=0.25).logit(view("a", CachedRun(4, 4, 2)), PROMPT) == 12.5
+    assert router(disk_cache_hit_weight=0.25).logit(view("a", CachedRun(4, 4, 2)), PROMPT) == 12.5
     # No cached lookup (a caller without KV state), or no full page: no credit.
     plain = ReplicaView("a", 0, MAX_ONGOING, waiting_tokens=16)
     assert r.logit(plain, PROMPT) == 11.0 + 11.0
@@ -108,7 +111,7 @@ def test_host_blocks_earn_three_quarters_of_a_device_block() -> None:
     # Store pages count only with a store weight (Ray feeds Dynamo no disk tier).
     stored = [view("store", CachedRun(0, 0, 10)), view("dev", CachedRun(1))]
     assert pick(stored) == "dev"
-    assert pick(stored, router(store_hit_weight=0.25)) == "store"
+    assert pick(stored, router(disk_cache_hit_weight=0.25)) == "store"
 
 
 def test_load_outweighs_cache_when_it_costs_more_blocks() -> None:
@@ -158,12 +161,12 @@ def test_registered_and_validated() -> None:
     assert SIM_ROUTERS["ray_kv_aware"] is RayKvAwareRouter
     assert policy.rank([], prompt()).ranks == ()
     for bad in (
-        {"overlap_score_credit": 1.5},
+        {"overlap_score_credit": -1.0},
         {"host_cache_hit_weight": -0.1},
         {"router_temperature": -1.0},
     ):
         with pytest.raises(ConfigError):
-            RayKvAwareConfig(**bad)
+            DynamoKvConfig(**bad)
 
 
 # -- Ray's KVAwareRouter around the selection service ---------------------------------------
