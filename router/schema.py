@@ -104,9 +104,10 @@ class ReplicaView:
     queue_len: int
     max_ongoing: int
     digest: ReplicaDigest = EMPTY_DIGEST
-    kv_usage: float = 0.0  # device KV pages in use / device pages
+    kv_usage: float = 0.0  # device pages running requests hold / device pages (vLLM's usage)
     active_pages: int = 0  # device pages held by the requests running there
     waiting_tokens: int = 0  # prompt tokens of requests queued there, not yet admitted
+    waiting_requests: int = 0  # requests queued there, not yet admitted
     cached: Callable[[Sequence[int]], CachedRun] | None = None  # a prompt's cached run
     page_size: int = 16  # tokens per page (a KV block) on this replica
 

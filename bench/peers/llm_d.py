@@ -38,17 +38,13 @@ Per request (``SchedulerProfile.runScorerPlugins``, ``MaxScorePicker.Pick``)::
 In the simulator one page of ``RouteRequest.prompt_pages`` is one block (the
 block size is auto-tuned to the engine's, 16 tokens, as the page), and:
 
-    waiting ──── ``ReplicaView.queue_len``
+    waiting ──── ``ReplicaView.waiting_requests``
     KV usage ─── ``ReplicaView.kv_usage``
 
 Where the model differs from llm-d:
 
-- The queue scorer reads the engine's waiting requests (``vllm:num_requests_waiting``,
-  not the running ones); the view has only ``queue_len``, waiting plus running,
-  so the model spreads load by all requests in the replica, not only the queued.
 - vLLM's ``kv_cache_usage_perc`` counts blocks held by requests (cached blocks
-  no request holds count as free); the view's ``kv_usage`` also counts the pages
-  the prefix tree keeps, so it is near 1 on every warm replica.
+  no request holds count as free), as the view's ``kv_usage`` does.
 - The approximate index hashes the request's JSON text in 64-character blocks
   (16 tokens x 4 characters); the model uses the page hashes, so a block is
   exactly a page of tokens and the text's framing is not seen.
@@ -186,7 +182,7 @@ class LlmdRouter:
         opts = self.options
         hashes = pages[: opts.max_prefix_blocks]
         matched = self.index.match(hashes)
-        waiting = [v.queue_len for v in views]
+        waiting = [v.waiting_requests for v in views]
         lo, hi = min(waiting), max(waiting)
         out = []
         for view, q in zip(views, waiting):

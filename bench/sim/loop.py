@@ -198,6 +198,7 @@ class Simulator:
                 kv_usage=r.kv_usage if live else 0.0,
                 active_pages=r.scheduler.request_pages() if live else 0,
                 waiting_tokens=r.waiting_tokens() if live else 0,
+                waiting_requests=len(r.scheduler.waiting) if live else 0,
                 cached=r.cached_run if live else None,
                 page_size=r.page_size,
             )

@@ -35,7 +35,7 @@ class FakeClock:
 
 
 def v(rid: str, queue: int = 0, kv: float = 0.0) -> ReplicaView:
-    return ReplicaView(rid, queue, 64, kv_usage=kv)
+    return ReplicaView(rid, queue, 64, kv_usage=kv, waiting_requests=queue)
 
 
 def llmd(seed: int = 0, clock: FakeClock | None = None, **options: Any) -> LlmdRouter:
