@@ -24,6 +24,9 @@ def default_scheduler() -> SchedulerConfig:
 class SimConfig:
     policy: str = "lru"
     tiers: str = "gpu"  # one of TIERS: "gpu", "gpu+cpu", "gpu+cpu+store"
+    # loads from the host and the store stream layer by layer, overlapped with the forward
+    # (SGLang HiCache); False: whole pages before it (Penelope's tiers, vLLM with LMCache)
+    layerwise_loads: bool = False
     device_budget_tokens: int = 200_000
     host_budget_tokens: int = 0  # used (and required) with a host tier
     replicas: int = 1

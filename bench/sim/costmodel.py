@@ -86,6 +86,15 @@ class CostModel(PlannerCost, Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
+def num_layers(cost: CostModel) -> int:
+    """The model's layer count, for copies that stream layer by layer (`GpuCostModel` knows
+    it; a cost model fit to step timings does not)."""
+    n = getattr(cost, "num_layers", None)
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"{type(cost).__name__} does not know the model's layers")
+    return n
+
+
 def linear_recompute_s(token_cost: Callable[[int], float], start: int, length: int) -> float:
     """Sum of a linear `token_cost` over positions start .. start + length - 1 (closed form)."""
     if length <= 0:

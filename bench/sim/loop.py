@@ -93,6 +93,7 @@ class Simulator:
                     cost,
                     clock,
                     has_store=cfg.tiers == "gpu+cpu+store",
+                    layerwise_loads=cfg.layerwise_loads,
                     fast_decode=cfg.fast_decode,
                 )
                 for i in range(cfg.replicas)

@@ -32,7 +32,7 @@ from bench.sim.loop import simulate
 from bench.sim.metrics import RunMetrics
 from bench.sim.peers_report import METRICS, describe, document, plot, summarize, table
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
-from bench.sim.setups import STEP_TOKENS, Setup, setups
+from bench.sim.setups import Setup, setups
 from bench.traces import DEFAULT_TRACE, load_trace
 from bench.workload import Workload, WorkloadConfig, cut_at_window, sample_workload
 from penelope_cli.helpformat import parser
@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--tuned-peers",
         action="store_true",
-        help="also the peers with Penelope's prefill chunk cap (best_tuned_peer)",
+        help="also the peers with their engine's prefill chunking at Penelope's chunk size "
+        "(best_tuned_peer)",
     )
     ap.add_argument("--jobs", type=int, default=1, help="simulations run in parallel")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -100,9 +101,10 @@ def sim_config(setup: Setup, budget: int, host_factor: float, replicas: int) -> 
         replicas=replicas,
         router=setup.router,
         page_size=64,
+        layerwise_loads=spec.layerwise_loads,
         scheduler=dataclasses.replace(
             default_scheduler(),
-            max_batch_tokens=STEP_TOKENS,
+            max_batch_tokens=spec.step_tokens,
             prefill_chunk=spec.prefill_chunk,
             agent=spec.agent,
         ),

@@ -7,6 +7,12 @@ scheduler chose, measured as `bench.replay.steptimer.step_load` measures the
 engine's), the tokens (the trace's, scripted, instead of a model's), and the
 time copies take. Admission, load-or-recompute, chunking, decode pages,
 preemption, usage accounting, insert and release are the engine's code.
+
+Where the tiers load layer by layer (`layerwise_loads`), a
+request's prefill starts once the first layer of its loads is in, and the step
+that runs its first chunk overlaps the rest of the copy: it ends when its
+compute does, or when the last layer's copy is in and that layer's share of
+the compute has run after it, whichever is later.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.sim.costmodel import CostModel, decode_run, page_cost_fn, step_load
+from bench.sim.costmodel import CostModel, StepLoad, decode_run, num_layers, page_cost_fn, step_load
 from bench.sim.oracle import make_sim_policy
 from bench.sim.tiers import NullTiers, TimedTiers
 from penelope_engine.cache.pages import PageHasher
@@ -127,14 +133,17 @@ class Replica:
         clock: Callable[[], float],
         *,
         has_store: bool = False,
+        layerwise_loads: bool = False,
         fast_decode: bool = True,
     ) -> Replica:
         """A replica without a model: the core from `build_core` over `NullTiers`, timed.
 
         `policy` names an eviction policy the simulator runs (the oracle included);
-        `has_store`: host evictions spill to a store without a byte budget."""
+        `has_store`: host evictions spill to a store without a byte budget;
+        `layerwise_loads`: loads stream layer by layer over the cost model's layers."""
         ps = cache.page_size
-        tiers = TimedTiers(NullTiers(), cost, ps, clock)
+        layers = num_layers(cost) if layerwise_loads else 1
+        tiers = TimedTiers(NullTiers(), cost, ps, clock, layers)
         core = build_core(
             cache,
             sched,
@@ -171,8 +180,9 @@ class Replica:
 
     @property
     def kv_usage(self) -> float:
-        """Device pages in use (tree and running requests), as a share of the pool."""
-        return self.cache.device.num_used / self.cache.device.capacity
+        """Device pages running requests hold, as a share of the pool: an engine's reported
+        KV usage (vLLM's kv_cache_usage counts cached pages no request uses as free)."""
+        return self.scheduler.request_pages() / self.cache.device.capacity
 
     def waiting_tokens(self) -> int:
         return sum(len(seq.tokens) for seq in self.scheduler.waiting)
@@ -232,7 +242,7 @@ class Replica:
             return None
         load = step_load(items)
         if self.runner is not None:  # the model runs the step now; its tokens land at the end
-            return Step(now, now + self.cost.step_time(load), items, tokens=self.runner(items))
+            return Step(now, self._end(now, items, load), items, tokens=self.runner(items))
         if (
             self.fast_decode
             and len(items) == len(sched.running)
@@ -243,7 +253,23 @@ class Replica:
             want = min(most, int(np.searchsorted(ends, horizon - now)) + 1)
             steps = sched.extend_decodes(items, want)
             return Step(now, now + float(ends[steps - 1]), items, steps, ends=ends[:steps])
-        return Step(now, now + self.cost.step_time(load), items)
+        return Step(now, self._end(now, items, load), items)
+
+    def _end(self, now: float, items: list[BatchItem], load: StepLoad) -> float:
+        """When a step of `items` starting now ends: after its compute, and, where its
+        tiers load layer by layer, not before the last layer of a first chunk's loads is
+        in and that layer's share of the compute has run (the forward of layer i waits
+        for layer i's copy; the copy, a `layers`-th per layer, is ahead of it)."""
+        compute = self.cost.step_time(load)
+        end = now + compute
+        if self.tiers.layers == 1:
+            return end
+        for it in items:
+            seq = it.seq
+            if seq.in_prefill and seq.cursor == 0:  # the admission's first chunk
+                done = self.tiers.copies_done(seq.ready_at)
+                end = max(end, done + compute / self.tiers.layers)
+        return end
 
     def truncate(self, now: float) -> Step | None:
         """A request arrived here at `now` during a decode run: end the run with the step

@@ -105,6 +105,11 @@ class GpuCostModel(TimedCosts):
         self._attn = 4 * model.num_layers * model.num_heads * model.head_dim
         self._flops = hw.bf16_flops * hw.flops_eff
 
+    @property
+    def num_layers(self) -> int:
+        """The model's decoder layers: a copy streamed layer by layer lands in this many parts."""
+        return self.model.num_layers
+
     def kv_capacity_tokens(self) -> int:
         """Tokens of KV that fit in `mem_fraction` of GPU memory after the weights."""
         free = self.hw.hbm_bytes * self.mem_fraction - self.weight_bytes

@@ -1,16 +1,23 @@
 """Named set-ups: a router plus an engine cache, for Penelope and for the peers it is
 measured against.
 
-A peer set-up is what a user can assemble today. Routers (`router.policies`):
-`pow2` (Ray Serve's default), `ray_prefix` (Ray Serve LLM's
-`PrefixCacheAffinityRouter`, `bench.peers.ray_prefix`) and `sgl_cache_aware`
-(sgl-router's `cache_aware`, `bench.peers.sgl_cache_aware`). Engine caches:
+A peer set-up is what a user can assemble today. Routers: `pow2` (Ray Serve's
+default) and the peer grid, each modelled from its source in `bench.peers`: Ray
+Serve's consistent hash on the session id, Ray Serve LLM's
+`PrefixCacheAffinityRouter` at its code default and at thresholds 5, 10, 20,
+Ray's KV-aware router, sgl-router's `cache_aware` at its defaults and absolute
+balance thresholds 4-32, sgl-router / SMG sticky sessions, Dynamo's KV router and
+llm-d's default scorers. Engine caches:
 
 * `sglang-radix`: SGLang's RadixCache, GPU only, LRU leaf eviction, FCFS.
 * `sglang-hicache`: SGLang HiCache, a host tier written through, LRU, hits in
-  the host loaded back.
+  the host loaded back layer by layer, overlapped with the forward (its load
+  stream records an event per layer and the forward of layer i waits only for
+  layer i: `layerwise_loads`).
 * `continuum`: Continuum (arXiv 2511.02230, a vLLM fork) with host offload:
-  program-level FCFS and a TTL pin after each tool call, LRU.
+  program-level FCFS and a TTL pin after each tool call, LRU. Its offload is
+  vLLM's LMCacheConnectorV1 at LMCache's defaults (`use_layerwise` off), which
+  loads a request's KV whole before the forward: no `layerwise_loads`.
 
 Penelope is `affinity` over its own cache: GreedyDual eviction with holes, a
 host tier, the agent levers of `penelope_engine.sched.agent` (aged session
@@ -19,37 +26,51 @@ the host) and a prefill chunk cap of a quarter of the step's token budget, so
 a long prefill shares each step with turns that arrive behind it instead of
 taking the whole step (the peers chunk at the whole budget, as SGLang's
 `--chunked-prefill-size` and vLLM's `max_num_batched_tokens` do by default).
-`ablations` switches each off in turn. `tuned_peer_setups` are the peer
-set-ups with Penelope's chunk cap (what a user who sets vLLM's
-`long_prefill_token_threshold` or a smaller SGLang chunk would run).
+Its tiers copy whole pages before the forward (`penelope_engine.tiers.copies`),
+so it has no `layerwise_loads` either. `ablations` switches each lever off in
+turn.
+
+`tuned_peer_setups` are the peer set-ups with the setting their own engine has
+for chunking prefills at Penelope's chunk size (`TUNINGS`): SGLang's
+`--chunked-prefill-size 2048`, a budget of prefill tokens per batch, all
+requests together (`PrefillAdder.rem_chunk_tokens`; in a batch mixed with
+decodes, as every step is here, the decode tokens are taken from it too, so it
+is the step's token budget: `step_tokens`), and vLLM's
+`--long-prefill-token-threshold 2048`, a cap on one request's tokens per step,
+which is Penelope's own cap (`prefill_chunk`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.peers.registry import SIM_ROUTERS
 from penelope_engine.config import AgentConfig
 from penelope_engine.registry import Registry
 
-STEP_TOKENS = 8192  # every set-up's step budget (max_batch_tokens)
+STEP_TOKENS = 8192  # every set-up's step budget at its defaults (max_batch_tokens)
 PENELOPE_CHUNK = STEP_TOKENS // 4
 
 
 @dataclass(frozen=True)
 class CacheSpec:
-    """An engine's cache and scheduler: policy, tiers, agent levers, prefill chunk cap."""
+    """An engine's cache and scheduler: policy, tiers, agent levers, prefill chunk cap,
+    step budget, and whether loads back to the device overlap the forward."""
 
     policy: str
     tiers: str  # bench.sim.replica.TIERS
     agent: AgentConfig = AgentConfig()
     prefill_chunk: int = STEP_TOKENS  # most tokens of one request's prefill in one step
+    step_tokens: int = STEP_TOKENS  # most tokens of one step, prefill and decode
+    layerwise_loads: bool = False  # loads stream layer by layer, overlapped with the forward
 
 
 CACHES: dict[str, CacheSpec] = {
     "sglang-radix": CacheSpec("lru", "gpu"),
-    "sglang-hicache": CacheSpec("lru", "gpu+cpu"),
+    "sglang-hicache": CacheSpec("lru", "gpu+cpu", layerwise_loads=True),
     "continuum": CacheSpec("lru", "gpu+cpu", AgentConfig(admission="program", retention="ttl")),
     "penelope": CacheSpec(
         "greedydual",
@@ -60,8 +81,23 @@ CACHES: dict[str, CacheSpec] = {
         PENELOPE_CHUNK,
     ),
 }
-PEER_ROUTERS = ("pow2", "ray_prefix", "sgl_cache_aware")
+# Every router a user can put in front of these engines today: Ray's pow2 and the peer
+# grid (`bench.peers`); Penelope's `affinity` is the product's own.
+PEER_ROUTERS = tuple(r for r in SIM_ROUTERS if r != "affinity")
 PEER_CACHES = ("sglang-radix", "sglang-hicache", "continuum")
+PEER_ENGINES = {"sglang-radix": "sglang", "sglang-hicache": "sglang", "continuum": "vllm"}
+# Per engine, its own setting that chunks prefills at Penelope's chunk size: the name's
+# suffix and what it does to the spec (see the module's docstring).
+TUNINGS: dict[str, tuple[str, Callable[[CacheSpec], CacheSpec]]] = {
+    "sglang": (
+        f"+chunked_prefill_{PENELOPE_CHUNK}",
+        lambda s: dataclasses.replace(s, step_tokens=PENELOPE_CHUNK, prefill_chunk=PENELOPE_CHUNK),
+    ),
+    "vllm": (
+        f"+long_prefill_{PENELOPE_CHUNK}",
+        lambda s: dataclasses.replace(s, prefill_chunk=PENELOPE_CHUNK),
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -71,7 +107,7 @@ class Setup:
     router: str
     cache: str  # a CACHES name
     spec: CacheSpec
-    tuned: bool = False  # a peer given Penelope's chunk cap (not the peer's default)
+    tuned: bool = False  # a peer with its engine's prefill chunking tuned (`TUNINGS`)
 
     @property
     def levers(self) -> dict[str, object]:
@@ -85,6 +121,8 @@ class Setup:
             "park_on_preempt": a.park_on_preempt,
             "size_weight": a.size_weight,
             "prefill_chunk": self.spec.prefill_chunk,
+            "step_tokens": self.spec.step_tokens,
+            "layerwise_loads": self.spec.layerwise_loads,
         }
 
 
@@ -96,18 +134,13 @@ def peer_setups() -> list[Setup]:
 
 
 def tuned_peer_setups() -> list[Setup]:
-    """The peer set-ups with Penelope's prefill chunk cap."""
-    return [
-        Setup(
-            f"{s.name} +chunk{PENELOPE_CHUNK}",
-            s.system,
-            s.router,
-            s.cache,
-            dataclasses.replace(s.spec, prefill_chunk=PENELOPE_CHUNK),
-            tuned=True,
-        )
-        for s in peer_setups()
-    ]
+    """The peer set-ups with their engine's own setting that chunks prefills at Penelope's
+    chunk size (`TUNINGS`)."""
+    out = []
+    for s in peer_setups():
+        suffix, tune = TUNINGS[PEER_ENGINES[s.cache]]
+        out.append(Setup(f"{s.name} {suffix}", s.system, s.router, s.cache, tune(s.spec), True))
+    return out
 
 
 def penelope_setup() -> Setup:

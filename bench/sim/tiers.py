@@ -7,6 +7,16 @@ host and the store). It is the cache's `TierIO` and the scheduler's
 `SchedulerTiers`, so an admission's `ready_at` is when its own demotions and
 loads are done, behind whatever the channel was already carrying.
 
+With `layers` > 1 loads stream layer by layer, overlapped with the forward
+pass, as SGLang HiCache loads host KV back (a per-layer event on its load
+stream; the forward of layer i waits only for layer i's copy): an
+admission's `ready_at` is when the first layer of its loads is in (a
+`layers`-th of the copy time), and `copies_done(ready)` when all of them
+are, which the step that runs the request's first chunk cannot end before
+(`bench.sim.replica.Replica`). With `layers` 1, the default, a request's
+prefill waits for its whole copy, while other requests' steps run (Penelope's
+own tiers copy whole pages before the forward, `penelope_engine.tiers.copies`).
+
 `NullTiers` moves no bytes: host copies always succeed, and the store is a set
 of (tenant, page id) that spilled pages join (no byte budget).
 """
@@ -71,17 +81,38 @@ class TimedTiers:
         cost: CostModel,
         page_size: int,
         clock: Callable[[], float],
+        layers: int = 1,
     ) -> None:
+        if layers < 1:
+            raise ValueError(f"layers must be >= 1, got {layers}")
         self.inner, self.cost, self.page_size, self.clock = inner, cost, page_size, clock
+        self.layers = layers  # > 1: loads stream layer by layer, overlapped with the forward
         self.d2h_free = self.h2d_free = 0.0  # when each channel is next idle
         self._ready = -math.inf  # when the current admission's copies are done
+        self._load_start: float | None = None  # when its first load starts (None: no load)
+        self._streaming: dict[float, float] = {}  # layer-wise: first layer in -> all in
         self.d2h_pages = self.h2d_pages = 0
 
     def begin(self) -> None:
         self._ready = -math.inf
+        self._load_start = None
 
     def ready_at(self, now: float) -> float:
-        return max(now, self._ready)
+        """When the admission's prefill may start: its copies are done, or, layer by layer,
+        the first layer of its loads is in (after its demotions, which the loads follow)."""
+        done = max(now, self._ready)
+        if self.layers == 1 or self._load_start is None:
+            return done
+        # the admission's loads run back to back on the channel: one stream, layer by layer
+        first = self._load_start + (self._ready - self._load_start) / self.layers
+        self._streaming = {r: d for r, d in self._streaming.items() if d > now}
+        self._streaming[first] = done  # distinct: one channel, and each copy takes time
+        return max(now, first)
+
+    def copies_done(self, ready: float) -> float:
+        """When every copy of the admission whose `ready_at` was `ready` is done (`ready`
+        itself unless its loads stream layer by layer)."""
+        return self._streaming.get(ready, ready)
 
     def device_to_host(self, device_pages: np.ndarray, host_pages: np.ndarray) -> bool:
         ok = self.inner.device_to_host(device_pages, host_pages)
@@ -96,6 +127,8 @@ class TimedTiers:
     def _load(self, pages: int, tier: Tier) -> None:
         if pages:  # a load starts once this admission's demotions are done
             start = max(self.clock(), self.h2d_free, self._ready)
+            if self._load_start is None:
+                self._load_start = start
             self.h2d_free = start + self.cost.load_time(pages * self.page_size, tier)
             self._ready = self.h2d_free
             self.h2d_pages += pages

@@ -9,7 +9,7 @@ import pytest
 
 from bench.peers.registry import SIM_ROUTERS
 from bench.sim import peers, peers_report
-from bench.sim.setups import CACHES, PEER_CACHES, PEER_ROUTERS, ablations, setups
+from bench.sim.setups import CACHES, PEER_CACHES, PEER_ROUTERS, STEP_TOKENS, ablations, setups
 from penelope_engine.errors import UnknownNameError
 
 
@@ -147,7 +147,16 @@ def test_true_lengths_end_sessions_at_the_window() -> None:
 def test_tuned_peers_are_a_separate_bar_and_only_where_asked() -> None:
     tuned = [s for s in setups(tuned=True, with_ablations=False) if s.tuned]
     assert len(tuned) == len(PEER_CACHES) * len(PEER_ROUTERS)
-    assert {s.spec.prefill_chunk for s in tuned} == {CACHES["penelope"].prefill_chunk}
+    chunk = CACHES["penelope"].prefill_chunk
+    assert {s.spec.prefill_chunk for s in tuned} == {chunk}
+    for s in tuned:  # each with its own engine's setting, named so
+        if s.cache.startswith("sglang"):  # --chunked-prefill-size: the whole step's budget
+            assert s.name.endswith(f" +chunked_prefill_{chunk}") and s.spec.step_tokens == chunk
+        else:  # vLLM's --long-prefill-token-threshold: one request's cap
+            assert s.name.endswith(f" +long_prefill_{chunk}") and s.spec.step_tokens == STEP_TOKENS
+        cfg = peers.sim_config(s, 100_000, 2.0, 1).scheduler
+        assert (cfg.max_batch_tokens, cfg.prefill_chunk) == (s.spec.step_tokens, chunk)
+    assert CACHES["penelope"].step_tokens == STEP_TOKENS
     assert not any(s.tuned for s in setups())
     assert setups([tuned[0].name]) == [tuned[0]]
 
