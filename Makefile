@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.penelope-setup
 
-.PHONY: setup test test-sglang run lint typecheck
+.PHONY: setup test test-sglang run lint typecheck prometheus
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -40,3 +40,9 @@ run: setup
 	@echo "Penelope: OpenAI API at http://127.0.0.1:8000/v1  metrics at http://127.0.0.1:8000/metrics"
 	@echo "  try: curl -s http://127.0.0.1:8000/v1/models    (Ctrl-C stops the application)"
 	$(PY) -m deployments.launch serve_config.yaml
+
+# Prometheus (Debian: apt-get install prometheus) scraping `make run`'s /metrics on
+# 127.0.0.1:8000 and recording the windowed cache ratios of deployments/prometheus/
+# rules.yml; run it next to `make run`. UI at http://127.0.0.1:9090, data in .prometheus/.
+prometheus:
+	prometheus --config.file=deployments/prometheus/prometheus.yml --storage.tsdb.path=.prometheus --web.listen-address=127.0.0.1:9090
