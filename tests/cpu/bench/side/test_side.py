@@ -41,10 +41,17 @@ def test_the_sessions_are_seeded_clipped_and_written_one_token_per_word() -> Non
         for t in p.turns:
             assert len(tok.encode(t.prompt)) == t.prompt_tokens <= CFG.window_tokens
             assert t.max_tokens <= CFG.max_tokens and t.think_s <= CFG.max_think_s
-    # the system-and-tools prefix is one text that every session starts with
-    shared = min(s.turns[0].shared_prefix_tokens for s in wl.sessions)
-    heads = {" ".join(p.turns[0].prompt.split()[:shared]) for p in plans}
-    assert shared > 0 and len(heads) == 1
+    # the system-and-tools prefix follows the trace: sessions with the same prefix blocks
+    # start with the same text, sessions with different ones do not
+    heads: dict[tuple, set[str]] = {}
+    for s, p in zip(wl.sessions, plans, strict=True):
+        n = s.turns[0].shared_prefix_tokens
+        assert n > 0
+        key = tuple((b.kind, b.key) for b in s.prefix_blocks)
+        heads.setdefault(key, set()).add(" ".join(p.turns[0].prompt.split()[:n]))
+    assert all(len(texts) == 1 for texts in heads.values())
+    firsts = [next(iter(texts)) for texts in heads.values()]
+    assert len(set(firsts)) == len(firsts)  # different blocks, different texts
 
 
 def test_each_ray_set_up_configures_only_the_engine_deployments_router() -> None:
