@@ -30,6 +30,12 @@ from pathlib import Path
 import yaml
 
 CURRENT_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")
+# Ray processes we start get these. Serve's controller kills an HTTP proxy that is not
+# ready within RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S (5 s by default); on a busy 2-core
+# machine a proxy's start-up takes longer, and the proxy is killed before it ran
+# ("ActorDiedError ... cancelled before it started running"), which left Serve half
+# started. 60 s lets a slow start finish; a proxy that never starts still fails.
+RAY_PROCESS_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60"}
 PROBE_TIMEOUT_S = 2.0
 CLEAR_HINT = "`ray stop --force` (or remove {file})"
 
@@ -147,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     for note in found.notes:
         print(f"make run: {note}", file=sys.stderr)
     sys.stderr.flush()
+    for key, value in RAY_PROCESS_ENV.items():  # inherited by `serve run` and its local Ray
+        os.environ.setdefault(key, value)
     os.execv(command[0], command)
     return 0  # not reached
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.net import free_port
+from deployments.launch import RAY_PROCESS_ENV
 
 ENGINE_SLOT = "penelope_engine_slot"
 HEAD, WORKER = "head", "worker"
@@ -119,6 +120,7 @@ def start_node(cluster: Cluster, spec: NodeSpec) -> None:
 
 def cluster_env(token_path: Path) -> dict[str, str]:
     return {
+        **RAY_PROCESS_ENV,
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": str(token_path),
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),

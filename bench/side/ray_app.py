@@ -12,6 +12,7 @@ trees.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from bench.side.config import POW2, RAY_PREFIX, RAY_PREFIX_ROUTER_CLASS, RAY_SET
 from deployments.builder import engine_options, ingress_options
 from deployments.engine_replica import EngineReplica
 from deployments.ingress import PenelopeIngress
+from deployments.launch import RAY_PROCESS_ENV
 from deployments.serve_config import ServeConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +68,9 @@ def _as_deployment(cls: type) -> Deployment:
 
 @contextmanager
 def local_ray(num_cpus: int = 2) -> Iterator[None]:
-    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**RAY_PROCESS_ENV, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for key, value in RAY_PROCESS_ENV.items():  # the local Ray's own processes inherit these
+        os.environ.setdefault(key, value)
     ray.init(
         address="local",
         num_cpus=num_cpus,

@@ -13,6 +13,7 @@ session's next turn is served by a live replica, and the dead one leaves
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from bench.net import free_port
 from bench.side.ray_app import wait_running
 from deployments.autoscaling import OCCUPANCY, RECOMPUTE, WORKING_SET
 from deployments.builder import ENGINE_DEPLOYMENT, build_application
+from deployments.launch import RAY_PROCESS_ENV
 from deployments.serve_config import parse_serve_config
 from router.digest import decode_digest
 
@@ -45,7 +47,9 @@ SYSTEM = "You are a coding agent with tools: read_file, edit_file, run_tests. " 
 
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**RAY_PROCESS_ENV, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for key, value in RAY_PROCESS_ENV.items():  # the local Ray's own processes inherit these
+        os.environ.setdefault(key, value)
     # address="local": a Ray of the test's own, never a cluster named by RAY_ADDRESS or by
     # a stale /tmp/ray/ray_current_cluster.
     ray.init(
