@@ -45,10 +45,10 @@ from penelope_cli.helpformat import parser
 # without --setups measures, so that it ends in under 40 minutes here with --jobs 2.
 DEFAULT_SETUPS = (
     "penelope",
-    "sglang-hicache/ray_session_hash",
-    "sglang-hicache/sgl_cache_aware_abs16",
+    "sglang-hicache/llm_d",
     "sglang-hicache/ray_prefix_t10",
-    "sglang-hicache/dynamo_kv",
+    "sglang-hicache/sgl_cache_aware_abs16",
+    "sglang-hicache/ray_session_hash",
 )
 
 
