@@ -33,12 +33,11 @@ from bench.sim.capacity_search import (
     point,
     search,
 )
-from bench.sim.cliargs import add_gpu_args, comma_list
+from bench.sim.cliargs import add_fleet_args, comma_list
 from bench.sim.peers import sim_config
 from bench.sim.peers_report import describe
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.sim.setups import CACHES, Setup, ablations, penelope_setup, setups
-from bench.traces import DEFAULT_TRACE
 from penelope_cli.helpformat import parser
 
 # Penelope and the grid's strongest set-ups at 96 sessions (`bench peers`): what a run
@@ -54,31 +53,13 @@ DEFAULT_SETUPS = (
 
 def build_parser() -> argparse.ArgumentParser:
     ap = parser("penelope bench capacity", __doc__)
-    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
-    ap.add_argument("--lengths", choices=sorted(LENGTHS), default="true", help="length regime")
-    ap.add_argument(
-        "--window-tokens", type=int, default=131072, help="true lengths: the model's window"
-    )
+    add_fleet_args(ap, tuple(LENGTHS))
     ap.add_argument(
         "--slo-s", type=float, default=None, help="p90 TTFT target (default: 2.0 true, 0.5 quarter)"
     )
-    ap.add_argument("--seeds", type=int, default=3, help="workloads, one per seed")
-    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
-    ap.add_argument("--replicas", type=int, default=4, help="simulated replicas")
-    ap.add_argument("--mean-interarrival-s", type=float, default=5.0, help="Poisson session starts")
     ap.add_argument("--start", type=int, default=32, help="first session count of each search")
     ap.add_argument("--max-sessions", type=int, default=1024, help="the search's cap")
     ap.add_argument("--resolution", type=int, default=8, help="bisection stops at this bracket")
-    ap.add_argument(
-        "--device-budget-tokens",
-        type=int,
-        default=None,
-        help="KV tokens per replica (default: what fits on the GPU after the weights)",
-    )
-    ap.add_argument(
-        "--host-budget-factor", type=float, default=2.0, help="host tier / device budget"
-    )
-    add_gpu_args(ap)
     ap.add_argument(
         "--setups",
         type=comma_list(str),

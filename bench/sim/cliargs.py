@@ -98,3 +98,27 @@ def add_gpu_args(ap: argparse.ArgumentParser) -> None:
     """The modelled GPU and model (`bench.sim.roofline`)."""
     ap.add_argument("--model", choices=sorted(QWEN3), default="qwen3-8b", help="the cost model's")
     ap.add_argument("--gpu", choices=sorted(HARDWARE), default="h200", help="the cost model's")
+
+
+def add_fleet_args(ap: argparse.ArgumentParser, lengths: tuple[str, ...]) -> None:
+    """The options `bench peers` and `bench capacity` share: the trace, the length regime,
+    seeds, the fleet, its KV budgets and the modelled GPU."""
+    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
+    ap.add_argument("--lengths", choices=sorted(lengths), default="true", help="length regime")
+    ap.add_argument(
+        "--window-tokens", type=int, default=131072, help="true lengths: the model's window"
+    )
+    ap.add_argument("--seeds", type=int, default=3, help="workloads, one per seed")
+    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
+    ap.add_argument("--replicas", type=int, default=4, help="simulated replicas")
+    ap.add_argument("--mean-interarrival-s", type=float, default=5.0, help="Poisson session starts")
+    ap.add_argument(
+        "--device-budget-tokens",
+        type=int,
+        default=None,
+        help="KV tokens per replica (default: what fits on the GPU after the weights)",
+    )
+    ap.add_argument(
+        "--host-budget-factor", type=float, default=2.0, help="host tier / device budget"
+    )
+    add_gpu_args(ap)

@@ -25,43 +25,22 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from bench.sessions import Scale
-from bench.sim.cliargs import add_gpu_args, comma_list
+from bench.sim.capacity_search import LENGTHS, WorkloadSpec, make_workload
+from bench.sim.cliargs import add_fleet_args, comma_list
 from bench.sim.config import SimConfig, default_scheduler
 from bench.sim.loop import simulate
 from bench.sim.metrics import RunMetrics
 from bench.sim.peers_report import METRICS, describe, document, plot, summarize, table
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.sim.setups import Setup, setups
-from bench.traces import DEFAULT_TRACE, load_trace
-from bench.workload import Workload, WorkloadConfig, cut_at_window, sample_workload
+from bench.workload import Workload
 from penelope_cli.helpformat import parser
-
-LENGTHS = {"true": 1.0, "quarter": 0.25}
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = parser("penelope bench peers", __doc__)
-    ap.add_argument("--trace-file", type=Path, default=DEFAULT_TRACE, help="trace file")
-    ap.add_argument("--lengths", choices=sorted(LENGTHS), default="true", help="length regime")
-    ap.add_argument(
-        "--window-tokens", type=int, default=131072, help="true lengths: the model's window"
-    )
+    add_fleet_args(ap, tuple(LENGTHS))
     ap.add_argument("--sessions", type=int, default=48, help="sessions sampled per seed")
-    ap.add_argument("--seeds", type=int, default=3, help="workloads, one per seed")
-    ap.add_argument("--seed-base", type=int, default=0, help="first seed")
-    ap.add_argument("--replicas", type=int, default=4, help="simulated replicas")
-    ap.add_argument("--mean-interarrival-s", type=float, default=5.0, help="Poisson session starts")
-    ap.add_argument(
-        "--device-budget-tokens",
-        type=int,
-        default=None,
-        help="KV tokens per replica (default: what fits on the GPU after the weights)",
-    )
-    ap.add_argument(
-        "--host-budget-factor", type=float, default=2.0, help="host tier / device budget"
-    )
-    add_gpu_args(ap)
     ap.add_argument("--setups", type=comma_list(str), default=None, help="names (default: all)")
     ap.add_argument("--no-ablations", action="store_true", help="skip Penelope's ablations")
     ap.add_argument(
@@ -77,17 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def workloads(args: argparse.Namespace) -> tuple[dict[int, Workload], dict[int, int]]:
-    trace = load_trace(args.trace_file, Scale(LENGTHS[args.lengths], 1.0))
+    spec = WorkloadSpec(args.trace_file, args.lengths, args.window_tokens, args.mean_interarrival_s)
     wls, dropped = {}, {}
     for s in range(args.seed_base, args.seed_base + args.seeds):
-        wl = sample_workload(
-            trace,
-            WorkloadConfig(args.sessions, seed=s, mean_interarrival_s=args.mean_interarrival_s),
-        )
-        # 1/4 length is the regime of the earlier figures: nothing is cut there
-        wls[s], dropped[s] = (
-            cut_at_window(wl, args.window_tokens) if args.lengths == "true" else (wl, 0)
-        )
+        wls[s], dropped[s] = make_workload(spec, args.sessions, s)
     return wls, dropped
 
 

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
+from ray_replicas import fake_replica_class
 
 from bench.peers.dynamo_kv import DynamoKvConfig
 from bench.peers.ray_kv_aware import RAY_DYNAMO_CONFIG, RayKvAwareRouter
@@ -204,27 +205,10 @@ def real_router() -> Any:
     kv_router = pytest.importorskip(REAL_ROUTER)
     tracker_module = pytest.importorskip(REAL_TRACKER)
     from ray.serve._private.common import DeploymentHandleSource, DeploymentID
-    from ray.serve.request_router import ReplicaID, RunningReplica
 
     deployment = DeploymentID(name="llm", app_name="app")
 
-    class FakeReplica(RunningReplica):
-        def __init__(self, unique_id: str) -> None:
-            self._replica_id = ReplicaID(unique_id=unique_id, deployment_id=deployment)
-            self.queue_len = 0
-
-        replica_id = property(lambda self: self._replica_id)
-        node_id = property(lambda self: "")
-        availability_zone = property(lambda self: None)
-        multiplexed_model_ids = property(lambda self: set())
-        max_ongoing_requests = property(lambda self: MAX_ONGOING)
-        routing_stats = property(lambda self: {})
-
-        def push_proxy_handle(self, handle: object) -> None:
-            pass
-
-        async def get_queue_len(self, *, deadline_s: float) -> int:
-            return self.queue_len
+    FakeReplica = fake_replica_class(MAX_ONGOING)
 
     def make(ids: Sequence[str]) -> Any:
         real = kv_router.KVAwareRouter(

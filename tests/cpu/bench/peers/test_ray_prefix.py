@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
+from ray_replicas import fake_replica_class
 
 from bench.peers.ray_prefix import RayPrefixAffinityRouter, RayPrefixConfig, RayPrefixTree
 from bench.peers.registry import SIM_ROUTERS, make_sim_router
@@ -220,7 +221,6 @@ def real_router(monkeypatch: pytest.MonkeyPatch) -> Any:
     par = pytest.importorskip(REAL_ROUTER)
     prefix_tree = pytest.importorskip(REAL_TREE)
     from ray.serve._private.common import DeploymentHandleSource, DeploymentID
-    from ray.serve.request_router import ReplicaID, RunningReplica
 
     deployment = DeploymentID(name="llm", app_name="app")
     # the class's own module globals: once Serve has resolved the router class by its
@@ -228,23 +228,7 @@ def real_router(monkeypatch: pytest.MonkeyPatch) -> Any:
     router_globals = par.PrefixCacheAffinityRouter.update_replicas.__globals__
     monkeypatch.setitem(router_globals, "ray", SimpleNamespace(get=lambda value: value))
 
-    class FakeReplica(RunningReplica):
-        def __init__(self, unique_id: str) -> None:
-            self._replica_id = ReplicaID(unique_id=unique_id, deployment_id=deployment)
-            self.queue_len = 0
-
-        replica_id = property(lambda self: self._replica_id)
-        node_id = property(lambda self: "")
-        availability_zone = property(lambda self: None)
-        multiplexed_model_ids = property(lambda self: set())
-        max_ongoing_requests = property(lambda self: MAX_ONGOING)
-        routing_stats = property(lambda self: {})
-
-        def push_proxy_handle(self, handle: object) -> None:
-            pass
-
-        async def get_queue_len(self, *, deadline_s: float) -> int:
-            return self.queue_len
+    FakeReplica = fake_replica_class(MAX_ONGOING)
 
     class TreeHandle:  # an actor handle's `.method.remote(...)`, called in place
         def __init__(self, tree: Any) -> None:

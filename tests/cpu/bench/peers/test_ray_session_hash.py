@@ -17,6 +17,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import pytest
+from ray_replicas import fake_replica_class
 
 from bench.peers.ray_session_hash import (
     CONSISTENT_HASH_SEED,
@@ -144,27 +145,10 @@ def real_router() -> Any:
     """A factory for Ray's ConsistentHashRouter over in-memory replicas (call it in a loop)."""
     real_module = pytest.importorskip(REAL)
     from ray.serve._private.common import DeploymentHandleSource, DeploymentID
-    from ray.serve.request_router import ReplicaID, RunningReplica
 
     deployment = DeploymentID(name="llm", app_name="app")
 
-    class FakeReplica(RunningReplica):
-        def __init__(self, unique_id: str) -> None:
-            self._replica_id = ReplicaID(unique_id=unique_id, deployment_id=deployment)
-            self.queue_len = 0
-
-        replica_id = property(lambda self: self._replica_id)
-        node_id = property(lambda self: "")
-        availability_zone = property(lambda self: None)
-        multiplexed_model_ids = property(lambda self: set())
-        max_ongoing_requests = property(lambda self: MAX_ONGOING)
-        routing_stats = property(lambda self: {})
-
-        def push_proxy_handle(self, handle: object) -> None:
-            pass
-
-        async def get_queue_len(self, *, deadline_s: float) -> int:
-            return self.queue_len
+    FakeReplica = fake_replica_class(MAX_ONGOING)
 
     def make(ids: Sequence[str] = IDS, **options: Any) -> Any:
         real = real_module.ConsistentHashRouter(
