@@ -145,6 +145,14 @@ class Choice(NamedTuple):
 NO_REPLICAS = RouteDecision((), "no_replicas")
 
 
+def first_ranked(decision: RouteDecision) -> Choice:
+    """The decision's first-ranked replica, full or not: what a router that sends each
+    request to its single pick does (Dynamo, sgl-router's manual policy, llm-d)."""
+    if not decision.ranks:
+        raise ValueError("cannot pick a replica: there are none")
+    return Choice(decision.ranks[0][0], decision)
+
+
 def pick_replica(ranks: Sequence[Sequence[str]], views: Mapping[str, ReplicaView]) -> str:
     """The least loaded non-full replica of the first rank that has one.
 

@@ -88,6 +88,7 @@ from router.schema import (
     RouteDecision,
     RouterConfig,
     RouteRequest,
+    first_ranked,
 )
 
 
@@ -175,10 +176,7 @@ class DynamoKvRouter:
 
     def choose(self, views: Sequence[ReplicaView], request: RouteRequest) -> Choice:
         """The pick, full or not: Dynamo routes to it."""
-        decision = self.rank(views, request)
-        if not decision.ranks:
-            raise ValueError("cannot pick a replica: there are none")
-        return Choice(decision.ranks[0][0], decision)
+        return first_ranked(self.rank(views, request))
 
     def remember(self, session_id: str, replica_id: str, reported: bool = False) -> None:
         """Dynamo keeps no session memory by default (session affinity is off)."""

@@ -78,6 +78,7 @@ from router.schema import (
     RouteDecision,
     RouterConfig,
     RouteRequest,
+    first_ranked,
 )
 
 
@@ -210,10 +211,7 @@ class LlmdRouter:
 
     def choose(self, views: Sequence[ReplicaView], request: RouteRequest) -> Choice:
         """The pick, full or not: the EPP sends it there."""
-        decision = self.rank(views, request)
-        if not decision.ranks:
-            raise ValueError("cannot pick a replica: there are none")
-        return Choice(decision.ranks[0][0], decision)
+        return first_ranked(self.rank(views, request))
 
     def remember(self, session_id: str, replica_id: str, reported: bool = False) -> None:
         """The EPP keeps no session memory: the prefix index is all it has."""

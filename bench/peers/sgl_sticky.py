@@ -66,6 +66,7 @@ from router.schema import (
     RouteDecision,
     RouterConfig,
     RouteRequest,
+    first_ranked,
 )
 
 MAX_CANDIDATE_WORKERS = 2  # manual.rs: MAX_CANDIDATE_WORKERS
@@ -153,10 +154,7 @@ class SglStickyRouter:
 
     def choose(self, views: Sequence[ReplicaView], request: RouteRequest) -> Choice:
         """The policy's pick, full or not: sgl-router sends it there."""
-        decision = self.rank(views, request)
-        if not decision.ranks:
-            raise ValueError("cannot pick a replica: there are none")
-        return Choice(decision.ranks[0][0], decision)
+        return first_ranked(self.rank(views, request))
 
     def remember(self, session_id: str, replica_id: str, reported: bool = False) -> None:
         """The policy remembers its own picks as it makes them; nothing to add."""
