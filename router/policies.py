@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from penelope_engine.registry import Registry
 from router.core import AffinityRouter
@@ -88,3 +88,16 @@ def make_routing_policy(
 ) -> RoutingPolicy:
     """The routing policy registered as ``name`` (in ``registry``, the product's by default)."""
     return registry.get(name)(config if config is not None else RouterConfig(), clock)
+
+
+def with_options(cls: Any, name: str, options: object) -> RouterFactory:
+    """A factory of router class `cls` built with `options` and named `name` (a variant
+    registered beside the class's defaults, e.g. a peer at a documented threshold)."""
+
+    def make(config: RouterConfig, clock: Callable[[], float] = time.monotonic) -> RoutingPolicy:
+        router = cls(config, clock, options)
+        router.name = name
+        return cast(RoutingPolicy, router)
+
+    make.__name__ = make.__qualname__ = name
+    return make

@@ -20,15 +20,11 @@ Each router's ``name`` is its name here.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from bench.peers.dynamo_kv import DynamoKvRouter
 from bench.peers.llm_d import LlmdRouter
 from bench.peers.sgl_cache_aware import SglCacheAwareConfig, SglCacheAwareRouter
 from bench.peers.sgl_sticky import SglStickyRouter
-from router.policies import RouterFactory
-from router.schema import RouterConfig
+from router.policies import RouterFactory, with_options
 
 SGL_ABS_THRESHOLDS = (4, 8, 16, 32)  # balance_abs_threshold of the sgl_cache_aware_abs<N> variants
 
@@ -36,18 +32,11 @@ SGL_ABS_THRESHOLDS = (4, 8, 16, 32)  # balance_abs_threshold of the sgl_cache_aw
 def sgl_cache_aware_with_abs(threshold: int) -> RouterFactory:
     """A factory of ``SglCacheAwareRouter`` with ``balance_abs_threshold=threshold`` (the
     other knobs at the CLI defaults), named ``sgl_cache_aware_abs<threshold>``."""
-    options = SglCacheAwareConfig(balance_abs_threshold=threshold)
-    name = f"{SglCacheAwareRouter.name}_abs{threshold}"
-
-    def make(
-        config: RouterConfig, clock: Callable[[], float] = time.monotonic
-    ) -> SglCacheAwareRouter:
-        router = SglCacheAwareRouter(config, clock, options)
-        router.name = name
-        return router
-
-    make.__name__ = make.__qualname__ = name
-    return make
+    return with_options(
+        SglCacheAwareRouter,
+        f"{SglCacheAwareRouter.name}_abs{threshold}",
+        SglCacheAwareConfig(balance_abs_threshold=threshold),
+    )
 
 
 ENGINE_ROUTERS: dict[str, RouterFactory] = {

@@ -16,14 +16,10 @@ Each router's ``name`` is its name here.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from bench.peers.ray_kv_aware import RayKvAwareRouter
 from bench.peers.ray_prefix import RayPrefixAffinityRouter, RayPrefixConfig
 from bench.peers.ray_session_hash import RaySessionHashRouter
-from router.policies import RouterFactory
-from router.schema import RouterConfig
+from router.policies import RouterFactory, with_options
 
 PREFIX_THRESHOLDS = (5, 10, 20)  # imbalanced_threshold of the ray_prefix_t<N> variants
 
@@ -31,18 +27,11 @@ PREFIX_THRESHOLDS = (5, 10, 20)  # imbalanced_threshold of the ray_prefix_t<N> v
 def ray_prefix_with_threshold(threshold: float) -> RouterFactory:
     """A factory of ``RayPrefixAffinityRouter`` with ``imbalanced_threshold=threshold``,
     named ``ray_prefix_t<threshold>``."""
-    options = RayPrefixConfig(imbalanced_threshold=threshold)
-    name = f"{RayPrefixAffinityRouter.name}_t{threshold:g}"
-
-    def make(
-        config: RouterConfig, clock: Callable[[], float] = time.monotonic
-    ) -> RayPrefixAffinityRouter:
-        router = RayPrefixAffinityRouter(config, clock, options)
-        router.name = name
-        return router
-
-    make.__name__ = make.__qualname__ = name
-    return make
+    return with_options(
+        RayPrefixAffinityRouter,
+        f"{RayPrefixAffinityRouter.name}_t{threshold:g}",
+        RayPrefixConfig(imbalanced_threshold=threshold),
+    )
 
 
 RAY_ROUTERS: dict[str, RouterFactory] = {
