@@ -109,6 +109,7 @@ def _caller(request: Request) -> Caller:
 
 
 CallerDep = Annotated[Caller, Depends(_caller)]
+AUTHENTICATED = [Depends(_caller)]  # a route's `dependencies`: a valid API key, when set
 
 
 def _add_routes(app: FastAPI, state: AppState) -> None:
@@ -128,7 +129,7 @@ def _add_routes(app: FastAPI, state: AppState) -> None:
         prepared = await prepare_text(body, who, backend, settings)
         return await state.runner.run(prepared, backend, request)
 
-    @app.get("/v1/models", dependencies=[Depends(_caller)])
+    @app.get("/v1/models", dependencies=AUTHENTICATED)
     async def models() -> JSONResponse:
         backend = state.ready_backend()
         card = {
@@ -139,7 +140,7 @@ def _add_routes(app: FastAPI, state: AppState) -> None:
         }
         return JSONResponse({"object": "list", "data": [card]})
 
-    add_sglang_probes(app, state.ready_backend, [Depends(_caller)])  # for sgl-router
+    add_sglang_probes(app, state.ready_backend, AUTHENTICATED)  # for sgl-router
 
     @app.get("/health")
     async def health() -> JSONResponse:

@@ -10,8 +10,9 @@ Besides `generate`, a replica answers Ray Serve's two hooks:
 
 Every output carries the replica's id, and the last one its `EngineStats`;
 besides, from the moment it is up, a replica reports its stats to the ingress
-(`stats_sink`) every `REPORT_PERIOD_S` and says goodbye when it leaves, so the
-ingress's /metrics lists exactly the replicas that are up
+(`stats_sink`) every `REPORT_PERIOD_S` and says goodbye when it leaves, and
+its routing stats carry them too (Ray gives those to every ingress replica),
+so every ingress's /metrics lists exactly the replicas that are up
 (`deployments.replica_stats`).
 """
 
@@ -31,7 +32,7 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.autoscaling import KvSignals
 from deployments.backend import ReplicaOutput, stream_with_abort
-from deployments.replica_stats import REPORT_PERIOD_S
+from deployments.replica_stats import REPORT_PERIOD_S, STATS_KEY, stats_to_wire
 from deployments.serve_config import SGLangSettings
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.cache.pages import PageNaming
@@ -159,13 +160,16 @@ class EngineReplica:
 
     def _routing_digest(self) -> dict[str, Any]:
         stats = self._engine.stats()
-        return build_digest(
+        digest = build_digest(
             self._engine.session_digests(SESSION_DIGEST_LIMIT),
             self._engine.shared_prefix_hashes(PREFIX_DIGEST_LIMIT),
             limit=SESSION_DIGEST_LIMIT,
             queue_len=stats.queue_length + stats.running,
             now=self._engine.clock(),  # the clock of the sessions' last_access
         )
+        # Ray hands routing stats to every router, so every ingress replica's /metrics
+        # has every engine replica's stats (`deployments.replica_stats`)
+        return {**digest, STATS_KEY: stats_to_wire(stats)}
 
     def _kv_signals(self) -> dict[str, float]:
         digests = self._engine.session_digests(SESSION_DIGEST_LIMIT)

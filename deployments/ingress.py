@@ -4,13 +4,17 @@ The ingress tokenizes (with the engine's own tokenizer, fetched once from a
 replica), validates, and streams each request from an engine replica chosen
 by the cache-affinity router: the handle carries the request's session id
 (`handle.options(session_id=...)`), which is what the router keys on.
+`GET /v1/penelope/router` shows what this ingress's router routes to
+(`router.local.views`): the engine replicas it knows, each with its
+digest's session count and queue length.
 
 Metrics: each engine replica reports its `EngineStats` to the ingress from the
 moment it is up, every few seconds, and with the last output of every
 request (`deployments.replica_stats`); the ingress's `/metrics` exports every
 replica it heard from lately, with the same names as standalone mode. So
-`/metrics` on the Serve HTTP port covers the fleet (with one ingress replica,
-exactly; with several, each exports the reports that reached it).
+`/metrics` on the Serve HTTP port covers the fleet, with any number of ingress
+replicas: each also reads every engine replica's stats from its router's
+routing stats (`deployments.replica_stats.merged`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import cast
 
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.exceptions import (
@@ -30,14 +35,15 @@ from ray.serve.exceptions import (
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from cache_store import StoreStats
-from deployments.api import create_app
+from deployments.api import AUTHENTICATED, create_app
 from deployments.backend import ReplicaOutput
 from deployments.engine_replica import EngineInfo
 from deployments.errors import overloaded, unavailable
-from deployments.replica_stats import ReplicaStatsBook
+from deployments.replica_stats import ReplicaStatsBook, merged
 from deployments.settings import ApiSettings, load_api_keys
 from penelope_engine.cache.pages import FirstPages
 from penelope_engine.protocol import EngineStats, GenerateRequest
+from router import local
 from router.schema import ROUTE_PREFIX_PAGES
 
 REPLICA_FAILURES = (
@@ -101,7 +107,7 @@ class RayBackend:
                 responses.cancel()
 
     def replica_stats(self) -> Mapping[str, EngineStats]:
-        return self._stats.live()
+        return merged(self._stats.live(), local.routing_stats())
 
     @property
     def healthy(self) -> bool:
@@ -131,7 +137,13 @@ class PenelopeIngress:
     def __serve_build_asgi_app__(self) -> FastAPI:
         retry = self._settings.retry_after_s
         connect = lambda: RayBackend.connect(self._engine, retry, self._book)  # noqa: E731
-        return create_app(connect, self._settings)
+        app = create_app(connect, self._settings)
+
+        @app.get("/v1/penelope/router", dependencies=AUTHENTICATED)
+        async def routing() -> JSONResponse:
+            return JSONResponse({"routers": local.views()})
+
+        return app
 
     async def report_stats(self, replica: str, stats: EngineStats | None) -> None:
         """An engine replica's periodic report (None: it is leaving)."""

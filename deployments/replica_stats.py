@@ -6,18 +6,29 @@ leaves; the last output of every request carries them too. A replica that
 stops reporting (killed, its node lost) is forgotten after `ttl_s`. So
 `/metrics` lists every live replica from its start, and none that is gone.
 
+A report reaches one ingress replica (Ray routes it like any call). With
+several, each also reads the stats every engine replica puts in its routing
+stats (`STATS_KEY`), which Ray's controller pulls and hands to the router of
+every ingress replica (`router.local.routing_stats`): `merged` keeps, per
+replica, the further along of the two (cumulative token counts never go
+back), so every ingress exports every replica, exactly to within a period.
+
     engine replica --report(stats) every 2 s, report(None) on leaving--> book
-    ingress /metrics <-- book.live(): replicas heard from in the last ttl_s
+    engine replica --routing stats, pulled by the controller--> every router
+    ingress /metrics <-- merged(book.live(), routers' stats)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from penelope_engine.protocol import EngineStats
 
 REPORT_PERIOD_S = 2.0
+STATS_KEY = "engine_stats"  # the routing-stats key that carries a replica's EngineStats
 TTL_S = 3 * REPORT_PERIOD_S + 2.0  # three missed reports and a slow one
 
 
@@ -47,3 +58,43 @@ class ReplicaStatsBook:
 
     def clear(self) -> None:
         self._stats.clear()
+
+
+def stats_to_wire(stats: EngineStats) -> dict[str, Any]:
+    """`EngineStats` as plain data (routing stats travel as msgpack/JSON)."""
+    return dataclasses.asdict(stats)
+
+
+def stats_from_wire(data: object) -> EngineStats | None:
+    """The inverse of `stats_to_wire`; None for anything malformed (never an error:
+    an ingress must not fail its /metrics over one replica's payload)."""
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        fields = dict(data)
+        evictions = tuple((str(p), str(r), int(n)) for p, r, n in fields.pop("evictions", ()))
+        if not all(type(v) is int for v in fields.values()):
+            return None
+        return EngineStats(**fields, evictions=evictions)
+    except (TypeError, ValueError):
+        return None
+
+
+def _progress(s: EngineStats) -> int:
+    """How far along a snapshot is: its cumulative counters, which never go back."""
+    served = s.tokens_device + s.tokens_host + s.tokens_store + s.tokens_recomputed
+    return served + s.tokens_new + sum(n for _, _, n in s.evictions)
+
+
+def merged(
+    reported: Mapping[str, EngineStats], routed: Mapping[str, Mapping[str, Any]]
+) -> dict[str, EngineStats]:
+    """Per replica, the further along of its report and its routing stats' snapshot.
+
+    `routed`: each live replica's routing stats (what the routers hold)."""
+    out = dict(reported)
+    for replica, payload in routed.items():
+        stats = stats_from_wire(payload.get(STATS_KEY))
+        if stats is not None and (replica not in out or _progress(stats) > _progress(out[replica])):
+            out[replica] = stats
+    return out

@@ -4,12 +4,14 @@ Only the step thread touches the engine's requests. `generate` and `abort`
 post a typed message (`_Add`, `_Abort`) to an inbox that the thread drains
 between two steps; the thread sends each request's new tokens to its asyncio
 queue, so the event loop never waits for a forward step. Cancelling a
-consumer aborts its request.
+consumer aborts its request. With a shared store, a turn's last output
+waits (briefly) for its session record (`Sequence.recorded`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import sys
@@ -31,6 +33,7 @@ from penelope_engine.sched.sequence import Sequence
 
 log = logging.getLogger(__name__)
 SHUTDOWN_TIMEOUT_S = 5.0  # a step is milliseconds to seconds; past this the loop is stuck
+RECORD_WAIT_S = 2.0  # a turn's last output waits this long at most for its session record
 
 
 @dataclass
@@ -66,6 +69,20 @@ def _settle(future: asyncio.Future[Any], exc: Exception | None, result: object =
             future.set_result(result)
         else:
             future.set_exception(exc)
+
+
+async def _when_recorded(
+    listener: _Listener,
+    item: tuple[RequestOutput, Exception | None],
+    recorded: concurrent.futures.Future[bool],
+) -> None:
+    """A turn's last output, once the store has the session's record (at most
+    `RECORD_WAIT_S`): a next turn served elsewhere then finds what was seen."""
+    try:
+        await asyncio.wait_for(asyncio.wrap_future(recorded), RECORD_WAIT_S)
+    except Exception as exc:  # late or failed: the turn ends anyway
+        log.info("the session record was not written in time: %r", exc)
+    listener.queue.put_nowait(item)
 
 
 class AsyncEngine:
@@ -157,7 +174,12 @@ class AsyncEngine:
         listener.emitted += len(out.token_ids)
         if out.finished:
             del self._listeners[seq.request_id]
-        listener.loop.call_soon_threadsafe(listener.queue.put_nowait, (out, seq.error))
+        item = (out, seq.error)
+        if out.finished and seq.recorded is not None and not seq.recorded.done():
+            coro = _when_recorded(listener, item, seq.recorded)
+            asyncio.run_coroutine_threadsafe(coro, listener.loop)
+        else:
+            listener.loop.call_soon_threadsafe(listener.queue.put_nowait, item)
 
     def _post(self, item: _Add | _Abort) -> None:
         self._inbox.put(item)

@@ -148,8 +148,18 @@ class CacheConfig:
     # prompt starting with one shares those pages across tenants; everything
     # after them stays the tenant's own.
     public_prefixes: tuple[tuple[int, ...], ...] = ()
+    # A session's record (its timing, the pages it has seen) is dropped once it holds
+    # no cached page and has been idle this long; past `max_session_records`, the least
+    # recently used idle records go first. A request without a session id keeps none.
+    session_ttl_s: float = 3600.0
+    max_session_records: int = 100_000
 
     def __post_init__(self) -> None:
+        require(self.session_ttl_s > 0, f"session_ttl_s must be positive, got {self.session_ttl_s}")
+        require(
+            self.max_session_records > 0,
+            f"max_session_records must be positive, got {self.max_session_records}",
+        )
         require(self.page_size > 0, f"page_size must be positive, got {self.page_size}")
         require(self.device_pages > 0, f"device_pages must be positive, got {self.device_pages}")
         require(self.host_pages >= 0, f"host_pages must be >= 0, got {self.host_pages}")

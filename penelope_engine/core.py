@@ -88,6 +88,8 @@ def build_core(
         has_store=has_store,
         time_fn=clock,
         page_cost=page_cost or (lambda p: cost().recompute_s(p * ps, ps)),
+        session_ttl_s=cache.session_ttl_s,
+        max_session_records=cache.max_session_records,
     )
     sched = Scheduler(
         scheduler,

@@ -102,6 +102,8 @@ class Engine:
             if store is not None
             else None
         )
+        if self.handover is not None:
+            self.scheduler.records.listeners.append(self.handover.forget)
         self.step_observer = hooks.step_observer
         self.runner = ModelRunner(self.loaded.model, self.device_pool, config.seed)
         self._seqs: dict[str, Sequence] = {}
@@ -178,7 +180,7 @@ class Engine:
             if seq.finish_reason is not None:
                 self._seqs.pop(seq.request_id, None)
                 if self.handover is not None and seq.req.session_id is not None:
-                    self.handover.turn_ended(seq.req.tenant, seq.req.session_id)
+                    seq.recorded = self.handover.turn_ended(seq.req.tenant, seq.req.session_id)
         return out
 
     def _observe(self, items: list[BatchItem], seconds: float) -> None:
@@ -215,13 +217,6 @@ class Engine:
     # -- observability -------------------------------------------------------------------
     def stats(self) -> EngineStats:
         t, c = self.scheduler.totals, self.cache
-        # A lock counts on a node and every ancestor (PageTree.lock), so the locked nodes
-        # hang together under the root: walk those only, not the whole tree.
-        locked, stack = 0, [n for n in c.tree.root.children.values() if n.lock > 0]
-        while stack:
-            node = stack.pop()
-            locked += 1
-            stack.extend(child for child in node.children.values() if child.lock > 0)
         return EngineStats(
             tokens_device=t.device_tokens,
             tokens_host=t.host_tokens,
@@ -236,7 +231,9 @@ class Engine:
             queue_length=len(self.scheduler.waiting),
             running=len(self.scheduler.running),
             request_pages=self.scheduler.request_pages(),
-            locked_nodes=locked,
+            locked_nodes=c.tree.locked_nodes(),
+            tree_nodes=c.tree.size,
+            session_records=len(c.sessions),
         )
 
     def store_stats(self) -> StoreStats | None:
@@ -252,6 +249,7 @@ class Engine:
 
     def check_integrity(self) -> None:
         self.cache.check_integrity(request_pages=self.scheduler.request_pages())
+        self.scheduler.records.check()
 
     def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
         """Page ids of shared prefixes this replica holds on the device (router digests)."""

@@ -137,6 +137,9 @@ class EngineStats:
     # Leak checks (bench.load): both are 0 once every request has ended.
     request_pages: int = 0  # device pages running requests hold outside the prefix tree
     locked_nodes: int = 0  # prefix-tree nodes locked by running requests
+    # Bounded state (bench.soak): flat once traffic is steady.
+    tree_nodes: int = 0  # prefix-tree nodes
+    session_records: int = 0  # sessions the cache keeps a record of
 
     @property
     def hit_ratio(self) -> float:

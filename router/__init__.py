@@ -8,6 +8,7 @@ Modules:
     core         The cache-affinity routing core: plain Python, no Ray
     digest       The compact digest an engine replica publishes for the router
     hashing      Stable hashing for routing decisions that several routers must share
+    local        The routers of this process, so that the process can say what they route to
     policies     The product's routing policies by name: ``affinity`` (Penelope) and
                  ``pow2`` (Ray's default)
     ray_router   Ray Serve request router on the routing core:

@@ -24,7 +24,8 @@ Wiring a deployment::
 
     from ray import serve
     from ray.serve.config import RequestRouterConfig
-    from router.digest import build_digest
+    from router import local
+from router.digest import build_digest
 
     @serve.deployment(
         max_ongoing_requests=32,
@@ -46,6 +47,15 @@ Wiring a deployment::
 ``router`` and ``penelope_engine`` are imported by reference, so they must be
 importable wherever a handle lives (install the package or ship the repo as
 the runtime_env ``working_dir``).
+
+What a router sees
+------------------
+Each process's routers register themselves (``router.local``); its
+``views()`` lists, per router, the replicas Ray has given it and what their digests report. The
+ingress serves it at ``GET /v1/penelope/router``: after a replica starts, Ray
+Serve's controller reports it running a moment (seconds, on a busy node)
+before a router in another process learns of it, and a new session placed in
+between can only go to the replicas it knows.
 
 Where the request's routing fields come from (first found wins)
 ---------------------------------------------------------------
@@ -73,6 +83,7 @@ from ray.serve.request_router import (
     RunningReplica,
 )
 
+from router import local
 from router.digest import EMPTY_DIGEST, DigestError, ReplicaDigest, decode_digest
 from router.policies import RoutingPolicy, make_routing_policy
 from router.schema import ReplicaView, RouterConfig, RouteRequest
@@ -88,6 +99,7 @@ class PenelopeRequestRouter(RequestRouter):
         self._policy: RoutingPolicy = make_routing_policy("affinity")
         self._digests: dict[str, tuple[object, ReplicaDigest]] = {}
         self._live_ids: set[str] = set()
+        local.register(self)
 
     def initialize_state(self, policy: str = "affinity", **options: Any) -> None:
         """Called once by Ray with ``request_router_kwargs``."""
@@ -96,6 +108,21 @@ class PenelopeRequestRouter(RequestRouter):
     @property
     def policy(self) -> RoutingPolicy:
         return self._policy
+
+    def describe(self) -> dict[str, Any]:
+        """The policy, and each replica Ray has given this router with its digest's
+        session count and the queue length it would route by."""
+        replicas = [
+            {"replica_id": v.replica_id, "queue_len": v.queue_len,
+             "sessions": len(v.digest.sessions)}
+            for v in sorted((self._view(r) for r in self.curr_replicas.values()),
+                            key=lambda v: v.replica_id)
+        ]  # fmt: skip
+        return {"app": self.app_name, "policy": self._policy.name, "replicas": replicas}
+
+    def routing_stats(self) -> dict[str, Mapping[str, Any]]:
+        """The latest routing stats of each replica, as Ray gave them to this router."""
+        return {rid.unique_id: r.routing_stats or {} for rid, r in self.curr_replicas.items()}
 
     async def choose_replicas(
         self,
@@ -116,7 +143,7 @@ class PenelopeRequestRouter(RequestRouter):
         self, pending_request: PendingRequest, replica_id: ReplicaID, result: object
     ) -> None:
         session_id = route_request_of(pending_request).session_id
-        replica = self._replicas.get(replica_id)
+        replica = self.curr_replicas.get(replica_id)
         if session_id is None or replica is None:
             return
         reported = session_id in self._digest(replica).sessions
@@ -132,7 +159,7 @@ class PenelopeRequestRouter(RequestRouter):
 
     def _sync_replicas(self) -> None:
         """Re-home sessions of replicas that left (only when the set changed)."""
-        live = {rid.unique_id for rid in self._replica_id_set}
+        live = {rid.unique_id for rid in self.curr_replicas}
         if live == self._live_ids:
             return
         self._live_ids = live

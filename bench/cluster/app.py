@@ -99,6 +99,39 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float) -> Any:
         time.sleep(POLL_S)
 
 
+def routed_replicas(url: str, api_key: str) -> set[str] | None:
+    """The engine replicas the ingress's router knows (`GET /v1/penelope/router`); None
+    before it has routed anything (Ray builds a router on a handle's first request)."""
+    import httpx
+
+    resp = httpx.get(
+        f"{url}/v1/penelope/router", headers={"authorization": f"Bearer {api_key}"}, timeout=10
+    )
+    resp.raise_for_status()
+    routers = resp.json()["routers"]
+    if not routers:
+        return None
+    return {r["replica_id"] for router in routers for r in router["replicas"]}
+
+
+def wait_routed(url: str, api_key: str, timeout_s: float) -> set[str]:
+    """Until the ingress's router knows exactly the live engine replicas; their tags.
+
+    Serve reports a new replica running a moment before a router in another process
+    learns of it; a session placed in between can only go to the replicas it knows."""
+    seen: list[set[str] | None] = [None]
+
+    def check() -> set[str] | None:
+        live = {r.tag for r in engine_replicas()}
+        seen[0] = routed_replicas(url, api_key)
+        return live if live and seen[0] == live else None
+
+    try:
+        return wait_for("the ingress's router to know every live replica", check, timeout_s)
+    except ClusterError as e:
+        raise ClusterError(f"{e} (it knows {sorted(seen[0] or ())})") from None
+
+
 def app_state() -> tuple[str, dict[str, int]]:
     """The application's status and the engine deployment's replica states."""
     from ray import serve

@@ -12,14 +12,14 @@ runs `turns_before` turns, makes the fault, then runs one more turn:
 
 Affected sessions are those whose last turn was answered by the lost replica.
 Node loss and downscale need a session on the worker's replica before the
-fault. Placement is the router's (a new session goes to the lighter
-replica), and a replica Serve has just started may not be in the ingress's
-view yet, so when the pre-fault turns leave the worker's replica without a
-session the case starts again with fresh session ids (`<case>-<i>.<attempt>`)
-and the same prompts (so the same reference answers) under a tenant of its
-own (`config.agent_key`: nothing an earlier start cached serves it), at most
-`PLACEMENT_ATTEMPTS` times; `placement_attempts` says how many it took. The
-entry of a case:
+fault. Placement is the router's, and the case places its sessions once:
+first it waits until the ingress's router knows every live replica (Serve
+reports a replica running seconds before a router in another process learns
+of it) and until earlier cases' sessions are idle past the router's active
+window (`config.ROUTER_ACTIVE_WINDOW_S`: the fleet has no active load then),
+and it starts the sessions one at a time, so the second goes to the replica
+the first left lighter. A case that still finds no session on the worker's
+replica fails, with `placement` saying so. The entry of a case:
 
     moved_sessions  affected sessions whose next turn another replica answered
     store_tokens    usage.penelope.store_tokens summed over those next turns
@@ -40,12 +40,11 @@ from typing import Any
 
 from bench.cluster import app
 from bench.cluster.client import Turn, cut_turn, turn_all
-from bench.cluster.config import PLACEMENT_ATTEMPTS, agent_key
+from bench.cluster.config import AGENT_KEY, ROUTER_ACTIVE_WINDOW_S, STATS_PERIOD_S
 from bench.cluster.nodes import WORKER, Cluster, kill_node
 from bench.side.plan import SessionPlan
 
 Answers = dict[tuple[str, int], tuple[str, int | None, str | None]]
-PLACEMENT_PAUSE_S = 3.0  # between attempts: the ingress's view of the replicas catches up
 
 
 @dataclass(frozen=True)
@@ -60,21 +59,9 @@ class Run:
     request_timeout_s: float
 
 
-def case_sessions(
-    case: str, plans: list[SessionPlan], attempt: int = 0
-) -> list[tuple[str, SessionPlan]]:
-    """Session ids and plans of a case; an attempt past the first adds ``.<attempt>``."""
-    tail = f".{attempt}" if attempt else ""
-    return [(f"{case}-{i}{tail}", p) for i, p in enumerate(plans)]
-
-
-def plan_id(session: str) -> str:
-    """The reference run's id of a case session: its attempt suffix dropped."""
-    return session.partition(".")[0]
-
-
-def attempt_of(session: str) -> int:
-    return int(session.partition(".")[2] or 0)
+def case_sessions(case: str, plans: list[SessionPlan]) -> list[tuple[str, SessionPlan]]:
+    """Session ids and plans of a case."""
+    return [(f"{case}-{i}", p) for i, p in enumerate(plans)]
 
 
 def _worker_tags() -> set[str]:
@@ -100,8 +87,7 @@ def _cut(run: Run, sessions: list[tuple[str, SessionPlan]], homes: dict[str, str
     sid, plan = next(((s, p) for s, p in sessions if homes.get(s) in on), (None, None))
     if sid is None or plan is None:
         return None
-    key = agent_key(attempt_of(sid))
-    return cut_turn(run.url, sid, plan.turns[k], key, fault, run.request_timeout_s)
+    return cut_turn(run.url, sid, plan.turns[k], AGENT_KEY, fault, run.request_timeout_s)
 
 
 def replica_kill(run: Run, sessions: list[tuple[str, SessionPlan]], homes: dict[str, str],
@@ -150,26 +136,24 @@ def run_case(run: Run, case: str, plans: list[SessionPlan]) -> dict[str, Any]:
     """One case (see the module docstring); its entry of the result."""
     t0 = time.monotonic()
     last = len(plans[0].turns) - 1
-    for attempt in range(PLACEMENT_ATTEMPTS):
-        if attempt:
-            time.sleep(PLACEMENT_PAUSE_S)
-        sessions = case_sessions(case, plans, attempt)
-        turns = _before_fault(run, sessions, last, agent_key(attempt))
-        homes = _homes([t for t in turns if t.turn == last - 1])
-        # a replica kill takes the busiest replica; the others lose the worker's
-        if case == "replica_kill" or _worker_tags() & set(homes.values()):
-            break
+    app.wait_routed(run.url, AGENT_KEY, run.settle_timeout_s)
+    time.sleep(ROUTER_ACTIVE_WINDOW_S + 2 * STATS_PERIOD_S)  # earlier sessions go idle
+    sessions = case_sessions(case, plans)
+    turns = _before_fault(run, sessions, last, AGENT_KEY)
+    homes = _homes([t for t in turns if t.turn == last - 1])
+    # a replica kill takes the busiest replica; the others lose the worker's
+    if case != "replica_kill" and not _worker_tags() & set(homes.values()):
+        return {"ok": False, "placement": f"no session on the worker's replica: {homes}"}
     lost, cut = CASES[case](run, sessions, homes, last)
-    after = turn_all(run.url, sessions, last, agent_key(attempt), run.request_timeout_s)
+    after = turn_all(run.url, sessions, last, AGENT_KEY, run.request_timeout_s)
     # a trace session may rewrite its context between turns: its next prompt then shares
     # only a prefix with the history the fleet held, and may have none to load
     rewrites = {
         s for s, p in sessions if not p.turns[last].prompt.startswith(p.turns[last - 1].prompt)
     }
-    entry = summarize(
+    return summarize(
         case, turns + after, homes, lost, cut, run.reference, time.monotonic() - t0, rewrites
     )
-    return {**entry, "placement_attempts": attempt + 1}
 
 
 def _before_fault(
@@ -193,9 +177,7 @@ def summarize(case: str, turns: list[Turn], homes: dict[str, str], lost: set[str
     nexts = {t.session: t for t in turns if t.turn == last and t.session in affected}
     moved = [s for s in affected if nexts[s].status == 200 and nexts[s].replica not in lost]
     mismatched = [
-        (t.session, t.turn)
-        for t in turns
-        if reference.get((plan_id(t.session), t.turn)) != t.answer
+        (t.session, t.turn) for t in turns if reference.get((t.session, t.turn)) != t.answer
     ]
     errors = sum(1 for t in turns if t.server_error)
     cut_entry = None if cut is None else {

@@ -39,13 +39,11 @@ REPLICA_CPUS = 0.5
 INGRESS_CPUS = 0.25
 AGENT_KEY, REFERENCE_KEY = "agents-key", "reference-key"
 AGENT_TENANT, REFERENCE_TENANT = "agents", "reference"
-PLACEMENT_ATTEMPTS = 4  # a case's starts (bench.cluster.cases), each under its own tenant
-
-
-def agent_key(attempt: int) -> str:
-    """The API key of a case's `attempt`-th start: a tenant of its own, so no cache or
-    store page of an earlier start of the same prompts serves it."""
-    return AGENT_KEY if attempt == 0 else f"{AGENT_KEY}-{attempt}"
+# The router's active window here: a session used this recently counts toward its
+# replica's load. Production keeps minutes; the bench's cases are seconds apart, and
+# each waits this long so that the earlier cases' sessions no longer weigh on placement.
+ROUTER_ACTIVE_WINDOW_S = 5.0
+STATS_PERIOD_S = 0.5  # routing stats (digests) every half second
 
 
 STORES = ("path", "s3")
@@ -129,9 +127,7 @@ class ClusterConfig:
 
 
 def api_keys_text() -> str:
-    agents = [f"{agent_key(a)}:{AGENT_TENANT}{'-' + str(a) if a else ''}"
-              for a in range(PLACEMENT_ATTEMPTS)]  # fmt: skip
-    return "\n".join([*agents, f"{REFERENCE_KEY}:{REFERENCE_TENANT}"]) + "\n"
+    return f"{AGENT_KEY}:{AGENT_TENANT}\n{REFERENCE_KEY}:{REFERENCE_TENANT}\n"
 
 
 def _args(cfg: ClusterConfig, base: dict[str, Any], store: StoreLocation, keys_file: str) -> dict:
@@ -151,10 +147,14 @@ def _args(cfg: ClusterConfig, base: dict[str, Any], store: StoreLocation, keys_f
     d["max_ongoing_requests"] = 4
     d["max_queued_requests"] = 32
     args["ingress"].update(num_cpus=INGRESS_CPUS, api_keys_file=keys_file)
-    args["router"]["stats_period_s"] = 0.5
+    args["router"]["stats_period_s"] = STATS_PERIOD_S
     # new sessions are spread by load, not drawn to the replica holding the shared prefix:
     # every case needs sessions on both nodes
-    args["router"]["options"] = {**args["router"].get("options", {}), "prefix_affinity": False}
+    args["router"]["options"] = {
+        **args["router"].get("options", {}),
+        "prefix_affinity": False,
+        "active_window_s": ROUTER_ACTIVE_WINDOW_S,
+    }
     return args
 
 

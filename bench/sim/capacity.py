@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,20 @@ def attribution_setups(best: Setup) -> list[Setup]:
 
 
 def _search(job: tuple) -> tuple[int, int, SearchResult]:
-    i, seed, spec, cfg, cost, s = job
-    return i, seed, search(lambda n: point(spec, cfg, cost, n, seed), s)
+    i, seed, spec, cfg, cost, s, name = job
+
+    def measure(n: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        figures = point(spec, cfg, cost, n, seed)
+        print(
+            f"  {name} seed={seed} sessions={n}: p90 TTFT {figures['p90_ttft_s']:.3f} s "
+            f"({time.perf_counter() - t0:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return figures
+
+    return i, seed, search(measure, s)
 
 
 def _point(job: tuple) -> tuple[str, int, dict[str, float]]:
@@ -115,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         return sim_config(setup, budget, args.host_budget_factor, args.replicas)
 
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
-        jobs = [(i, seed, spec, cfg(x), cost, s) for i, x in enumerate(chosen) for seed in seeds]
+        jobs = [
+            (i, seed, spec, cfg(x), cost, s, x.name) for i, x in enumerate(chosen) for seed in seeds
+        ]
         found: dict[int, dict[int, SearchResult]] = {i: {} for i in range(len(chosen))}
         for i, seed, result in _run(pool, _search, jobs):
             found[i][seed] = result

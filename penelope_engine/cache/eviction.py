@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
-from penelope_engine.cache.sessions import SessionInfo  # also re-exported from here
+from penelope_engine.cache.sessions import SessionInfo, stand_in  # SessionInfo re-exported
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
 from penelope_engine.registry import Registry
@@ -32,7 +32,9 @@ class CacheView(Protocol):
     @property
     def now(self) -> float: ...
 
-    def session(self, sid: str) -> SessionInfo: ...
+    def session_info(self, sid: str) -> SessionInfo | None:
+        """The session's record, or None if it has none (never creates one)."""
+        ...
 
     def page_cost(self, page_index: int) -> float: ...
 
@@ -83,21 +85,24 @@ class LruPolicy(EvictionPolicy):
 class _SessionPolicy(EvictionPolicy):
     """Shared pages last (as LRU leaves); private pages ranked by session score."""
 
-    def session_score(self, sid: str, view: CacheView) -> float:
+    def session_score(self, info: SessionInfo, view: CacheView) -> float:
         raise NotImplementedError
 
     def key(self, node: Node, tier: Tier, view: CacheView) -> tuple:
         sid = owner(node)
         if node.shared or sid is None:
             return (1, node.last_access, -node.start)
-        return (0, self.session_score(sid, view), node.start)
+        info = view.session_info(sid)
+        if info is None:  # its record expired, or a request without a session id
+            info = stand_in(node.last_access)
+        return (0, self.session_score(info, view), node.start)
 
 
 class PenelopePolicy(_SessionPolicy):
     name = "penelope"
 
-    def session_score(self, sid: str, view: CacheView) -> float:
-        return view.session(sid).last_access
+    def session_score(self, info: SessionInfo, view: CacheView) -> float:
+        return info.last_access
 
 
 class ReturnAwarePolicy(_SessionPolicy):
@@ -125,8 +130,7 @@ class ReturnAwarePolicy(_SessionPolicy):
         expected = info.turn_end + gap
         return expected if expected >= view.now else 2 * view.now - info.turn_end
 
-    def session_score(self, sid: str, view: CacheView) -> float:
-        info = view.session(sid)
+    def session_score(self, info: SessionInfo, view: CacheView) -> float:
         if info.queued_since is not None:
             return info.queued_since
         return self.expected_return(info, view)

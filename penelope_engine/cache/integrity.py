@@ -28,6 +28,7 @@ def check_integrity(
     dev, hst = [], []
     for node in tree.iter_nodes():
         assert node.lock >= 0
+        assert len(node.sessions) <= 2, "a node names more sessions than `shared` needs"
         assert node.n_device == int((node.device >= 0).sum()), "stale device count"
         assert node.n_host == int((node.host >= 0).sum()), "stale host count"
         assert node.summary_is_fresh(), "stale node summary (an array changed without recount)"
@@ -36,6 +37,7 @@ def check_integrity(
         assert len(node) > 0 and all(c.parent is node for c in node.children.values())
         dev.append(node.device[node.device >= 0])
         hst.append(node.host[node.host >= 0])
+    assert len(dev) == tree.size, f"tree size {tree.size}, {len(dev)} nodes found"
     d = np.concatenate(dev) if dev else np.empty(0, np.int32)
     h = np.concatenate(hst) if hst else np.empty(0, np.int32)
     assert len(np.unique(d)) == len(d), "a device page is in the tree twice"

@@ -17,6 +17,7 @@ childless node, and nodes with nothing left, are trimmed off the tree.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Container
 from typing import Protocol
 
 import numpy as np
@@ -84,6 +85,29 @@ class Placement:
         self.heaps.track(node)
         return upper
 
+    def forget_stored(self, node: Node, keep: Container[str], before: float) -> int:
+        """Private childless nodes, from `node` up, that hold only store pages, are not
+        locked, were last used before `before` and whose session is not in `keep`, leave
+        the tree (the store keeps their pages: `store_run` finds them past a match).
+        Returns the nodes removed."""
+        removed = 0
+        while (
+            node.parent is not None
+            and not node.children
+            and node.lock == 0
+            and not node.shared
+            and node.n_device == node.n_host == 0
+            and node.last_access < before
+            and not any(sid in keep for sid in node.sessions)
+        ):
+            parent = node.parent
+            node.stored[:] = False
+            node.recount()
+            self.trim(node)
+            removed += 1
+            node = parent
+        return removed
+
     def trim(self, node: Node) -> None:
         """Drop trailing holes of childless unlocked nodes, and empty nodes, upwards."""
         while node.parent is not None and not node.children and node.lock == 0:
@@ -133,7 +157,8 @@ class Placement:
                     child = self.split(child, k)
                 self._merge_pages(child, pages[i : i + k])
                 i += k
-            child.sessions.add(session)
+            if len(child.sessions) < 2:  # two make it shared: more would only pile up
+                child.sessions.add(session)
             child.last_access = now
             self.policy.on_access(child, self.heaps.view)
             node = child

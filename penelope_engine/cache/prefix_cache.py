@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from penelope_engine.cache import digests, integrity
+from penelope_engine.cache import digests, integrity, sessions
 from penelope_engine.cache.allocator import PageAllocator
 from penelope_engine.cache.evict_heap import EvictionHeaps, first_page
 from penelope_engine.cache.eviction import EvictionPolicy, make_eviction_policy
@@ -79,6 +79,8 @@ class PrefixCache:
         has_store: bool = False,
         time_fn: Callable[[], float] = time.monotonic,
         page_cost: Callable[[int], float] | None = None,
+        session_ttl_s: float = 3600.0,
+        max_session_records: int = 100_000,
     ) -> None:
         self.page_size = page_size
         self.tree = PageTree()
@@ -89,6 +91,8 @@ class PrefixCache:
         self.time_fn = time_fn
         self.page_cost = page_cost or default_page_cost(page_size)
         self.sessions: dict[str, SessionInfo] = {}
+        self.session_ttl_s = session_ttl_s
+        self.max_session_records = max_session_records
         self.heaps = EvictionHeaps(self.policy, self)
         self.placement = Placement(
             self.tree, self.device, self.host, self.policy, self.heaps, io, has_store
@@ -122,10 +126,15 @@ class PrefixCache:
         return self.placement.evictions
 
     def session(self, sid: str) -> SessionInfo:
+        """The session's record, created on first use (session events call this)."""
         info = self.sessions.get(sid)
         if info is None:
             info = self.sessions[sid] = SessionInfo(last_access=self.now)
         return info
+
+    def session_info(self, sid: str) -> SessionInfo | None:
+        """The session's record, or None (policies read this: it never creates one)."""
+        return self.sessions.get(sid)
 
     def match(self, hashes: np.ndarray) -> TreeMatch:
         """Where each page of `hashes` is. Does not mutate."""
@@ -246,6 +255,27 @@ class PrefixCache:
         info = self.session(sid)
         info.next_arrival = t
         self.heaps.touch_path(info.leaf)
+
+    # -- bounded session records (`sessions.expired`) ----------------------------
+    def idle_sessions(self, keep: Container[str]) -> list[str]:
+        """Records to drop: idle sessions holding no page past the TTL, then the least
+        recently used idle ones past the cap; never those in `keep`. Does not mutate."""
+        ttl, cap = self.session_ttl_s, self.max_session_records
+        return sessions.expired(self.sessions, self.now, ttl, cap, keep)
+
+    def prune_stored(self, keep: Container[str]) -> int:
+        """Private leaves holding only store pages, idle past the TTL and not of a session
+        in `keep`, leave the tree (mutates; `Placement.forget_stored`); nodes removed."""
+        before = self.now - self.session_ttl_s
+        leaves = [n for n in self.tree.iter_nodes() if not n.children and n.stored.any()]
+        return sum(self.placement.forget_stored(n, keep, before) for n in leaves if n.parent)
+
+    def forget_sessions(self, sids: Iterable[str]) -> None:
+        """Drop these sessions' records (mutates); their pages rank as `stand_in`s."""
+        for sid in sids:
+            info = self.sessions.pop(sid, None)
+            if info is not None:
+                self.heaps.touch_path(info.leaf)
 
     # -- host tier and store -------------------------------------------------------
     def write_through(self, leaf: Node) -> int:

@@ -5,10 +5,16 @@ scheduler's events (arrival, start, turn end, abort, next-arrival hint) to it;
 the return-aware and oracle policies read these fields to rank sessions. The
 methods here only update the record: re-keying the session's path for
 eviction is the cache's part.
+
+Records are bounded (`expired`): a record goes once its session holds no
+cached page and has been idle past a TTL, and past a cap the least recently
+used idle records go first. A page whose owner has no record is ranked as a
+session last used when the page was (`stand_in`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +61,16 @@ class SessionInfo:
         """A queued request of the session was withdrawn before it ran."""
         self.queued_since = None
 
+    def holds_pages(self) -> bool:
+        """A private node on the session's path holds a page on the device or the host
+        (pages in the store are the store's: bounded by its budget, found by hash)."""
+        node = self.leaf
+        while node is not None and node.parent is not None:
+            if not node.shared and (node.n_device or node.n_host):
+                return True
+            node = node.parent
+        return False
+
     def held_elsewhere(self, hashes: np.ndarray) -> None:
         """The fleet held the path `hashes` for this session (its record in the store)."""
         if len(hashes) > len(self.seen_hashes):
@@ -66,3 +82,36 @@ class SessionInfo:
         self.last_access = now
         if len(hashes) >= len(self.seen_hashes):
             self.seen_hashes = np.array(hashes, dtype=np.uint64)
+
+
+def stand_in(last_access: float) -> SessionInfo:
+    """The record a policy reads for a session that has none (expired, or a request
+    without a session id): idle since `last_access`, its turn over."""
+    return SessionInfo(last_access=last_access, turn_end=last_access)
+
+
+def expired(
+    sessions: Mapping[str, SessionInfo],
+    now: float,
+    ttl_s: float,
+    cap: int,
+    keep: Container[str],
+) -> list[str]:
+    """Session ids whose records to drop: those idle past `ttl_s` that hold no cached
+    page, then, while more than `cap` would remain, the least recently used of the
+    rest. Sessions in `keep` (queued, running, pinned) are never dropped."""
+    out = [
+        sid
+        for sid, info in sessions.items()
+        if sid not in keep and now - info.last_access > ttl_s and not info.holds_pages()
+    ]
+    over = len(sessions) - len(out) - cap
+    if over > 0:
+        gone = set(out)
+        idle = sorted(
+            (info.last_access, sid)
+            for sid, info in sessions.items()
+            if sid not in gone and sid not in keep
+        )
+        out += [sid for _, sid in idle[:over]]
+    return out

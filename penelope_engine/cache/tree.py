@@ -169,6 +169,7 @@ class PageTree:
 
     def __init__(self) -> None:
         self.root = Node(None, 0, np.empty(0, dtype=np.uint64))
+        self.size = 0  # nodes under the root
         self.root.pinned = True
 
     def match(self, hashes: np.ndarray) -> TreeMatch:
@@ -222,6 +223,7 @@ class PageTree:
         node.parent = upper
         upper.recount()
         node.recount()
+        self.size += 1
         return upper
 
     def add_child(
@@ -235,6 +237,7 @@ class PageTree:
         child.tenant = tenant
         child.tokens = None if tokens is None else tokens.astype(np.int32)
         parent.children[int(hashes[0])] = child
+        self.size += 1
         return child
 
     def remove(self, node: Node) -> None:
@@ -242,6 +245,7 @@ class PageTree:
         assert not node.children and node.lock == 0 and node.parent is not None
         del node.parent.children[int(node.hashes[0])]
         node.parent = None
+        self.size -= 1
 
     def truncate(self, node: Node, keep: int) -> None:
         """Drop pages [keep, len) of a childless node (the LRU tail eviction)."""
@@ -257,6 +261,16 @@ class PageTree:
             node.lock += delta
             assert node.lock >= 0, "unbalanced unlock"
             node = node.parent  # type: ignore[assignment]
+
+    def locked_nodes(self) -> int:
+        """Nodes with a lock. A lock counts on a node and every ancestor (`lock`), so the
+        locked nodes hang together under the root: walk those only, not the whole tree."""
+        locked, stack = 0, [n for n in self.root.children.values() if n.lock > 0]
+        while stack:
+            node = stack.pop()
+            locked += 1
+            stack.extend(child for child in node.children.values() if child.lock > 0)
+        return locked
 
     def iter_nodes(self):
         stack = list(self.root.children.values())

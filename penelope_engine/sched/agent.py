@@ -41,7 +41,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +54,7 @@ from penelope_engine.tiers.planner import PlannerCost, choose
 
 FLEET_SAMPLES = 4096  # tool gaps kept for the fleet's distribution
 OWN_SAMPLES = 3  # a session's own gaps needed before they replace the fleet's
+OWN_KEPT = 256  # a session's most recent gaps kept (a session that runs for weeks)
 
 
 def queue_key(cfg: AgentConfig, arrival: float, session_start: float) -> float:
@@ -127,7 +128,9 @@ class Retention:
         released = self.release(sid)
         if gap_s is not None and after_tool and self.enabled:
             self.fleet.append(gap_s)
-            self.own.setdefault(sid, []).append(gap_s)
+            own = self.own.setdefault(sid, [])
+            own.append(gap_s)
+            del own[:-OWN_KEPT]
         return released
 
     def on_admit(self, waited_s: float) -> None:
@@ -175,6 +178,12 @@ class Retention:
         self.cache.unlock(pin.lock)
         self.pinned_pages -= pin.pages
         return True
+
+    def forget(self, sids: Iterable[str]) -> None:
+        """The sessions' records are gone: release their pins, drop their gaps."""
+        for sid in sids:
+            self.release(sid)
+            self.own.pop(sid, None)
 
     def expire(self, now: float) -> bool:
         """Release every pin past its TTL; True when any was."""

@@ -32,6 +32,7 @@ from penelope_engine.errors import CapacityError
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sched.admission import admit, insert_path, release_lock
 from penelope_engine.sched.agent import Retention, WaitingQueue, prefill_estimate_s, queue_key
+from penelope_engine.sched.records import SessionRecords
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.tiers.contract import SchedulerTiers
 from penelope_engine.tiers.planner import PlannerCost
@@ -66,6 +67,7 @@ class Scheduler:
         self.retention = Retention(config.agent, cache)
         self.totals = TokenUsage()
         self._released = 0  # bumps whenever pages may have become free or evictable
+        self.records = SessionRecords(cache, self.retention)
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -272,6 +274,7 @@ class Scheduler:
             self.waiting.remove(seq)
             self.cache.on_abort(seq.req.session)
             self._released += 1  # the head of the queue may have changed
+            self.records.finished(seq, self._live_sessions)
             return
         self.running.remove(seq)
         self._released += 1
@@ -282,6 +285,13 @@ class Scheduler:
         self.cache.free(seq.page_table[seq.owned])
         seq.owned[:] = False
         self.cache.on_turn_end(seq.req.session, stop_reason)
-        if not aborted and self.retention.enabled:  # cost() only when a pin may be set
+        # cost() only when a pin may be set; a request without a session never returns
+        if not aborted and self.retention.enabled and seq.req.session_id is not None:
             context = len(seq.tokens) - 1
             self.retention.on_turn_end(seq.req.session, stop_reason, context, self.cost(), now)
+        self.records.finished(seq, self._live_sessions)
+
+    def _live_sessions(self) -> set[str]:
+        """Sessions with a request queued or running, or a pin: their records stay."""
+        live = {s.req.session for s in (*self.waiting, *self.running)}
+        return live | self.retention.pins.keys()

@@ -12,6 +12,7 @@ Page table of a request, by token position (page = position // page_size):
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +43,9 @@ class Sequence:
     admitted_at: float | None = None  # first admission, on the scheduler's clock
     ready_at: float = 0.0  # its copies (demotions, loads) are done; prefill waits for it
     blocked_at: int = -1  # the scheduler's release count when it last failed to fit
+    # Done once the store has the session's record of this turn (`SessionHandover`):
+    # the last output waits for it, so a next turn elsewhere finds what was seen.
+    recorded: Future[bool] | None = None
 
     # the prompt as int32, converted from `tokens` on first use unless the caller has it
     prompt_array: np.ndarray | None = field(default=None, repr=False)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,12 +37,15 @@ import numpy as np
 from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PUBLIC
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.sessions import SessionInfo
 from penelope_engine.cache.tree import Node
 from penelope_engine.protocol import GenerateRequest
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
 from penelope_engine.tiers.write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
+RECORD_JOB_BYTES = 4096  # what a record write counts against its queue's bound
+RECORD_QUEUE_BYTES = 1024 * RECORD_JOB_BYTES  # records queued at most; past it a turn won't wait
 
 
 @dataclass(frozen=True)
@@ -65,9 +69,13 @@ class SessionHandover:
         self.tiers = tiers
         self.cache = cache
         self.writer = WriteBehind(max_bytes) if max_bytes > 0 else None  # None: drain only
+        self.record_writer = (
+            WriteBehind(RECORD_QUEUE_BYTES, name="penelope-records") if self.writer else None
+        )
         self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
         self.deferred_pages = 0  # pages not written behind for want of room (offered again)
         self._recorded: dict[str, int] = {}  # session id -> pages in its last record
+        self._turns: dict[str, int] = {}  # session id -> turns ended here (orders its records)
         self.last_drain: DrainReport | None = None
 
     # -- any thread ------------------------------------------------------------------
@@ -83,10 +91,13 @@ class SessionHandover:
 
     def flush(self, timeout_s: float) -> bool:
         """Wait for the writes queued so far; False if `timeout_s` passed first."""
-        return self.writer is None or self.writer.flush(timeout_s)
+        return all(w.flush(timeout_s) for w in self._writers())
 
     def close(self, timeout_s: float) -> bool:
-        return self.writer is None or self.writer.close(timeout_s)
+        return all([w.close(timeout_s) for w in self._writers()])
+
+    def _writers(self) -> list[WriteBehind]:
+        return [w for w in (self.record_writer, self.writer) if w is not None]
 
     # -- the step thread -------------------------------------------------------------
     def arrived(self, tenant: str, session_id: str, record: PathRecord | None) -> None:
@@ -95,16 +106,60 @@ class SessionHandover:
         if record is not None:
             self.cache.session(session_id).held_elsewhere(np.array(record.page_hashes, np.uint64))
 
-    def turn_ended(self, tenant: str, session_id: str) -> int:
-        """Queue the session's unstored pages and its record for the store; pages queued.
+    def forget(self, sids: list[str]) -> None:
+        """The sessions' records in the cache were dropped (`sched.records`)."""
+        for sid in sids:
+            self.tenants.pop(sid, None)
+            self._recorded.pop(sid, None)
+            self._turns.pop(sid, None)
 
-        Pages that do not fit the writer's bound now stay unstored, and are offered
-        again at the session's next turn end (or by a spill or a drain).
+    def turn_ended(self, tenant: str, session_id: str) -> Future[bool] | None:
+        """Queue the session's record now, then its unstored pages and the record again.
+
+        The record written first lists every page the session has seen and the
+        segments the store has of them so far (never a segment still to come), on
+        its own small queue: the turn's last output waits for it (`recorded`), so a
+        next turn that another replica serves counts what it rebuilds as recomputed,
+        not new, even before the pages land. Pages that do not fit the writer's
+        bound stay unstored, offered again at the session's next turn end (or by a
+        spill or a drain). Returns when the first record is written (True) or was
+        not (False); None without a writer.
         """
         self.tenants[session_id] = tenant
-        if self.writer is None:
-            return 0
+        if self.writer is None or self.record_writer is None:
+            return None
         info = self.cache.session(session_id)
+        pages = [(self.tiers.owner(tenant, h), h) for h in info.seen_hashes.tolist()]
+        self._turns[session_id] = self._turns.get(session_id, 0) + 1
+        recorded = self._record_first(tenant, session_id, pages)
+        self._queue_pages(tenant, session_id, info, pages)
+        return recorded
+
+    def _record_first(
+        self, tenant: str, session_id: str, pages: list[tuple[str, int]]
+    ) -> Future[bool]:
+        done: Future[bool] = Future()
+        if not pages:
+            done.set_result(True)
+            return done
+
+        def job() -> None:
+            try:
+                done.set_result(self.store.put_record(tenant, session_id, pages))
+            except Exception:
+                done.set_result(False)
+                raise
+
+        assert self.record_writer is not None
+        if not self.record_writer.submit(RECORD_JOB_BYTES, job):
+            done.set_result(False)  # the queue is full: the turn does not wait for it
+        return done
+
+    def _queue_pages(
+        self, tenant: str, session_id: str, info: SessionInfo, pages: list[tuple[str, int]]
+    ) -> None:
+        """The session's unstored pages, then its record, on the write-behind queue."""
+        assert self.writer is not None
         taken: list[tuple[Node, np.ndarray]] = []
         room = self.writer.room() // self.tiers.device.bytes_per_page
         for node in _path(info.leaf):
@@ -113,21 +168,19 @@ class SessionHandover:
             if room > 0 and len(idx):
                 taken.append((node, idx[:room]))
                 room -= len(taken[-1][1])
-        seen = info.seen_hashes.tolist()
-        if not taken and self._recorded.get(session_id) == len(seen):
-            return 0
+        if not taken and self._recorded.get(session_id) == len(pages):
+            return
         snaps = [snap for node, idx in taken for snap in self._snapshot(node, idx)]
-        pages = [(self.tiers.owner(tenant, h), h) for h in seen]
         nbytes = sum(s.nbytes for s in snaps)
         public = any(s.owner == PUBLIC for s in snaps)
-        job = lambda: self._write(snaps, tenant, session_id, pages, public)  # noqa: E731
-        self._recorded[session_id] = len(seen)  # before the job runs: a failed one undoes it
+        turn = self._turns.get(session_id, 0)
+        job = lambda: self._write(snaps, tenant, session_id, pages, public, turn)  # noqa: E731
+        self._recorded[session_id] = len(pages)  # before the job runs: a failed one undoes it
         if not self.writer.submit(nbytes, job):
             self._recorded.pop(session_id, None)  # pages unstored, record stale: a drain writes
-            return 0
+            return
         for node, idx in taken:
             self.cache.mark_stored(node, idx)
-        return sum(len(idx) for _, idx in taken)
 
     def drain(self, deadline_s: float) -> int:
         """Write every cached page the store lacks, then the records those writes (or a
@@ -198,12 +251,16 @@ class SessionHandover:
         session_id: str,
         pages: list[tuple[str, int]],
         public: bool,
+        turn: int,
     ) -> None:
         """(The writer thread.) The segments, then the records that name them: the
-        session's, and the public prefix's when its pages were among them."""
+        session's (unless a later turn's record was queued since: it lists more pages,
+        and the segments written here by the time it, or its own job, writes), and the
+        public prefix's when its pages were among them."""
         for snap in snaps:
             self.store.put(snap.segment(self.store.namespace))
-        if pages and not self.store.put_record(tenant, session_id, pages):
+        latest = self._turns.get(session_id, turn) == turn
+        if pages and latest and not self.store.put_record(tenant, session_id, pages):
             self._recorded.pop(session_id, None)  # unwritten: a drain writes it
         head = [p for p in itertools.takewhile(lambda p: p[0] == PUBLIC, pages)]
         if public and head:

@@ -73,7 +73,7 @@ def base_url() -> Iterator[str]:
                 "max_ongoing_requests": 8,
                 "autoscaling": {"min_replicas": 2, "max_replicas": 2},
             },
-            "ingress": {"num_cpus": 0.25},
+            "ingress": {"num_cpus": 0.1, "num_replicas": 2},
             "router": {"stats_period_s": 0.5},
         }
     )
@@ -157,6 +157,49 @@ def test_sessions_stay_on_their_replica_and_hit_the_cache(base_url: str) -> None
         assert 0 < hit < 1
         assert _gauge(text, "penelope_recompute_ratio", replica) == 0
     assert f'penelope_tokens_total{{replica="{next(iter(served))}",source="device"}}' in text
+
+
+def test_the_ingress_shows_what_its_router_routes_to(base_url: str) -> None:
+    asyncio.run(run_sessions(base_url))  # the router exists once it has routed
+    routers = httpx.get(f"{base_url}/v1/penelope/router", timeout=30).json()["routers"]
+    assert routers and all(r["policy"] == "affinity" for r in routers)
+    engine = serve.get_deployment_handle(ENGINE_DEPLOYMENT, app_name="penelope")
+    digest = decode_digest(engine.options(method_name="record_routing_stats").remote().result())
+    seen = {rep["replica_id"]: rep for r in routers for rep in r["replicas"]}
+    assert len(seen) == 2  # the fleet of two, each with the sessions its digest shows
+    assert any(rep["sessions"] >= len(digest.sessions) > 0 for rep in seen.values())
+
+
+def _token_totals(text: str) -> dict[str, float]:
+    found = re.findall(r'penelope_tokens_total\{replica="([^"]+)",source="([^"]+)"\} (\S+)', text)
+    return {f"{replica}/{source}": float(n) for replica, source, n in found}
+
+
+def _settled_totals(base_url: str, timeout_s: float = 30.0) -> dict[str, float]:
+    """The token totals once 8 scrapes in a row (over both ingress replicas) agree."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        scrapes = [
+            _token_totals(httpx.get(f"{base_url}/metrics", timeout=30).text) for _ in range(8)
+        ]
+        if all(s == scrapes[0] for s in scrapes):
+            return scrapes[0]
+        assert time.monotonic() < deadline, f"scrapes never agreed: {scrapes}"
+        time.sleep(0.5)
+
+
+def test_metrics_are_exact_whichever_of_two_ingress_replicas_answers(base_url: str) -> None:
+    """Each engine replica's report reaches one ingress replica; its routing stats reach
+    every ingress's router. So every scrape (the proxy spreads them over both ingress
+    replicas) shows the same totals, and they grow by exactly the prompt tokens served."""
+    before = sum(_settled_totals(base_url).values())
+    served = 0
+    for i in range(6):
+        body = {"model": MODEL, "prompt": [5 + i, 6, 7, 8, 9, 10], "max_tokens": 2}
+        r = httpx.post(f"{base_url}/v1/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        served += r.json()["usage"]["prompt_tokens"]
+    assert sum(_settled_totals(base_url).values()) - before == served
 
 
 def test_replica_hooks_answer_inside_a_real_replica(base_url: str) -> None:

@@ -41,3 +41,23 @@ def test_a_replica_that_stops_reporting_is_dropped_after_the_ttl() -> None:
 def test_a_ttl_must_be_positive() -> None:
     with pytest.raises(ValueError, match="ttl_s"):
         ReplicaStatsBook(ttl_s=0)
+
+
+def test_every_ingress_exports_every_replica_from_the_routing_stats() -> None:
+    from deployments.replica_stats import STATS_KEY, merged, stats_to_wire
+
+    reported = {"r1": EngineStats(tokens_new=10)}  # the reports that reached this ingress
+    routed = {
+        "r1": {STATS_KEY: stats_to_wire(EngineStats(tokens_new=4))},  # older than the report
+        "r2": {STATS_KEY: stats_to_wire(EngineStats(tokens_device=7, evictions=(("a", "b", 2),)))},
+        "r3": {},  # no routing stats yet
+        "r4": {STATS_KEY: {"tokens_new": "many"}},  # malformed: ignored
+        "r5": {STATS_KEY: {"tokens_new": 1, "bogus": 1}},
+        "r6": {STATS_KEY: [1, 2]},
+    }
+    out = merged(reported, routed)
+    assert set(out) == {"r1", "r2"}
+    assert out["r1"].tokens_new == 10  # cumulative counters never go back
+    assert out["r2"].tokens_device == 7 and out["r2"].evictions == (("a", "b", 2),)
+    fresher = {"r1": {STATS_KEY: stats_to_wire(EngineStats(tokens_new=12))}}
+    assert merged(reported, fresher)["r1"].tokens_new == 12

@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from bench.cluster.cases import attempt_of, case_sessions, plan_id, summarize
+from bench.cluster.cases import case_sessions, summarize
 from bench.cluster.client import Turn
 from bench.cluster.config import (
+    AGENT_KEY,
     ENGINE_DEPLOYMENT,
     INGRESS_DEPLOYMENT,
     MODEL,
-    PLACEMENT_ATTEMPTS,
     REFERENCE_KEY,
+    ROUTER_ACTIVE_WINDOW_S,
     ClusterConfig,
-    agent_key,
     api_keys_text,
     serve_deploy_config,
 )
@@ -59,6 +59,8 @@ def test_the_deployed_config_is_serve_config_yaml_pinned_to_engine_slots() -> No
     parsed = parse_serve_config(app["args"])  # still a valid Penelope config
     assert parsed.engine.model == MODEL and parsed.engine.cache.store_uri == "/tmp/store"
     assert parsed.engine_deployment.autoscaling is None and parsed.ingress.api_keys_file
+    # the bench's cases are seconds apart: the router's active window is seconds too
+    assert app["args"]["router"]["options"]["active_window_s"] == ROUTER_ACTIVE_WINDOW_S
     overrides = {d["name"]: d for d in app["deployments"]}
     engine = overrides[ENGINE_DEPLOYMENT]
     assert engine["num_replicas"] == 2
@@ -117,16 +119,13 @@ def _turn(session: str, turn: int, replica: str, text: str) -> Turn:
     return Turn(session, turn, 200, replica, text, "length", usage, done=True)
 
 
-def test_a_placement_attempt_is_held_against_the_reference_of_its_plan() -> None:
+def test_a_case_is_held_against_the_reference_of_its_plan() -> None:
     plans: list[Any] = [object(), object()]
-    ids = [sid for sid, _ in case_sessions("node_loss", plans, attempt=2)]
-    assert ids == ["node_loss-0.2", "node_loss-1.2"]
-    assert [plan_id(s) for s in ids] == ["node_loss-0", "node_loss-1"]
-    assert [attempt_of(s) for s in [*ids, "node_loss-0"]] == [2, 2, 0]
-    # each start is a tenant of its own: nothing an earlier start cached can serve it
+    ids = [sid for sid, _ in case_sessions("node_loss", plans)]
+    assert ids == ["node_loss-0", "node_loss-1"]
+    # the case's tenant is not the reference run's: nothing the reference cached serves it
     tenants = parse_api_keys(api_keys_text())
-    starts = [tenants[agent_key(a)] for a in range(PLACEMENT_ATTEMPTS)]
-    assert len(set(starts)) == PLACEMENT_ATTEMPTS and tenants[REFERENCE_KEY] not in starts
+    assert tenants[AGENT_KEY] != tenants[REFERENCE_KEY]
     answers = {(0, 0): "a", (1, 0): "b", (0, 1): "c", (1, 1): "d"}
     reference = {(f"node_loss-{i}", k): (text, 2, "length") for (i, k), text in answers.items()}
     turns = [_turn(ids[0], 0, "w", "a"), _turn(ids[1], 0, "h", "b"),

@@ -119,3 +119,45 @@ def test_pages_past_the_write_behind_bound_wait_and_a_drain_writes_them(
     prompt2 = TURN1 + (1, 2, 3) + TURN2_NEW
     usage = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent")).usage
     assert usage.store_tokens >= 40
+
+
+def test_a_turn_served_elsewhere_before_the_pages_land_counts_them_recomputed(
+    tiny_qwen3, tmp_path: Path
+) -> None:
+    """The turn's last output waits for the session's record (not its pages): the next
+    turn, on another replica while the pages are still being written, knows the history
+    was the fleet's and counts its rebuild as recomputed, not new."""
+    import asyncio
+    import threading
+
+    from penelope_engine.async_engine import AsyncEngine
+
+    shared = StoreLocation(str(tmp_path / "shared"))
+    config = CacheConfig(PS, 64, 32, "penelope", store_uri=shared.uri)
+    a = AsyncEngine(EngineConfig(cache=config), loaded=tiny_qwen3)
+    b = _engine(tiny_qwen3, shared)
+    release = threading.Event()
+    assert a.engine.store is not None
+    store_put = a.engine.store.put
+
+    def slow_put(segment):  # the page upload takes until the next turn has run
+        release.wait(30.0)
+        return store_put(segment)
+
+    a.engine.store.put = slow_put  # type: ignore[method-assign]
+
+    async def first_turn() -> tuple[int, ...]:
+        req = GenerateRequest("t1", TURN1, SAMPLING, "agent")
+        outs = [o async for o in a.generate(req)]
+        return tuple(t for o in outs for t in o.token_ids)
+
+    try:
+        one = asyncio.run(first_turn())
+        prompt2 = TURN1 + one + TURN2_NEW
+        two = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
+    finally:
+        release.set()
+        asyncio.run(a.shutdown())
+    assert two.usage.store_tokens == 0  # no page had landed
+    assert two.usage.recomputed_tokens >= 40  # but the history was the fleet's
+    assert two.usage.new_tokens <= len(TURN2_NEW) + PS

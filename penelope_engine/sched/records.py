@@ -1,0 +1,61 @@
+"""Session records stay bounded: sessionless requests keep none, idle ones expire.
+
+The cache keeps a record per session (`cache.sessions`), retention keeps its
+tool gaps, the engine's handover its tenant and last record length. A request
+without a session id drops its record when it finishes; every `SWEEP_EVERY`
+finished requests the records of idle sessions that hold no page past
+`CacheConfig.session_ttl_s` go (and, past `max_session_records`, the least
+recently used idle ones), from all three at once; and the tree forgets private
+leaves that only the store still holds, idle as long (`PrefixCache.prune_stored`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.sched.agent import Retention
+from penelope_engine.sched.sequence import Sequence
+
+SWEEP_EVERY = 256  # finished requests between sweeps of idle session records
+
+
+class SessionRecords:
+    def __init__(self, cache: PrefixCache, retention: Retention) -> None:
+        self.cache = cache
+        self.retention = retention
+        self.finished_requests = 0
+        self.sweep_every = SWEEP_EVERY
+        # Called with the session ids whose records were dropped (the engine's
+        # handover forgets them too).
+        self.listeners: list[Callable[[list[str]], None]] = []
+
+    def finished(self, seq: Sequence, live: Callable[[], Collection[str]]) -> None:
+        """`seq` left the scheduler; `live()` are the sessions whose records must stay."""
+        self.finished_requests += 1
+        if seq.req.session_id is None:
+            self.forget([seq.req.session])
+        if self.finished_requests % self.sweep_every == 0:
+            keep = live()
+            self.forget(self.cache.idle_sessions(keep))
+            self.cache.prune_stored(keep)
+
+    def check(self) -> None:
+        """Records stay within the cap plus one sweep's worth of new sessions; retention
+        and the cache agree on which sessions exist."""
+        cache = self.cache
+        assert len(cache.sessions) <= cache.max_session_records + self.sweep_every, (
+            f"{len(cache.sessions)} session records, cap {cache.max_session_records}"
+        )
+        known = cache.sessions.keys()
+        assert not (self.retention.own.keys() - known), "gaps of a forgotten session"
+        assert not (self.retention.pins.keys() - known), "a pin of a forgotten session"
+
+    def forget(self, sids: list[str]) -> None:
+        """Drop the sessions' records everywhere: the cache, retention, the listeners."""
+        if not sids:
+            return
+        self.cache.forget_sessions(sids)
+        self.retention.forget(sids)
+        for listener in self.listeners:
+            listener(sids)
