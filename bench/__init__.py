@@ -15,6 +15,8 @@ Modules:
     side/     `penelope bench side`: real routers side by side on this machine, through the
               HTTP API
     sim/      the discrete-event simulator and its benches (`bench.sim`)
+    soak/     `penelope bench soak`: many short requests against the standalone server; every
+              count flat after warm-up
     speed/    `penelope bench speed`: the embedded engine's raw speed, against any OpenAI
               server
     tokens    deterministic token ids per trace block (shared prefix identical)

@@ -4,8 +4,8 @@
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           recompute | cache-ops | store | tiers | replay | simulate
-                                  | load | ablation | agree | peers | capacity | side | cluster
-                                  | speed
+                                  | load | soak | ablation | agree | peers | capacity | side
+                                  | cluster | speed
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks. The
@@ -36,6 +36,7 @@ BENCHES = {
     "replay": ("bench.replay.cli", "agent traces through the real engine, every policy"),
     "simulate": ("bench.sim.simulate", "agent traces on simulated Qwen3 replicas, every lever"),
     "load": ("bench.load.cli", "many concurrent agent sessions against the standalone server"),
+    "soak": ("bench.soak.cli", "100K short requests against the standalone server: flat state"),
     "ablation": ("bench.sim.ablation", "the ablation table from `bench simulate --json` files"),
     "agree": ("bench.sim.agree", "the real engine and the simulator, request by request"),
     "peers": ("bench.sim.peers", "Penelope against the best peer set-ups, both length regimes"),

@@ -148,13 +148,19 @@ def app_state() -> tuple[str, dict[str, int]]:
 def wait_running(timeout_s: float, replicas: int | None = None) -> None:
     """Until the application runs (with `replicas` running engine replicas, if given)."""
 
+    last: list[object] = ["no status yet"]
+
     def check() -> bool:
         state, states = app_state()
+        last[0] = (state, states)
         if state == "DEPLOY_FAILED":
             raise ClusterError(f"the application failed to deploy: {states}")
         return state == "RUNNING" and (replicas is None or states == {"RUNNING": replicas})
 
-    wait_for(f"the application running with {replicas or 'its'} replicas", check, timeout_s)
+    try:
+        wait_for(f"the application running with {replicas or 'its'} replicas", check, timeout_s)
+    except ClusterError as e:
+        raise ClusterError(f"{e}; last seen (application, engine replicas): {last[0]}") from None
 
 
 def wait_fleet(replicas: int, timeout_s: float) -> dict[str, int]:

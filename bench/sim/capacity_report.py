@@ -4,7 +4,9 @@ A run is one set-up over several seeds: `sessions_at_slo` as the mean over
 seeds and `per_seed`, and its curve (session count -> the figures, averaged
 over the seeds that ran that count, with `seeds` saying how many). The best
 peer is the peer with the most sessions at the SLO, over the whole grid and
-also seed by seed; `ratio` is Penelope's count over the best peer's, per seed.
+also seed by seed; `ratio` is Penelope's count over the best peer's, per seed,
+and the same for `crossing` (where p90 TTFT crosses the SLO, interpolated in
+the bisection's bracket: `SearchResult.crossing`).
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ def capacity_run(
         "per_seed": {
             "seed": seeds,
             "sessions_at_slo": [results[s].sessions_at_slo for s in seeds],
+            "crossing": [round(results[s].crossing(slo_s), 1) for s in seeds],
             "capped": [results[s].capped for s in seeds],
         },
+        "crossing": float(np.mean([results[s].crossing(slo_s) for s in seeds])),
         "curve": curve,
         "curve_per_seed": {str(s): {str(n): p for n, p in results[s].curve.items()} for s in seeds},
     }
@@ -79,12 +83,18 @@ def ratios(runs: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any]:
     theirs = np.asarray(best["per_seed_best"], dtype=float)
     if not theirs.all():  # a seed where no peer holds even the smallest count: no ratio
         return {}
+    peers = [r for r in runs if r["system"] != "penelope"]
+    cross = np.max([r["per_seed"]["crossing"] for r in peers], axis=0)
     out = {}
     for r in runs:
         if r["system"] != "penelope":
             continue
         x = np.asarray(r["per_seed"]["sessions_at_slo"], dtype=float) / theirs
-        out[r["name"]] = {"mean": float(x.mean()), "min": float(x.min()), "max": float(x.max())}
+        c = np.asarray(r["per_seed"]["crossing"], dtype=float) / cross
+        out[r["name"]] = {
+            "mean": float(x.mean()), "min": float(x.min()), "max": float(x.max()),
+            "crossing": {"mean": float(c.mean()), "min": float(c.min()), "max": float(c.max())},
+        }  # fmt: skip
     return out
 
 
@@ -112,15 +122,24 @@ def attribution_rows(
 
 
 def table(runs: list[dict[str, Any]], best: dict[str, Any], ratio: dict[str, Any]) -> str:
-    lines = [f"{'set-up':52} {'sessions@SLO':>12} {'per seed':>20}"]
+    head = f"{'set-up':44} {'sessions@SLO':>12} {'per seed':>14} {'crossing':>9} {'per seed':>18}"
+    lines = [head]
     for r in sorted(runs, key=lambda r: -r["sessions_at_slo"]):
         seeds = ",".join(str(x) for x in r["per_seed"]["sessions_at_slo"])
+        cross = ",".join(f"{x:.0f}" for x in r["per_seed"]["crossing"])
         cap = " (cap)" if any(r["per_seed"]["capped"]) else ""
-        lines.append(f"{r['name']:52} {r['sessions_at_slo']:12.1f} {seeds:>20}{cap}")
+        lines.append(
+            f"{r['name']:44} {r['sessions_at_slo']:12.1f} {seeds:>14} {r['crossing']:9.1f} "
+            f"{cross:>18}{cap}"
+        )
     if best:
         lines.append(f"best peer: {best['setup']} ({best['sessions_at_slo']:.1f})")
     for name, x in ratio.items():
-        lines.append(f"{name}: {x['mean']:.2f}x [{x['min']:.2f}-{x['max']:.2f}] the best peer")
+        c = x["crossing"]
+        lines.append(
+            f"{name}: {x['mean']:.2f}x [{x['min']:.2f}-{x['max']:.2f}] the best peer; "
+            f"at the SLO crossing {c['mean']:.2f}x [{c['min']:.2f}-{c['max']:.2f}]"
+        )
     return "\n".join(lines)
 
 

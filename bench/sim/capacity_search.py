@@ -81,6 +81,25 @@ class SearchResult:
     capped: bool  # `max_sessions` still met the SLO
     curve: dict[int, dict[str, float]] = field(default_factory=dict)
 
+    def crossing(self, slo_s: float) -> float:
+        """Where p90 TTFT crosses the SLO, linear between the last count that met it and
+        the next that did not (the bisection's bracket): a finer figure than a coarse
+        resolution gives. p90 rises faster than linearly there, so this leans high
+        by at most the bracket. `sessions_at_slo` when nothing above it was run."""
+        return crossing({n: p["p90_ttft_s"] for n, p in self.curve.items()}, slo_s)
+
+
+def crossing(p90: dict[int, float], slo_s: float) -> float:
+    """`SearchResult.crossing` on a curve of session count -> p90 TTFT."""
+    ok = [n for n, v in p90.items() if v <= slo_s]
+    good = max(ok, default=0)
+    above = [n for n in p90 if n > good and p90[n] > slo_s]
+    if not ok or not above:
+        return float(good)
+    bad = min(above)
+    frac = (slo_s - p90[good]) / (p90[bad] - p90[good])
+    return good + frac * (bad - good)
+
 
 def point(spec: WorkloadSpec, cfg: SimConfig, cost: GpuCostModel, n: int, seed: int) -> dict:
     """One count's figures for one set-up and seed."""

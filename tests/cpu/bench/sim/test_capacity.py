@@ -43,6 +43,17 @@ def test_resolution_bounds_the_bracket() -> None:
     assert 45 - 8 < r.sessions_at_slo <= 45 and len(ran) <= 5
 
 
+def test_the_crossing_interpolates_inside_the_bracket() -> None:
+    from bench.sim.capacity_search import crossing
+
+    # met at 128 (1.0 s), missed at 160 (3.0 s): a 2.0 s SLO is crossed halfway
+    assert crossing({64: 0.5, 128: 1.0, 160: 3.0, 256: 90.0}, 2.0) == pytest.approx(144.0)
+    assert crossing({64: 0.5, 128: 1.0}, 2.0) == 128.0  # nothing above ran: the last met
+    assert crossing({64: 5.0}, 2.0) == 0.0  # even the first count missed
+    # a non-monotonic seed: the last count that met the SLO and the next miss above it
+    assert crossing({64: 0.5, 96: 2.5, 128: 1.5, 160: 4.0}, 2.0) == pytest.approx(134.4)
+
+
 @pytest.mark.slow
 def test_capacity_bench_runs_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "cap.json"
