@@ -25,6 +25,8 @@ from deployments.serve_config import AutoscalingSettings, ServeConfig, parse_ser
 
 ENGINE_DEPLOYMENT = "PenelopeEngine"
 INGRESS_DEPLOYMENT = "PenelopeIngress"
+INGRESS_ROUTER_CLASS = "ray.serve.experimental.consistent_hash_router:ConsistentHashRouter"
+INGRESS_ROUTER: dict[str, Any] = {"request_router_class": INGRESS_ROUTER_CLASS}
 ROUTER_CLASS = "router.ray_router:PenelopeRequestRouter"
 POLICY_FUNCTION = "deployments.autoscaling_policy:KvAwarePolicy"
 
@@ -76,6 +78,13 @@ def engine_options(config: ServeConfig) -> dict[str, Any]:
 
 
 def ingress_options(config: ServeConfig) -> dict[str, Any]:
+    """Ray Serve options of the ingress deployment.
+
+    With several ingress replicas, the proxy sends every request of a session
+    (its `x-session-id` header) to the same one, by Ray's consistent hash: the
+    engine router there remembers where it sent the session's last turn, which
+    its replica's digest may not show yet (a stats period), so the next turn
+    follows it. Another ingress would place it afresh by its own load view."""
     i = config.ingress
     return {
         "name": INGRESS_DEPLOYMENT,
@@ -83,6 +92,7 @@ def ingress_options(config: ServeConfig) -> dict[str, Any]:
         "ray_actor_options": {"num_cpus": i.num_cpus},
         # The ingress only parses and streams; engines bound the real work.
         "max_ongoing_requests": config.api.max_pending,
+        "request_router_config": RequestRouterConfig(**INGRESS_ROUTER),
     }
 
 

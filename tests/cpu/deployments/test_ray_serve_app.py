@@ -161,13 +161,19 @@ def test_sessions_stay_on_their_replica_and_hit_the_cache(base_url: str) -> None
 
 def test_the_ingress_shows_what_its_router_routes_to(base_url: str) -> None:
     asyncio.run(run_sessions(base_url))  # the router exists once it has routed
-    routers = httpx.get(f"{base_url}/v1/penelope/router", timeout=30).json()["routers"]
-    assert routers and all(r["policy"] == "affinity" for r in routers)
-    engine = serve.get_deployment_handle(ENGINE_DEPLOYMENT, app_name="penelope")
-    digest = decode_digest(engine.options(method_name="record_routing_stats").remote().result())
-    seen = {rep["replica_id"]: rep for r in routers for rep in r["replicas"]}
-    assert len(seen) == 2  # the fleet of two, each with the sessions its digest shows
-    assert any(rep["sessions"] >= len(digest.sessions) > 0 for rep in seen.values())
+
+    def view() -> list[dict[str, Any]]:
+        return httpx.get(f"{base_url}/v1/penelope/router", timeout=30).json()["routers"]
+
+    deadline = time.monotonic() + 30  # the digests reach the router every 0.5 s
+    routers = view()
+    while not any(rep["sessions"] for r in routers for rep in r["replicas"]):
+        assert time.monotonic() < deadline, routers
+        time.sleep(0.5)
+        routers = view()
+    assert all(r["policy"] == "affinity" for r in routers)
+    seen = {rep["replica_id"] for r in routers for rep in r["replicas"]}
+    assert seen == replicas_on_metrics(base_url)  # the fleet of two, by the same names
 
 
 def _token_totals(text: str) -> dict[str, float]:

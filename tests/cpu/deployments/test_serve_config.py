@@ -53,7 +53,11 @@ def test_engine_options_wire_the_router_and_the_kv_aware_policy() -> None:
     assert isinstance(policy, KvAwarePolicy)
     assert policy.settings.working_set_target == 0.8
     assert options["ray_actor_options"] == {"num_cpus": 0.5, "num_gpus": 0.0}
-    assert ingress_options(config)["num_replicas"] == 1
+    ingress = ingress_options(config)
+    assert ingress["num_replicas"] == 1
+    # a session's requests all pass one ingress replica (its router remembers the session)
+    routed = ingress["request_router_config"].get_request_router_class()
+    assert routed.__name__ == "ConsistentHashRouter"
 
 
 def test_a_fixed_replica_count_when_autoscaling_is_off() -> None:
