@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="set-up names (`bench peers` names them)",
     )
     ap.add_argument("--no-attribution", action="store_true", help="skip the attribution rows")
+    ap.add_argument(
+        "--attribution-at",
+        type=int,
+        default=None,
+        help="no search: the attribution rows at this many sessions, the best peer being "
+        "the first peer of --setups (its capacity from an earlier run)",
+    )
     ap.add_argument("--jobs", type=int, default=1, help="searches run in parallel")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--plot", type=Path, default=None, help="PNG of p90 TTFT against sessions")
@@ -114,6 +121,19 @@ def _run(pool: ProcessPoolExecutor, fn: Any, jobs: list[tuple]) -> list[Any]:
     return out
 
 
+def _attribution(
+    pool: ProcessPoolExecutor, best: Setup, at: int, seeds: range, spec: WorkloadSpec,
+    cost: GpuCostModel, cfg: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """`attribution_setups(best)` at `at` sessions, every seed."""
+    rows = attribution_setups(best)
+    jobs = [(x.name, seed, spec, cfg(x), cost, at) for x in rows for seed in seeds]
+    per: dict[str, dict[int, dict[str, float]]] = {x.name: {} for x in rows}
+    for name, seed, figures in _run(pool, _point, jobs):
+        per[name][seed] = figures
+    return report.attribution_rows(at, per, best.name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     slo = args.slo_s if args.slo_s is not None else SLO_S[args.lengths]
@@ -127,6 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     def cfg(setup: Setup) -> Any:
         return sim_config(setup, budget, args.host_budget_factor, args.replicas)
 
+    if args.attribution_at is not None:
+        peer = next((x for x in chosen if x.system != "penelope"), None)
+        if peer is None or args.attribution_at < 1:
+            raise SystemExit("--attribution-at needs a positive count and a peer in --setups")
+        with ProcessPoolExecutor(max(1, args.jobs)) as pool:
+            only = _attribution(pool, peer, args.attribution_at, seeds, spec, cost, cfg)
+        print(report.attribution_table(only))
+        if args.json is not None:
+            args.json.write_text(json.dumps({"attribution": only}, indent=1))
+        return 0
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
         jobs = [
             (i, seed, spec, cfg(x), cost, s, x.name) for i, x in enumerate(chosen) for seed in seeds
@@ -136,15 +166,11 @@ def main(argv: list[str] | None = None) -> int:
             found[i][seed] = result
         runs = [report.capacity_run(describe(x), slo, found[i]) for i, x in enumerate(chosen)]
         best = report.best_peer(runs)
-        attribution = None
+        attribution: dict[str, Any] | None = None
         if best and not args.no_attribution:
             at = max(1, round(best["sessions_at_slo"]))
-            rows = attribution_setups(next(x for x in chosen if x.name == best["setup"]))
-            pjobs = [(x.name, seed, spec, cfg(x), cost, at) for x in rows for seed in seeds]
-            per: dict[str, dict[int, dict[str, float]]] = {x.name: {} for x in rows}
-            for name, seed, figures in _run(pool, _point, pjobs):
-                per[name][seed] = figures
-            attribution = report.attribution_rows(at, per, best["setup"])
+            peer = next(x for x in chosen if x.name == best["setup"])
+            attribution = _attribution(pool, peer, at, seeds, spec, cost, cfg)
     ratio = report.ratios(runs, best)
     print(report.table(runs, best, ratio))
     if attribution is not None:

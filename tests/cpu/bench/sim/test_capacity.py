@@ -72,3 +72,17 @@ def test_capacity_bench_runs_end_to_end(tmp_path: Path) -> None:
     att = doc["attribution"]["rows"]
     assert "penelope cache / pow2" in att and "sglang-hicache / affinity" in att
     assert att["sglang-hicache/pow2"]["mean_ttft_s_vs_best"]["mean"] == pytest.approx(1.0)
+    assert "crossing" in runs["penelope"] and len(runs["penelope"]["per_seed"]["crossing"]) == 1
+
+
+@pytest.mark.slow
+def test_attribution_alone_at_a_given_count(tmp_path: Path) -> None:
+    out = tmp_path / "att.json"
+    argv = ["--lengths", "quarter", "--setups", "sglang-hicache/pow2", "--seeds", "1"]
+    argv += ["--attribution-at", "3", "--replicas", "2", "--json", str(out)]
+    assert capacity.main(argv) == 0
+    att = json.loads(out.read_text())["attribution"]
+    assert att["sessions"] == 3 and att["best_peer"] == "sglang-hicache/pow2"
+    assert {"penelope", "penelope - chunk cap", "penelope cache / pow2"} <= set(att["rows"])
+    with pytest.raises(SystemExit):  # no peer to attribute against
+        capacity.main(["--setups", "penelope", "--attribution-at", "3"])
