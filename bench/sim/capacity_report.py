@@ -6,7 +6,7 @@ over the seeds that ran that count, with `seeds` saying how many). The best
 peer is the peer with the most sessions at the SLO, over the whole grid and
 also seed by seed; `ratio` is Penelope's count over the best peer's, per seed,
 and the same for `crossing` (where p90 TTFT crosses the SLO, interpolated in
-the bisection's bracket: `SearchResult.crossing`).
+the bisection's bracket on a log p90 axis: `SearchResult.crossing`).
 """
 
 from __future__ import annotations

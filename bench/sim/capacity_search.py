@@ -15,6 +15,7 @@ monotonic the result is the bisection's and the curve shows the rest.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,10 +83,11 @@ class SearchResult:
     curve: dict[int, dict[str, float]] = field(default_factory=dict)
 
     def crossing(self, slo_s: float) -> float:
-        """Where p90 TTFT crosses the SLO, linear between the last count that met it and
-        the next that did not (the bisection's bracket): a finer figure than a coarse
-        resolution gives. p90 rises faster than linearly there, so this leans high
-        by at most the bracket. `sessions_at_slo` when nothing above it was run."""
+        """Where p90 TTFT crosses the SLO inside the bisection's bracket (the last count
+        that met it, the next that did not), log p90 taken as linear in sessions
+        there: near saturation p90 grows about exponentially with load (a straight
+        line on a log axis). A finer figure than a coarse resolution gives; the
+        last count that met the SLO when nothing above it was run."""
         return crossing({n: p["p90_ttft_s"] for n, p in self.curve.items()}, slo_s)
 
 
@@ -97,7 +99,8 @@ def crossing(p90: dict[int, float], slo_s: float) -> float:
     if not ok or not above:
         return float(good)
     bad = min(above)
-    frac = (slo_s - p90[good]) / (p90[bad] - p90[good])
+    lo, hi = math.log(max(p90[good], 1e-9)), math.log(p90[bad])
+    frac = (math.log(slo_s) - lo) / (hi - lo)
     return good + frac * (bad - good)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -46,12 +47,13 @@ def test_resolution_bounds_the_bracket() -> None:
 def test_the_crossing_interpolates_inside_the_bracket() -> None:
     from bench.sim.capacity_search import crossing
 
-    # met at 128 (1.0 s), missed at 160 (3.0 s): a 2.0 s SLO is crossed halfway
-    assert crossing({64: 0.5, 128: 1.0, 160: 3.0, 256: 90.0}, 2.0) == pytest.approx(144.0)
+    # met at 128 (1.0 s), missed at 160 (4.0 s): on a log axis 2.0 s is halfway
+    assert crossing({64: 0.5, 128: 1.0, 160: 4.0, 256: 90.0}, 2.0) == pytest.approx(144.0)
     assert crossing({64: 0.5, 128: 1.0}, 2.0) == 128.0  # nothing above ran: the last met
     assert crossing({64: 5.0}, 2.0) == 0.0  # even the first count missed
     # a non-monotonic seed: the last count that met the SLO and the next miss above it
-    assert crossing({64: 0.5, 96: 2.5, 128: 1.5, 160: 4.0}, 2.0) == pytest.approx(134.4)
+    expected = 128 + 32 * math.log(2.0 / 1.5) / math.log(4.0 / 1.5)
+    assert crossing({64: 0.5, 96: 2.5, 128: 1.5, 160: 4.0}, 2.0) == pytest.approx(expected)
 
 
 @pytest.mark.slow
