@@ -42,6 +42,18 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
         "--policy", default=c.policy, choices=sorted(EVICTION_POLICIES), help="eviction policy"
     )
     ap.add_argument(
+        "--session-ttl-s",
+        type=float,
+        default=c.session_ttl_s,
+        help="drop an idle session's record once it holds no cached page after this long",
+    )
+    ap.add_argument(
+        "--max-session-records",
+        type=int,
+        default=c.max_session_records,
+        help="session records kept at most (the least recently used idle ones go first)",
+    )
+    ap.add_argument(
         "--max-running", type=int, default=s.max_running, help="most requests running at once"
     )
     ap.add_argument(
@@ -74,6 +86,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         device_pages=args.device_pages,
         host_pages=args.host_pages,
         policy=args.policy,
+        session_ttl_s=args.session_ttl_s,
+        max_session_records=args.max_session_records,
     )
     engine = EngineConfig(
         model=args.model,

@@ -43,8 +43,13 @@ def test_flags_reach_the_engine_and_api_configs(tmp_path: Path) -> None:
         "3",
         "--api-keys-file",
         str(keys),
+        "--session-ttl-s",
+        "60",
+        "--max-session-records",
+        "500",
     )
     engine, settings = config_from_args(args)
+    assert (engine.cache.session_ttl_s, engine.cache.max_session_records) == (60.0, 500)
     assert (engine.model, engine.cache.page_size, engine.cache.device_pages) == (
         "tiny-qwen3",
         8,
