@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -75,7 +76,7 @@ class SessionHandover:
         self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
         self.deferred_pages = 0  # pages not written behind for want of room (offered again)
         self._recorded: dict[str, int] = {}  # session id -> pages in its last record
-        self._turns: dict[str, int] = {}  # session id -> turns ended here (orders its records)
+        self._record_lock = threading.Lock()  # record writes one at a time (`_put_record`)
         self.last_drain: DrainReport | None = None
 
     # -- any thread ------------------------------------------------------------------
@@ -106,12 +107,24 @@ class SessionHandover:
         if record is not None:
             self.cache.session(session_id).held_elsewhere(np.array(record.page_hashes, np.uint64))
 
+    def _put_record(self, tenant: str, session_id: str, pages: list[tuple[str, int]]) -> bool:
+        """(A writer thread.) The session's record from what is known when it is
+        written: the pages it has seen by now (its latest turn here, if longer than
+        `pages`) and the segments the store has indexed by now. Records are written
+        one at a time, so the last one written, whichever queue it came from, names
+        the most: an early record never hides segments a slower job wrote."""
+        with self._record_lock:
+            info = self.cache.session_info(session_id)  # an attribute read: thread-safe
+            seen = info.seen_hashes if info is not None else None
+            if seen is not None and len(seen) > len(pages):
+                pages = [(self.tiers.owner(tenant, h), h) for h in seen.tolist()]
+            return self.store.put_record(tenant, session_id, pages)
+
     def forget(self, sids: list[str]) -> None:
         """The sessions' records in the cache were dropped (`sched.records`)."""
         for sid in sids:
             self.tenants.pop(sid, None)
             self._recorded.pop(sid, None)
-            self._turns.pop(sid, None)
 
     def turn_ended(self, tenant: str, session_id: str) -> Future[bool] | None:
         """Queue the session's record now, then its unstored pages and the record again.
@@ -130,7 +143,6 @@ class SessionHandover:
             return None
         info = self.cache.session(session_id)
         pages = [(self.tiers.owner(tenant, h), h) for h in info.seen_hashes.tolist()]
-        self._turns[session_id] = self._turns.get(session_id, 0) + 1
         recorded = self._record_first(tenant, session_id, pages)
         self._queue_pages(tenant, session_id, info, pages)
         return recorded
@@ -145,7 +157,7 @@ class SessionHandover:
 
         def job() -> None:
             try:
-                done.set_result(self.store.put_record(tenant, session_id, pages))
+                done.set_result(self._put_record(tenant, session_id, pages))
             except Exception:
                 done.set_result(False)
                 raise
@@ -173,8 +185,7 @@ class SessionHandover:
         snaps = [snap for node, idx in taken for snap in self._snapshot(node, idx)]
         nbytes = sum(s.nbytes for s in snaps)
         public = any(s.owner == PUBLIC for s in snaps)
-        turn = self._turns.get(session_id, 0)
-        job = lambda: self._write(snaps, tenant, session_id, pages, public, turn)  # noqa: E731
+        job = lambda: self._write(snaps, tenant, session_id, pages, public)  # noqa: E731
         self._recorded[session_id] = len(pages)  # before the job runs: a failed one undoes it
         if not self.writer.submit(nbytes, job):
             self._recorded.pop(session_id, None)  # pages unstored, record stale: a drain writes
@@ -251,16 +262,12 @@ class SessionHandover:
         session_id: str,
         pages: list[tuple[str, int]],
         public: bool,
-        turn: int,
     ) -> None:
         """(The writer thread.) The segments, then the records that name them: the
-        session's (unless a later turn's record was queued since: it lists more pages,
-        and the segments written here by the time it, or its own job, writes), and the
-        public prefix's when its pages were among them."""
+        session's, and the public prefix's when its pages were among them."""
         for snap in snaps:
             self.store.put(snap.segment(self.store.namespace))
-        latest = self._turns.get(session_id, turn) == turn
-        if pages and latest and not self.store.put_record(tenant, session_id, pages):
+        if pages and not self._put_record(tenant, session_id, pages):
             self._recorded.pop(session_id, None)  # unwritten: a drain writes it
         head = [p for p in itertools.takewhile(lambda p: p[0] == PUBLIC, pages)]
         if public and head:

@@ -161,3 +161,49 @@ def test_a_turn_served_elsewhere_before_the_pages_land_counts_them_recomputed(
     assert two.usage.store_tokens == 0  # no page had landed
     assert two.usage.recomputed_tokens >= 40  # but the history was the fleet's
     assert two.usage.new_tokens <= len(TURN2_NEW) + PS
+
+
+def test_the_last_record_written_names_what_a_slow_write_behind_stored(
+    tiny_qwen3, tmp_path: Path
+) -> None:
+    """Turn 2's record is written while turn 1's pages are still uploading; when they
+    land, the record written then lists them and every page turn 2 saw, so a replica
+    that takes the session before turn 2's pages land (its replica died) still loads
+    turn 1's."""
+    import threading
+    import time
+
+    shared = StoreLocation(str(tmp_path / "shared"))
+    a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
+    assert a.handover is not None and a.handover.writer is not None and b.store is not None
+    gates = [threading.Event(), threading.Event()]  # turn 1's upload job, turn 2's
+    submit = a.handover.writer.submit
+
+    def gated_submit(nbytes, job):
+        gate = gates[min(len(jobs), 1)]
+        jobs.append(gate)
+        return submit(nbytes, lambda: (gate.wait(120.0), job()))
+
+    jobs: list[threading.Event] = []
+    a.handover.writer.submit = gated_submit  # type: ignore[method-assign]
+
+    def record_when(done) -> object:
+        deadline = time.monotonic() + 10  # the gates hold for longer
+        while not done(r := b.store.get_record("default", "agent")):
+            assert time.monotonic() < deadline, r
+            time.sleep(0.02)
+        return r
+
+    try:
+        one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
+        prompt2 = TURN1 + one.token_ids + TURN2_NEW
+        a.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
+        seen = a.cache.session_info("agent")
+        assert seen is not None and len(jobs) == 2
+        record_when(lambda r: r is not None and len(r.page_hashes) == len(seen.seen_hashes))
+        gates[0].set()  # turn 1's pages land; turn 2's never do (its replica dies)
+        record = record_when(lambda r: r is not None and r.segments)
+        assert len(record.page_hashes) == len(seen.seen_hashes)  # turn 2's pages, seen
+    finally:
+        gates[1].set()
+        assert a.flush_store_writes(FLUSH_S)
