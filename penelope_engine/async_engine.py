@@ -79,7 +79,7 @@ async def _when_recorded(
     """A turn's last output, once the store has the session's record (at most
     `RECORD_WAIT_S`): a next turn served elsewhere then finds what was seen."""
     try:
-        await asyncio.wait_for(asyncio.wrap_future(recorded), RECORD_WAIT_S)
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(recorded)), RECORD_WAIT_S)
     except Exception as exc:  # late or failed: the turn ends anyway
         log.info("the session record was not written in time: %r", exc)
     listener.queue.put_nowait(item)

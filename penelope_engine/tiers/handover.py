@@ -156,11 +156,12 @@ class SessionHandover:
             return done
 
         def job() -> None:
+            ok = False
             try:
-                done.set_result(self._put_record(tenant, session_id, pages))
-            except Exception:
-                done.set_result(False)
-                raise
+                ok = self._put_record(tenant, session_id, pages)
+            finally:
+                if done.set_running_or_notify_cancel():  # False: the waiter gave up
+                    done.set_result(ok)
 
         assert self.record_writer is not None
         if not self.record_writer.submit(RECORD_JOB_BYTES, job):
