@@ -268,9 +268,7 @@ class PrefixCache:
         in `keep`, leave the tree (mutates; `Placement.forget_stored`); nodes removed."""
         before = self.now - self.session_ttl_s
         leaves = [n for n in self.tree.iter_nodes() if not n.children and n.stored.any()]
-        return sum(
-            self.placement.forget_stored(n, keep, before) for n in leaves if n.parent is not None
-        )
+        return sum(self.placement.forget_stored(n, keep, before) for n in leaves)
 
     def forget_sessions(self, sids: Iterable[str]) -> None:
         """Drop these sessions' records (mutates); their pages rank as `stand_in`s."""
