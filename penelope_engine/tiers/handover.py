@@ -117,8 +117,12 @@ class SessionHandover:
             info = self.cache.session_info(session_id)  # an attribute read: thread-safe
             seen = info.seen_hashes if info is not None else None
             if seen is not None and len(seen) > len(pages):
-                pages = [(self.tiers.owner(tenant, h), h) for h in seen.tolist()]
+                pages = self._owned(tenant, seen)
             return self.store.put_record(tenant, session_id, pages)
+
+    def _owned(self, tenant: str, hashes: np.ndarray) -> list[tuple[str, int]]:
+        """A record's pages: each hash with the tenant that owns it (public or `tenant`)."""
+        return [(self.tiers.owner(tenant, h), h) for h in hashes.tolist()]
 
     def forget(self, sids: list[str]) -> None:
         """The sessions' records in the cache were dropped (`sched.records`)."""
@@ -142,7 +146,7 @@ class SessionHandover:
         if self.writer is None or self.record_writer is None:
             return None
         info = self.cache.session(session_id)
-        pages = [(self.tiers.owner(tenant, h), h) for h in info.seen_hashes.tolist()]
+        pages = self._owned(tenant, info.seen_hashes)
         recorded = self._record_first(tenant, session_id, pages)
         self._queue_pages(tenant, session_id, info, pages)
         return recorded
@@ -221,9 +225,8 @@ class SessionHandover:
             if time.monotonic() > end:
                 stale += 1
                 continue
-            seen = info.seen_hashes.tolist()
-            if self.store.put_record(tenant, sid, [(self.tiers.owner(tenant, h), h) for h in seen]):
-                self._recorded[sid] = len(seen)
+            if self.store.put_record(tenant, sid, self._owned(tenant, info.seen_hashes)):
+                self._recorded[sid] = len(info.seen_hashes)
                 records += 1
         in_time = flushed and not late
         self.last_drain = DrainReport(pages, records, stale, in_time, time.monotonic() - t0)
