@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.seed_base, args.seed_base + args.seeds)
 
     def cfg(setup: Setup) -> Any:
-        return sim_config(setup, budget, args.host_budget_factor, args.replicas)
+        return sim_config(setup, budget, args.host_budget_factor, args.replicas, args.store)
 
     if args.attribution_at is not None:
         peer = next((x for x in chosen if x.system != "penelope"), None)

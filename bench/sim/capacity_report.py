@@ -26,6 +26,8 @@ CURVE_METRICS = (
     "hit_ratio",
     "mean_llm_time_s",
     "recompute_ratio",
+    "host_ratio",
+    "store_ratio",
 )
 
 

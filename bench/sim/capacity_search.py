@@ -115,6 +115,8 @@ def point(spec: WorkloadSpec, cfg: SimConfig, cost: GpuCostModel, n: int, seed: 
         "hit_ratio": m.hit_ratio,
         "mean_llm_time_s": m.mean_llm_time_s,
         "recompute_ratio": m.recompute_ratio,
+        "host_ratio": m.host_ratio,
+        "store_ratio": m.store_ratio,
         "requests": float(m.requests),
         "failed_requests": float(m.failed_requests),
         "dropped_turns": float(dropped),

@@ -121,4 +121,10 @@ def add_fleet_args(ap: argparse.ArgumentParser, lengths: tuple[str, ...]) -> Non
     ap.add_argument(
         "--host-budget-factor", type=float, default=2.0, help="host tier / device budget"
     )
+    ap.add_argument(
+        "--store",
+        action="store_true",
+        help="set-ups with a host tier also spill to a store at the cost model's NVMe-class "
+        "bandwidth (HiCache storage backends, LMCache disk, Penelope's Arrow store)",
+    )
     add_gpu_args(ap)

@@ -91,6 +91,8 @@ class RunMetrics:
     ttfts: tuple[float, ...] = field(repr=False, default=())
     mean_llm_floor_s: float | None = None  # see SessionRecord.llm_floor_s
     mean_ttft_floor_s: float | None = None  # see RequestRecord.ttft_floor_s
+    host_ratio: float = 0.0  # prompt tokens loaded from the host tier / prompt tokens
+    store_ratio: float = 0.0  # prompt tokens loaded from the store / prompt tokens
 
     def as_dict(self, with_ttfts: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -140,6 +142,8 @@ def summarize(
         mean_ttft_floor_s=float(np.mean(ttft_floors))
         if len(ttft_floors) == len(requests)
         else None,
+        host_ratio=sum(r.host_tokens for r in requests) / prompt,
+        store_ratio=sum(r.store_tokens for r in requests) / prompt,
     )
 
 

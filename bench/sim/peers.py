@@ -63,11 +63,18 @@ def workloads(args: argparse.Namespace) -> tuple[dict[int, Workload], dict[int, 
     return wls, dropped
 
 
-def sim_config(setup: Setup, budget: int, host_factor: float, replicas: int) -> SimConfig:
+def sim_config(
+    setup: Setup, budget: int, host_factor: float, replicas: int, store: bool = False
+) -> SimConfig:
+    """`setup` on `replicas` replicas of `budget` device tokens and a host tier of
+    `host_factor` x that; `store`: every set-up with a host tier also spills to a store
+    (the cost model's `store_bytes_per_s`, NVMe-class), as HiCache's storage backends and
+    LMCache's disk tier give the peers and the Arrow store gives Penelope."""
     spec = setup.spec
+    tiers = "gpu+cpu+store" if store and spec.tiers == "gpu+cpu" else spec.tiers
     return SimConfig(
         policy=spec.policy,
-        tiers=spec.tiers,
+        tiers=tiers,
         device_budget_tokens=budget,
         host_budget_tokens=int(host_factor * budget) if spec.tiers != "gpu" else 0,
         replicas=replicas,
@@ -107,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     wls, dropped = workloads(args)
     chosen = setups(args.setups, with_ablations=not args.no_ablations, tuned=args.tuned_peers)
     jobs = [
-        (wl, sim_config(s, budget, args.host_budget_factor, args.replicas), cost, seed)
+        (wl, sim_config(s, budget, args.host_budget_factor, args.replicas, args.store), cost, seed)
         for s in chosen
         for seed, wl in wls.items()
     ]
