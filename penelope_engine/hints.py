@@ -54,10 +54,6 @@ class SessionHints:
         if self.end_session and self.retain_s:
             raise InvalidRequestError("end_session and retain_s > 0 contradict each other")
 
-    @property
-    def given(self) -> bool:
-        return self != NO_HINTS
-
 
 NO_HINTS = SessionHints()
 

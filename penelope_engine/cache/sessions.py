@@ -56,9 +56,10 @@ class SessionInfo:
         self.turn_end = None
         self.last_access = now
 
-    def end_turn(self, now: float, stop_reason: str | None) -> None:
+    def end_turn(self, now: float, stop_reason: str | None, gap: float | None = None) -> None:
         self.turn_end = self.last_access = now
         self.last_stop = stop_reason
+        self.expected_gap = gap
 
     def withdraw(self) -> None:
         """A queued request of the session was withdrawn before it ran."""

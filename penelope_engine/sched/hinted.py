@@ -85,11 +85,8 @@ class HintedSessions:
                 if asked is not None:
                     seq.hint_grants.append(HintGrant(name, asked, None, "no_session"))
             return
-        gap = h.expected_gap_s
+        gap = h.expected_gap_s  # the cache has it already (`PrefixCache.on_turn_end`)
         if gap is not None:
-            info = self.cache.session(sid)
-            info.expected_gap = gap
-            self.cache.heaps.touch_path(info.leaf)
             seq.hint_grants.append(HintGrant("expected_gap_s", gap, gap))
         if self.retention.enabled:  # cost() only when a learned pin may be set
             self.retention.on_turn_end(sid, stop, context, cost(), now, gap)
@@ -97,9 +94,7 @@ class HintedSessions:
             seq.hint_grants.append(self._retain(seq, h.retain_s, context, now))
         if h.end_session:
             self.retention.release(sid)
-            leaf = self.cache.session(sid).leaf
-            if leaf is not None:
-                self.cache.placement.release_private(leaf, sid)
+            self.cache.release_session(sid)
             seq.hint_grants.append(HintGrant("end_session", True, True))
 
     def _retain(self, seq: Sequence, asked: float, context: int, now: float) -> HintGrant:

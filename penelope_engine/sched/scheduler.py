@@ -288,7 +288,7 @@ class Scheduler:
             release_lock(seq, self.cache, self.write_through)
         self.cache.free(seq.page_table[seq.owned])
         seq.owned[:] = False
-        self.cache.on_turn_end(seq.req.session, stop_reason)
+        self.cache.on_turn_end(seq.req.session, stop_reason, gap=seq.req.hints.expected_gap_s)
         if not aborted:  # pins (learned and hinted), the harness's other hints
             self.hinted.turn_ended(seq, stop_reason, self.cost, now)
         self.records.finished(seq, self._live_sessions)
