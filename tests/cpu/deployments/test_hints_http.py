@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,8 +35,13 @@ def app_over(tiny_qwen3: LoadedModel, **cache: Any) -> FastAPI:
 
 
 @pytest.fixture
-async def hclient(tiny_qwen3: LoadedModel) -> AsyncIterator[httpx.AsyncClient]:
-    async for c in open_client(app_over(tiny_qwen3, tenant_pin_seconds=600.0)):
+def happ(tiny_qwen3: LoadedModel) -> FastAPI:
+    return app_over(tiny_qwen3, tenant_pin_seconds=600.0)
+
+
+@pytest.fixture
+async def hclient(happ: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async for c in open_client(happ):
         yield c
 
 
@@ -57,23 +63,28 @@ def penelope(r: httpx.Response) -> dict[str, Any]:
     return p
 
 
-def pins(client: httpx.AsyncClient) -> dict[str, Any]:
-    app = client._transport.app  # type: ignore[attr-defined]
-    return app.state.penelope.backend.engine.engine.scheduler.retention.pins
+def engine(app: FastAPI) -> Any:
+    return app.state.penelope.backend.engine.engine
 
 
-async def test_no_hints_is_todays_behaviour(hclient: httpx.AsyncClient) -> None:
+def pins(app: FastAPI) -> dict[str, Any]:
+    return engine(app).scheduler.retention.pins
+
+
+async def test_no_hints_is_todays_behaviour(hclient: httpx.AsyncClient, happ: FastAPI) -> None:
     p = penelope(await hclient.post(CHAT, json=chat(), headers={"x-session-id": "s"}))
     assert "hints" not in p and "prompt_edit_at" not in p
-    assert not pins(hclient)
+    assert not pins(happ)
 
 
-async def test_retain_s_in_the_body_is_granted_and_clipped(hclient: httpx.AsyncClient) -> None:
+async def test_retain_s_in_the_body_is_granted_and_clipped(
+    hclient: httpx.AsyncClient, happ: FastAPI
+) -> None:
     r = await hclient.post(
         CHAT, json=chat(penelope={"retain_s": 30}), headers={"x-session-id": "a"}
     )
     assert penelope(r)["hints"] == {"retain_s": {"asked": 30, "granted": 30, "clipped_by": None}}
-    assert set(pins(hclient)) == {"a"}
+    assert set(pins(happ)) == {"a"}
     r = await hclient.post(
         CHAT, json=chat(penelope={"retain_s": 3600}), headers={"x-session-id": "b"}
     )
@@ -101,7 +112,9 @@ async def test_cache_control_maps_to_retain_s(hclient: httpx.AsyncClient) -> Non
     assert penelope(r)["hints"]["retain_s"]["granted"] == 300.0
 
 
-async def test_hint_headers_for_clients_without_body_fields(hclient: httpx.AsyncClient) -> None:
+async def test_hint_headers_for_clients_without_body_fields(
+    hclient: httpx.AsyncClient, happ: FastAPI
+) -> None:
     headers = {"x-session-id": "h", "x-penelope-retain-s": "20", "x-penelope-expected-gap-s": "4"}
     p = penelope(await hclient.post(CHAT, json=chat(), headers=headers))
     assert p["hints"]["retain_s"]["granted"] == 20.0
@@ -109,7 +122,7 @@ async def test_hint_headers_for_clients_without_body_fields(hclient: httpx.Async
     end = {"x-session-id": "h", "x-penelope-end-session": "true"}
     p = penelope(await hclient.post(CHAT, json=chat("Done."), headers=end))
     assert p["hints"] == {"end_session": {"asked": True, "granted": True, "clipped_by": None}}
-    assert "h" not in pins(hclient)
+    assert "h" not in pins(happ)
     # the body wins over a header
     both = {"x-session-id": "w", "x-penelope-retain-s": "20"}
     r = await hclient.post(CHAT, json=chat(penelope={"retain_s": 7}), headers=both)
@@ -178,13 +191,17 @@ BAD = [
 
 @pytest.mark.parametrize(("path", "body", "headers", "param"), BAD)
 async def test_bad_hints_are_a_400_naming_the_field_and_change_nothing(
-    hclient: httpx.AsyncClient, path: str, body: dict[str, Any], headers: dict[str, str], param: str
+    hclient: httpx.AsyncClient,
+    happ: FastAPI,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    param: str,
 ) -> None:
     r = await hclient.post(path, json=body, headers={"x-session-id": "bad", **headers})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param, r.json()
-    app = hclient._transport.app  # type: ignore[attr-defined]
-    stats = app.state.penelope.backend.engine.stats()
+    stats = engine(happ).stats()
     assert stats.tokens_new == stats.pages_device_used == stats.session_records == 0
 
 
@@ -210,3 +227,16 @@ async def test_the_ledger_names_moves_and_edits(hclient: httpx.AsyncClient) -> N
     assert {x.split('cause="')[1].split('"')[0] for x in lines} == set(MISS_CAUSES)
     moved = next(x for x in lines if 'cause="moved_replica"' in x)
     assert float(moved.split()[-1]) > 0
+
+
+async def test_a_streams_usage_chunk_reports_the_hints(
+    hclient: httpx.AsyncClient, happ: FastAPI
+) -> None:
+    body = chat(stream=True, stream_options={"include_usage": True}, penelope={"retain_s": 45})
+    r = await hclient.post(CHAT, json=body, headers={"x-session-id": "st"})
+    assert r.status_code == 200, r.text
+    data = [x[len("data: ") :] for x in r.text.splitlines() if x.startswith("data: ")]
+    usage = json.loads(data[-2])["usage"]["penelope"]
+    assert usage["hints"]["retain_s"] == {"asked": 45, "granted": 45, "clipped_by": None}
+    assert sum(usage["miss_tokens"].values()) == usage["new_tokens"] + usage["recomputed_tokens"]
+    assert set(pins(happ)) == {"st"}
