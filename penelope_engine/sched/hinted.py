@@ -65,7 +65,7 @@ class HintedSessions:
 
     def _adopt(self, seq: Sequence, parent: str) -> HintGrant:
         info = self.cache.session_info(parent)
-        if info is None or parent == seq.req.session:
+        if info is None or info.tenant is None or parent == seq.req.session:  # never admitted
             return HintGrant("parent_session", parent, None, "unknown_parent")
         if info.tenant != seq.req.tenant:
             return HintGrant("parent_session", parent, None, "tenant")
