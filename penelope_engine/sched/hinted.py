@@ -103,9 +103,10 @@ class HintedSessions:
         granted = asked
         if asked > self.quotas.pin_seconds:
             granted, clipped = self.quotas.pin_seconds, "tenant_pin_seconds"
+        if asked == 0:  # keep nothing past this turn, not even a learned pin
+            self.retention.release(sid)
         refused = self._refusal(seq, context) if granted > 0 else None
-        if refused is not None or granted <= 0:
-            self.retention.release(sid)  # retain_s 0: keep nothing past this turn
+        if refused is not None or granted <= 0:  # a learned pin, if any, stays
             return HintGrant("retain_s", asked, 0.0, refused or clipped)
         pages = context // self.cache.page_size
         self.retention.pin(sid, pages, now + granted, tenant, hinted=True)

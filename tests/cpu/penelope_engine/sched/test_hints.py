@@ -180,3 +180,13 @@ def test_bad_hints_and_quotas_are_refused_at_construction() -> None:
         CacheConfig(tenant_pin_seconds=-1.0)
     with pytest.raises(ConfigError, match="tenant_pin_tokens"):
         CacheConfig(tenant_pin_tokens=-5)
+
+
+def test_retain_s_zero_drops_even_a_learned_pin(tiny_qwen3: LoadedModel) -> None:
+    sched = SchedulerConfig(agent=AgentConfig(retention="return_aware", memory_price=1e-9))
+    e = Engine(EngineConfig(cache=CacheConfig(4, 64), scheduler=sched), loaded=tiny_qwen3)
+    a = turn(e, "a1", prompt(1), "a")  # after tool_use: a learned pin (the default TTL)
+    assert not e.scheduler.retention.pins["a"].hinted
+    out = turn(e, "a2", prompt(1) + a.token_ids + prompt(8, 6), "a", SessionHints(retain_s=0.0))
+    assert out.hints == (HintGrant("retain_s", 0.0, 0.0),)
+    assert "a" not in e.scheduler.retention.pins
