@@ -18,6 +18,8 @@ Modules:
     engine_replica      engine deployment: generate, record_routing_stats,
                         record_autoscaling_stats
     errors              OpenAI error shape and status codes
+    hints               a harness's hints: the `penelope` body object, `x-penelope-*`
+                        headers, `cache_control`; what each was granted
     ingress             ingress deployment and ``RayBackend`` (handle + cache-affinity
                         router)
     launch              `make run`: serve a config on a local Ray of its own, or fail within

@@ -9,7 +9,8 @@ ingress deployment).
 
 A session is named by the `x-session-id` header (Ray Serve's session header)
 or the body's `session_id`; the header wins. Without either, the request is
-its own session.
+its own session. A harness's hints ride in the body's `penelope` object or
+`x-penelope-*` headers (`deployments.hints`, docs/hints.md).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from deployments.auth import Authenticator
 from deployments.backend import Backend
 from deployments.completions import CompletionHandler
 from deployments.errors import ApiError, install_handlers, unavailable
+from deployments.hints import hint_headers
 from deployments.metrics import ApiMetrics
 from deployments.middleware import BodySizeLimit, RequestCounter
 from deployments.prepare import Caller, prepare_chat, prepare_text
@@ -105,7 +107,8 @@ def _caller(request: Request) -> Caller:
     tenant = state.auth.tenant(request.headers.get("authorization"))
     if settings.tenant_header:
         tenant = request.headers.get(settings.tenant_header) or tenant
-    return Caller(tenant=tenant, session_header=request.headers.get(SESSION_HEADER) or None)
+    session = request.headers.get(SESSION_HEADER) or None
+    return Caller(tenant, session, hint_headers(request.headers))
 
 
 CallerDep = Annotated[Caller, Depends(_caller)]

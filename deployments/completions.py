@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import aclosing, suppress
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -28,6 +29,7 @@ from deployments.metrics import ApiMetrics
 from deployments.prepare import Prepared
 from deployments.responses import (
     SSE_DONE,
+    Report,
     chunk_body,
     completion_body,
     sse,
@@ -35,7 +37,7 @@ from deployments.responses import (
 )
 from deployments.settings import ApiSettings
 from deployments.textstream import TextStream
-from penelope_engine.protocol import FinishReason, TokenUsage
+from penelope_engine.protocol import FinishReason, RequestOutput, TokenUsage
 
 REPLICA_HEADER = "x-penelope-replica"
 T = TypeVar("T")
@@ -53,6 +55,7 @@ class Generation:
         self._last_step: float | None = None
         self.replica = ""
         self.usage = TokenUsage()
+        self.last: RequestOutput | None = None  # the engine's last output (hints, edits)
         self.finish_reason: FinishReason | None = None
         self.completion_tokens = 0
 
@@ -79,17 +82,17 @@ class Generation:
             yield tail
 
     @property
-    def final_usage(self) -> TokenUsage:
+    def final_usage(self) -> Report:
         u = self.usage
-        return TokenUsage(
+        usage = replace(
+            u,
             prompt_tokens=u.prompt_tokens or len(self._prepared.request.prompt_token_ids),
             completion_tokens=self.completion_tokens,
-            device_tokens=u.device_tokens,
-            host_tokens=u.host_tokens,
-            store_tokens=u.store_tokens,
-            recomputed_tokens=u.recomputed_tokens,
-            new_tokens=u.new_tokens,
         )
+        last = self.last
+        if last is None or not last.finished:
+            return Report(usage)
+        return Report(usage, last.hints, last.prompt_edit_at)
 
     async def close(self) -> None:
         aclose = getattr(self._outputs, "aclose", None)
@@ -99,6 +102,7 @@ class Generation:
     def _take(self, item: ReplicaOutput) -> str:
         out = item.output
         self.usage = out.usage if out.usage.prompt_tokens else self.usage
+        self.last = out
         self.finish_reason = out.finish_reason
         if out.token_ids:
             self._observe_step()

@@ -7,6 +7,7 @@ client sees them. Every series carries a `replica` label.
 | metric                                    | kind      | labels                  |
 |-------------------------------------------|-----------|-------------------------|
 | penelope_tokens_total                     | counter   | replica, source         |
+| penelope_miss_tokens_total                | counter   | replica, cause          |
 | penelope_cache_hit_ratio                  | gauge     | replica                 |
 | penelope_recompute_ratio                  | gauge     | replica                 |
 | penelope_pages / penelope_pages_capacity  | gauge     | replica, tier           |
@@ -27,7 +28,11 @@ budget). A store error is never a request error: the pages are recomputed.
 `source` is where a prompt token's KV came from: device, host, store,
 recomputed (it was cached, then evicted) or new. The two ratios are
 cumulative since the replica started; the Grafana dashboard computes them
-over time windows from `penelope_tokens_total`.
+over time windows from `penelope_tokens_total`. `cause` is why a computed
+prompt token was not a cache hit (the miss ledger, `penelope_engine.sched.ledger`):
+new, evicted_device, dropped_host, store_miss, recompute_cheaper,
+moved_replica, prompt_edit or tenant; per replica the causes sum to the
+recomputed and new tokens.
 """
 
 from __future__ import annotations
@@ -81,12 +86,19 @@ class EngineStatsCollector(Collector):
             "Recomputed (evicted) prompt tokens / prompt tokens.",
             labels=["replica"],
         )
+        misses = CounterMetricFamily(
+            "penelope_miss_tokens",
+            "Computed prompt tokens by why they were not cache hits.",
+            labels=["replica", "cause"],
+        )
         for replica, s in sorted(by_replica.items()):
             for source, n in _token_sources(s).items():
                 tokens.add_metric([replica, source], n)
+            for cause, n in s.misses.as_dict().items():
+                misses.add_metric([replica, cause], n)
             hit.add_metric([replica], s.hit_ratio)
             recompute.add_metric([replica], s.recompute_ratio)
-        yield from (tokens, hit, recompute)
+        yield from (tokens, misses, hit, recompute)
         yield from _page_families(by_replica)
         yield from _load_families(by_replica)
 

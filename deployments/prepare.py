@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from deployments.backend import Backend
 from deployments.errors import ApiError, invalid
+from deployments.hints import has_history, session_hints
 from deployments.responses import Kind, ResponseMeta
 from deployments.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 from deployments.settings import ApiSettings
@@ -30,10 +32,12 @@ MIN_TOP_P = 1e-6
 
 @dataclass(frozen=True)
 class Caller:
-    """Who sent the request: the tenant (from the API key) and the session header."""
+    """Who sent the request: the tenant (from the API key), the session header and the
+    hint headers (`deployments.hints.hint_headers`)."""
 
     tenant: str
     session_header: str | None
+    hint_headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ def _prepared(
         raise invalid(f"{param} is empty after tokenization", param=param)
     max_tokens = _max_tokens(body.requested_max_tokens(), len(ids), param, backend, settings)
     stop = _stop_strings(body.stop_list(), settings)
+    hints = session_hints(body, caller.hint_headers)
     try:
         sampling = SamplingParams(
             max_tokens=max_tokens,
@@ -116,6 +121,8 @@ def _prepared(
         sampling=sampling,
         session_id=caller.session_header or body.session_id,
         tenant=caller.tenant,
+        hints=hints,
+        has_history=has_history(body),
     )
     meta = ResponseMeta(kind, request_id, backend.model_name, int(time.time()))
     return Prepared(meta, request, stop, body.stream, body.include_usage, arrival)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from penelope_engine.protocol import EngineStats
+from penelope_engine.protocol import EngineStats, MissTokens
 
 REPORT_PERIOD_S = 2.0
 STATS_KEY = "engine_stats"  # the routing-stats key that carries a replica's EngineStats
@@ -73,9 +73,10 @@ def stats_from_wire(data: object) -> EngineStats | None:
     try:
         fields = dict(data)
         evictions = tuple((str(p), str(r), int(n)) for p, r, n in fields.pop("evictions", ()))
-        if not all(type(v) is int for v in fields.values()):
+        misses = dict(fields.pop("misses", {}))
+        if not all(type(v) is int for v in (*fields.values(), *misses.values())):
             return None
-        return EngineStats(**fields, evictions=evictions)
+        return EngineStats(**fields, evictions=evictions, misses=MissTokens(**misses))
     except (TypeError, ValueError):
         return None
 

@@ -6,6 +6,10 @@ tokens whose KV was reused instead of computed. Penelope adds
 
     prompt_tokens = device + host + store + recomputed + new
     cached_tokens = device + host + store
+    recomputed + new = sum of miss_tokens (computed tokens by cause, the miss ledger)
+
+and, when the request had hints, what each got (`hints`), and where the prompt
+left the session's last one (`prompt_edit_at`, in tokens) when it did.
 """
 
 from __future__ import annotations
@@ -14,9 +18,20 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from deployments.hints import grants_body
+from penelope_engine.hints import HintGrant
 from penelope_engine.protocol import TokenUsage
 
 Kind = Literal["chat", "text"]
+
+
+@dataclass(frozen=True)
+class Report:
+    """A request's usage and what else its last output said."""
+
+    usage: TokenUsage
+    hints: tuple[HintGrant, ...] = ()
+    prompt_edit_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -37,19 +52,26 @@ class ResponseMeta:
         return "chat.completion.chunk" if self.kind == "chat" else "text_completion"
 
 
-def usage_body(u: TokenUsage) -> dict[str, Any]:
+def usage_body(report: Report) -> dict[str, Any]:
+    u = report.usage
+    penelope: dict[str, Any] = {
+        "device_tokens": u.device_tokens,
+        "host_tokens": u.host_tokens,
+        "store_tokens": u.store_tokens,
+        "recomputed_tokens": u.recomputed_tokens,
+        "new_tokens": u.new_tokens,
+        "miss_tokens": u.misses.as_dict(),
+    }
+    if report.prompt_edit_at is not None:
+        penelope["prompt_edit_at"] = report.prompt_edit_at
+    if report.hints:
+        penelope["hints"] = grants_body(report.hints)
     return {
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.prompt_tokens + u.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-        "penelope": {
-            "device_tokens": u.device_tokens,
-            "host_tokens": u.host_tokens,
-            "store_tokens": u.store_tokens,
-            "recomputed_tokens": u.recomputed_tokens,
-            "new_tokens": u.new_tokens,
-        },
+        "penelope": penelope,
     }
 
 
@@ -61,7 +83,7 @@ def _choice(meta: ResponseMeta, text: str, finish_reason: str | None) -> dict[st
 
 
 def completion_body(
-    meta: ResponseMeta, text: str, finish_reason: str | None, usage: TokenUsage
+    meta: ResponseMeta, text: str, finish_reason: str | None, usage: Report
 ) -> dict[str, Any]:
     return {
         "id": meta.id,
@@ -96,7 +118,7 @@ def chunk_body(
     }
 
 
-def usage_chunk_body(meta: ResponseMeta, usage: TokenUsage) -> dict[str, Any]:
+def usage_chunk_body(meta: ResponseMeta, usage: Report) -> dict[str, Any]:
     """The extra last chunk of `stream_options.include_usage`: no choices, only usage."""
     return {
         "id": meta.id,

@@ -3,7 +3,8 @@
 Ranges follow OpenAI's: temperature in [0, 2], top_p in (0, 1]. Fields
 Penelope cannot honour (n > 1, logprobs, tools, echo, suffix) are rejected
 with a 400 naming the field rather than silently ignored; unknown fields are
-ignored, as OpenAI's SDKs send a few.
+ignored, as OpenAI's SDKs send a few, except inside Penelope's own objects
+(`penelope`, `cache_control`), where an unknown field is a 400 naming it.
 
 Types are strict, as OpenAI's are: a JSON value of the wrong type is a 400
 naming the field, never coerced ("true" is not a boolean, 3.0 and "5" are not
@@ -42,15 +43,42 @@ def _int_only(value: Any) -> Any:
     return value
 
 
+class _Closed(_Strict):
+    """Penelope's own objects: an unknown field is an error, not ignored."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+
+
+class CacheControl(_Closed):
+    """Anthropic's prompt-caching marker: keep this prefix for 5 minutes or an hour."""
+
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] = "5m"
+
+
+class PenelopeHints(_Closed):
+    """A harness's hints (`deployments.hints`, docs/hints.md); every field optional."""
+
+    retain_s: Seconds | None = None
+    expected_gap_s: Seconds | None = None
+    end_session: bool = False
+    parent_session: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+
 class TextPart(_Strict):
     type: Literal["text"]
     text: str
+    cache_control: CacheControl | None = None
 
 
 class ChatMessage(_Strict):
     role: Role
     content: str | list[TextPart] | None = None
     name: str | None = None
+    cache_control: CacheControl | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -80,6 +108,7 @@ class _SamplingFields(_Strict):
     stream_options: StreamOptions | None = None
     user: str | None = None
     session_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    penelope: PenelopeHints | None = None
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

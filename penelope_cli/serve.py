@@ -54,6 +54,18 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
         help="session records kept at most (the least recently used idle ones go first)",
     )
     ap.add_argument(
+        "--tenant-pin-seconds",
+        type=float,
+        default=c.tenant_pin_seconds,
+        help="longest pin a harness's retain_s hint gets; longer ones are clipped",
+    )
+    ap.add_argument(
+        "--tenant-pin-tokens",
+        type=int,
+        default=c.tenant_pin_tokens,
+        help="tokens one tenant's hinted pins may hold at once (default: no per-tenant quota)",
+    )
+    ap.add_argument(
         "--max-running", type=int, default=s.max_running, help="most requests running at once"
     )
     ap.add_argument(
@@ -88,6 +100,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         policy=args.policy,
         session_ttl_s=args.session_ttl_s,
         max_session_records=args.max_session_records,
+        tenant_pin_seconds=args.tenant_pin_seconds,
+        tenant_pin_tokens=args.tenant_pin_tokens,
     )
     engine = EngineConfig(
         model=args.model,

@@ -17,6 +17,7 @@ Modules:
     async_engine  `AsyncEngine`: the `EngineProtocol` over `Engine`, its own step thread
     runner        `ModelRunner`: one forward over a batch, then sampling
     protocol      the engine interface: requests, outputs, usage, stats, digests
+    hints         a harness's session hints (retain, expected gap, end, parent) and grants
     config        frozen, validated configs: model, cache, scheduler, engine
     costs         the default prefill cost constants (c_lin, c_attn)
     registry      `Registry`: strategies chosen by name

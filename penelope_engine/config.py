@@ -153,8 +153,22 @@ class CacheConfig:
     # recently used idle records go first. A request without a session id keeps none.
     session_ttl_s: float = 3600.0
     max_session_records: int = 100_000
+    # Quotas on a harness's `retain_s` hints (`penelope_engine.hints`), per tenant: the
+    # longest pin one hint gets, and the tokens a tenant's hinted pins may hold at once
+    # (None: only `AgentConfig.max_pinned_fraction` of the device bounds them). A hint
+    # past a quota is clipped and reported, never an error.
+    tenant_pin_seconds: float = 600.0
+    tenant_pin_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        require(
+            0 <= self.tenant_pin_seconds < math.inf,
+            f"tenant_pin_seconds must be finite and >= 0, got {self.tenant_pin_seconds}",
+        )
+        require(
+            self.tenant_pin_tokens is None or self.tenant_pin_tokens >= 0,
+            f"tenant_pin_tokens must be >= 0 (or None: no quota), got {self.tenant_pin_tokens}",
+        )
         require(self.session_ttl_s > 0, f"session_ttl_s must be positive, got {self.session_ttl_s}")
         require(
             self.max_session_records > 0,

@@ -20,6 +20,7 @@ from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.placement import TierIO
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.config import CacheConfig, SchedulerConfig
+from penelope_engine.sched.hinted import HintQuotas
 from penelope_engine.sched.scheduler import Scheduler
 from penelope_engine.sched.sequence import BatchItem
 from penelope_engine.tiers.contract import SchedulerTiers
@@ -101,5 +102,6 @@ def build_core(
         max_model_len,
         write_through=host_pages > 0 and cache.write_policy == "write_through",
         clock=clock,
+        hint_quotas=HintQuotas(cache.tenant_pin_seconds, cache.tenant_pin_tokens),
     )
     return Core(prefix, sched, tiers)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from dataclasses import replace
 
 from cache_store import ArrowSegmentStore, PathRecord, StoreStats
 from penelope_engine.cache.pages import PageNaming, PublicPrefixes
@@ -22,7 +23,6 @@ from penelope_engine.protocol import (
     GenerateRequest,
     RequestOutput,
     SessionDigest,
-    TokenUsage,
 )
 from penelope_engine.runner import ModelRunner
 from penelope_engine.sched.sequence import BatchItem, Sequence
@@ -234,6 +234,7 @@ class Engine:
             locked_nodes=c.tree.locked_nodes(),
             tree_nodes=c.tree.size,
             session_records=len(c.sessions),
+            misses=t.misses,
         )
 
     def store_stats(self) -> StoreStats | None:
@@ -274,22 +275,16 @@ class Engine:
 
 
 def output_of(seq: Sequence, emitted: int) -> RequestOutput:
-    u = seq.usage
-    usage = TokenUsage(
-        u.prompt_tokens,
-        seq.num_generated,
-        u.device_tokens,
-        u.host_tokens,
-        u.store_tokens,
-        u.recomputed_tokens,
-        u.new_tokens,
-    )
+    usage = replace(seq.usage, completion_tokens=seq.num_generated)
     ttft = seq.first_token_at - seq.arrival if seq.first_token_at is not None else None
+    finished = seq.finish_reason is not None
     return RequestOutput(
         seq.request_id,
         tuple(seq.tokens[emitted:]),
-        finished=seq.finish_reason is not None,
+        finished=finished,
         finish_reason=seq.finish_reason,
         usage=usage,
         ttft_s=ttft,
+        hints=tuple(seq.hint_grants) if finished else (),
+        prompt_edit_at=seq.prompt_edit_at,
     )

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from penelope_engine.errors import InvalidRequestError
+from penelope_engine.hints import NO_HINTS, HintGrant, SessionHints
 
 if TYPE_CHECKING:  # (this module stays light: no tokenizers, no pyarrow)
     from cache_store import StoreStats
@@ -68,6 +69,11 @@ class GenerateRequest:
     # Ray ingress sets them so the router can place a new session by its cached
     # prefix; the engine does not read them.
     prefix_hashes: tuple[int, ...] = ()
+    # A harness's hints for this session (`penelope_engine.hints`); none by default.
+    hints: SessionHints = NO_HINTS
+    # The caller knows the prompt continues earlier turns (a chat with an assistant
+    # message): the miss ledger calls a session with no record here `moved_replica`.
+    has_history: bool = False
 
     @property
     def session(self) -> str:
@@ -82,6 +88,44 @@ class GenerateRequest:
         return "".join(chr(t + 0x800 if t >= 0xD800 else t) for t in self.prompt_token_ids)
 
 
+# Why computed prompt tokens were not cache hits (`sched.ledger` says how each is told).
+MISS_CAUSES = (
+    "new",
+    "evicted_device",
+    "dropped_host",
+    "store_miss",
+    "recompute_cheaper",
+    "moved_replica",
+    "prompt_edit",
+    "tenant",
+)
+
+
+@dataclass(frozen=True)
+class MissTokens:
+    """Computed prompt tokens by cause; they sum to recomputed + new tokens."""
+
+    new: int = 0
+    evicted_device: int = 0
+    dropped_host: int = 0
+    store_miss: int = 0
+    recompute_cheaper: int = 0
+    moved_replica: int = 0
+    prompt_edit: int = 0
+    tenant: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.as_dict().values())
+
+    def as_dict(self) -> dict[str, int]:
+        return {c: getattr(self, c) for c in MISS_CAUSES}
+
+    def __add__(self, other: MissTokens) -> MissTokens:
+        mine, theirs = self.as_dict(), other.as_dict()
+        return MissTokens(**{c: mine[c] + theirs[c] for c in MISS_CAUSES})
+
+
 @dataclass(frozen=True)
 class TokenUsage:
     """Where each prompt token's KV came from, plus completion tokens.
@@ -89,7 +133,8 @@ class TokenUsage:
     prompt_tokens == device_tokens + host_tokens + store_tokens
                      + recomputed_tokens + new_tokens
     `recomputed_tokens` were cached once and evicted (holes); `new_tokens` were
-    never cached for this session (including a partial last page).
+    never cached for this session (including a partial last page). `misses`
+    splits the computed ones (recomputed + new) by why (the miss ledger).
     """
 
     prompt_tokens: int = 0
@@ -99,13 +144,17 @@ class TokenUsage:
     store_tokens: int = 0
     recomputed_tokens: int = 0
     new_tokens: int = 0
+    misses: MissTokens = field(default_factory=MissTokens)
 
     @property
     def cached_tokens(self) -> int:
         return self.device_tokens + self.host_tokens + self.store_tokens
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
-        return TokenUsage(*(a + b for a, b in zip(astuple(self), astuple(other))))
+        return replace(
+            self,
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)},
+        )
 
 
 @dataclass(frozen=True)
@@ -116,6 +165,10 @@ class RequestOutput:
     finish_reason: FinishReason | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
     ttft_s: float | None = None  # set once the first token exists
+    # On the last output: what the engine did with the request's hints, and where its
+    # prompt left the session's last one (in tokens; None: it did not).
+    hints: tuple[HintGrant, ...] = ()
+    prompt_edit_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +193,7 @@ class EngineStats:
     # Bounded state (bench.soak): flat once traffic is steady.
     tree_nodes: int = 0  # prefix-tree nodes
     session_records: int = 0  # sessions the cache keeps a record of
+    misses: MissTokens = field(default_factory=MissTokens)  # computed prompt tokens by cause
 
     @property
     def hit_ratio(self) -> float:

@@ -108,9 +108,10 @@ class PenelopePolicy(_SessionPolicy):
 class ReturnAwarePolicy(_SessionPolicy):
     """Evict the session expected back last.
 
-    Expected return = end of its last turn + its expected gap: the smoothed
-    gap of its own past turns after a `tool_use` stop (a prior when it has
-    none), and a long user think time after `end_turn`. A session overdue by
+    Expected return = end of its last turn + its expected gap: the harness's
+    `expected_gap_s` when it gave one, else the smoothed gap of its own past
+    turns after a `tool_use` stop (a prior when it has none), and a long user
+    think time after `end_turn`. A session overdue by
     t is expected t later again. A queued session has already returned: its
     score is its arrival, earlier than any idle one's, so the queue keeps its
     KV and the head of the queue keeps it longest.
@@ -125,7 +126,9 @@ class ReturnAwarePolicy(_SessionPolicy):
         if info.turn_end is None:
             return view.now
         gap = info.gap_ewma if info.gap_ewma is not None else self.tool_gap_prior_s
-        if info.last_stop == "end_turn":
+        if info.expected_gap is not None:
+            gap = info.expected_gap
+        elif info.last_stop == "end_turn":
             gap = max(gap, self.user_gap_s)
         expected = info.turn_end + gap
         return expected if expected >= view.now else 2 * view.now - info.turn_end

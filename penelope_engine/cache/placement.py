@@ -230,6 +230,20 @@ class Placement:
             self.host.free(pages)
         self.trim(node)
 
+    def release_private(self, leaf: Node, sid: str) -> int:
+        """Take the device pages of `sid`'s own nodes on `leaf`'s path off the device, as
+        an eviction would (demoted with a host tier, dropped without); shared nodes and
+        nodes a running request locks stay. Returns the pages taken (mutates)."""
+        taken, node = 0, leaf
+        while node.parent is not None:
+            parent = node.parent  # `drop` may trim `node` out of the tree
+            if not node.shared and node.lock == 0 and node.sessions <= {sid} and node.n_device:
+                idx = np.flatnonzero(node.device >= 0)
+                self.drop(Tier.DEVICE, node, idx)
+                taken += len(idx)
+            node = parent
+        return taken
+
     def _demote(self, node: Node, idx: np.ndarray) -> None:
         """Copy device pages `idx` of `node` (evicted) that have no host copy to the host."""
         missing = idx[node.host[idx] < 0]

@@ -4,11 +4,10 @@ It decides what to keep; the bytes move through a `TierIO` the engine
 supplies (torch copies) or the simulator supplies (time accounting). Every
 method says whether it mutates; `match` never does.
 
-Tiers: device (always), host (when host_pages > 0), store (when the IO has
-one). Device eviction demotes to the host when there is a host tier, host
-eviction spills to the store when there is one; a page that leaves its last
-tier becomes a hole (or, when no live page follows it, is trimmed off the
-tail of its leaf).
+Tiers: device (always), host (when host_pages > 0), store (when the IO has one).
+Device eviction demotes to the host when there is a host tier, host eviction
+spills to the store when there is one; a page that leaves its last tier becomes
+a hole (or, when no live page follows it, is trimmed off the tail of its leaf).
 
 This module is the façade the scheduler and the simulator drive; the parts
 live in their own modules:
@@ -42,14 +41,8 @@ from penelope_engine.errors import CapacityError
 from penelope_engine.protocol import SessionDigest
 
 # Names importable from here since before the split (they live in the modules above).
-__all__ = [
-    "InsertResult",
-    "LockHandle",
-    "PrefixCache",
-    "SessionInfo",
-    "TierIO",
-    "default_page_cost",
-]
+__all__ = ["InsertResult", "LockHandle", "PrefixCache", "SessionInfo", "TierIO"]
+__all__ += ["default_page_cost"]
 
 
 @dataclass(frozen=True)
@@ -240,9 +233,11 @@ class PrefixCache:
         info.start(self.now)
         self.heaps.touch_path(info.leaf)
 
-    def on_turn_end(self, sid: str, stop_reason: str | None, now: float | None = None) -> None:
-        info = self.session(sid)
-        info.end_turn(self.now if now is None else now, stop_reason)
+    def on_turn_end(
+        self, sid: str, stop_reason: str | None, now: float | None = None, gap: float | None = None
+    ) -> None:
+        info = self.session(sid)  # gap: a harness's expected seconds to the next turn
+        info.end_turn(self.now if now is None else now, stop_reason, gap)
         self.heaps.touch_path(info.leaf)
 
     def on_abort(self, sid: str) -> None:
@@ -250,6 +245,11 @@ class PrefixCache:
         info = self.session(sid)
         info.withdraw()
         self.heaps.touch_path(info.leaf)
+
+    def release_session(self, sid: str) -> int:
+        """Its private device pages leave the device now (`Placement.release_private`)."""
+        leaf = self.session(sid).leaf
+        return self.placement.release_private(leaf, sid) if leaf is not None else 0
 
     def set_next_arrival(self, sid: str, t: float | None) -> None:
         info = self.session(sid)

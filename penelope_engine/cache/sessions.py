@@ -33,6 +33,8 @@ class SessionInfo:
     gap_ewma: float | None = None  # smoothed past gaps between turn end and next arrival
     queued_since: float | None = None  # set while a request of the session waits
     next_arrival: float | None = None  # oracle hint (from a trace); inf = never returns
+    expected_gap: float | None = None  # a harness's `expected_gap_s` for the current gap
+    tenant: str | None = None  # the tenant of its last admitted request (the miss ledger)
     leaf: Node | None = None  # the node ending its last inserted path
     # Page ids of the longest path the session inserted: a missing page whose id
     # is here was cached once and evicted (recomputed), any other is new.
@@ -46,6 +48,7 @@ class SessionInfo:
             gap = max(0.0, now - self.turn_end)
             self.gap_ewma = gap if self.gap_ewma is None else 0.5 * self.gap_ewma + 0.5 * gap
         self.queued_since = now
+        self.expected_gap = None
 
     def start(self, now: float) -> None:
         """Its request left the queue and runs."""
@@ -53,9 +56,10 @@ class SessionInfo:
         self.turn_end = None
         self.last_access = now
 
-    def end_turn(self, now: float, stop_reason: str | None) -> None:
+    def end_turn(self, now: float, stop_reason: str | None, gap: float | None = None) -> None:
         self.turn_end = self.last_access = now
         self.last_stop = stop_reason
+        self.expected_gap = gap
 
     def withdraw(self) -> None:
         """A queued request of the session was withdrawn before it ran."""

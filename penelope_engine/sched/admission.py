@@ -19,10 +19,13 @@ writing the path through to the host when asked.
 
 Usage: tokens whose page the session had cached before (its longest inserted
 path, `SessionInfo.seen_hashes`) and must compute again are `recomputed`; the
-rest of what it computes is `new`.
+rest of what it computes is `new`. The miss ledger (`sched.ledger`) splits the
+computed tokens by why they missed (`TokenUsage.misses`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -31,6 +34,7 @@ from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.cache.tier import Tier
 from penelope_engine.errors import CapacityError
 from penelope_engine.protocol import TokenUsage
+from penelope_engine.sched.ledger import miss_tokens
 from penelope_engine.sched.sequence import Sequence
 from penelope_engine.tiers.contract import SchedulerTiers
 from penelope_engine.tiers.planner import PlannerCost, choose
@@ -72,7 +76,7 @@ def admit(
     recompute = np.zeros(n_pages, dtype=bool)
     recompute[:k] = where == Tier.HOLE
     recompute[k:] = True
-    loaded = _load(seq, tiers, cost, ps, host, where, recompute)
+    loaded, chosen = _load(seq, tiers, cost, ps, host, where, recompute)
     pages = np.flatnonzero(recompute)
     pos = (pages[:, None] * ps + np.arange(ps)[None, :]).reshape(-1)
     seq.todo = pos[pos < n_ctx].astype(np.int64)
@@ -80,7 +84,8 @@ def admit(
     seq.ready_at = tiers.ready_at(now)
     if seq.admitted_at is None:
         seq.admitted_at = now
-    return _usage(seq, cache, ps, int(device.sum()), loaded)
+    usage = _usage(seq, cache, ps, int(device.sum()), loaded)
+    return replace(usage, misses=miss_tokens(seq, cache, where, chosen, usable))
 
 
 def _load(
@@ -91,15 +96,18 @@ def _load(
     host: np.ndarray,
     where: np.ndarray,
     recompute: np.ndarray,
-) -> dict[Tier, int]:
-    """Load the host and store pages the planner picks; mark the rest for recompute."""
+) -> tuple[dict[Tier, int], set[Tier]]:
+    """Load the host and store pages the planner picks; mark the rest for recompute.
+    Returns the pages loaded per tier, and the tiers the planner chose to recompute."""
     loaded = {Tier.HOST: 0, Tier.STORE: 0}
+    chosen: set[Tier] = set()
     for tier in (Tier.HOST, Tier.STORE):
         idx = np.flatnonzero(where == tier)
         if not len(idx):
             continue
         if choose(cost, tier, int(idx[0]) * ps, len(idx) * ps) == "recompute":
             recompute[idx] = True
+            chosen.add(tier)
             continue
         if tier == Tier.HOST:
             ok = np.full(len(idx), tiers.host_to_device(host[idx], seq.page_table[idx]))
@@ -108,7 +116,7 @@ def _load(
             ok = tiers.load_store(seq.hashes[idx], toks[idx], seq.req.tenant, seq.page_table[idx])
         recompute[idx[~ok]] = True
         loaded[tier] = int(ok.sum())
-    return loaded
+    return loaded, chosen
 
 
 def _usage(

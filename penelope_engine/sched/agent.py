@@ -34,6 +34,12 @@ scheduler's clock, so the engine and the simulator run the same levers:
   the queue does not fit, the pin whose session is expected back last is
   released first (its pages become evictable, and with a host tier they are
   already written through).
+
+A harness's hints (`penelope_engine.hints`, applied by `sched.hinted`) reach
+retention here: `expected_gap_s` stands in for the learned tool times (one
+sample, held `GAP_SLACK` times longer, whatever the stop reason), and
+`retain_s` sets a pin of its own (`pin`, `hinted`), which yields to a queued
+request in every mode, so a hint never blocks admission.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from penelope_engine.tiers.planner import PlannerCost, choose
 FLEET_SAMPLES = 4096  # tool gaps kept for the fleet's distribution
 OWN_SAMPLES = 3  # a session's own gaps needed before they replace the fleet's
 OWN_KEPT = 256  # a session's most recent gaps kept (a session that runs for weeks)
+GAP_SLACK = 1.5  # a pin from a harness's expected gap lasts this many times the gap
 
 
 def queue_key(cfg: AgentConfig, arrival: float, session_start: float) -> float:
@@ -99,6 +106,8 @@ class Pin:
     lock: LockHandle
     pages: int
     expires: float
+    tenant: str = ""  # set on hinted pins (the tenant's pin quota)
+    hinted: bool = False  # set by a harness's `retain_s`: yields in every mode
 
 
 class Retention:
@@ -138,10 +147,17 @@ class Retention:
 
     # -- pins ---------------------------------------------------------------------
     def on_turn_end(
-        self, sid: str, stop: str | None, context: int, cost: PlannerCost, now: float
+        self,
+        sid: str,
+        stop: str | None,
+        context: int,
+        cost: PlannerCost,
+        now: float,
+        expected_gap_s: float | None = None,
     ) -> None:
-        """The turn of `sid` ended with `context` tokens cached on its path: pin or not."""
-        if not self.enabled or stop != "tool_use":
+        """The turn of `sid` ended with `context` tokens cached on its path: pin or not.
+        `expected_gap_s` (a harness's hint) replaces the learned tool times."""
+        if not self.enabled or (stop != "tool_use" and expected_gap_s is None):
             return
         info = self.cache.session(sid)
         device = self.cache.device.capacity
@@ -150,16 +166,31 @@ class Retention:
             return
         if self.pinned_pages + pages > self.cfg.max_pinned_fraction * device:
             return
-        ttl = self.ttl(sid, context, pages / device, cost)
-        if ttl <= 0:
-            return
+        ttl = self.ttl(sid, context, pages / device, cost, expected_gap_s)
+        if ttl > 0:
+            self.pin(sid, pages, now + ttl)
+
+    def pin(
+        self, sid: str, pages: int, expires: float, tenant: str = "", hinted: bool = False
+    ) -> None:
+        """Pin the path of `sid`'s last turn (`pages` long) until `expires`."""
+        info = self.cache.session(sid)
         self.release(sid)
-        self.pins[sid] = Pin(self.cache.lock(info.leaf), pages, now + ttl)
+        self.pins[sid] = Pin(self.cache.lock(info.leaf), pages, expires, tenant, hinted)
         self.pinned_pages += pages
 
-    def ttl(self, sid: str, context: int, share: float, cost: PlannerCost) -> float:
+    def ttl(
+        self,
+        sid: str,
+        context: int,
+        share: float,
+        cost: PlannerCost,
+        expected_gap_s: float | None = None,
+    ) -> float:
         own = self.own.get(sid, []) if self.yields else []
-        if len(own) >= OWN_SAMPLES:
+        if expected_gap_s is not None:
+            samples = np.asarray([expected_gap_s])
+        elif len(own) >= OWN_SAMPLES:
             samples = np.asarray(own)
         elif len(self.fleet) >= self.cfg.min_samples:
             samples = np.asarray(self.fleet)
@@ -169,7 +200,13 @@ class Retention:
         if self.cache.has_host and choose(cost, Tier.HOST, 0, context) == "load":
             reload = cost.load_s(context, Tier.HOST)
         benefit = reload + self.queue_wait_s
-        return best_ttl(samples, benefit, share, self.cfg.memory_price)
+        tau = best_ttl(samples, benefit, share, self.cfg.memory_price)
+        return tau * GAP_SLACK if expected_gap_s is not None else tau
+
+    def pinned_tokens(self, tenant: str, but: str) -> int:
+        """Tokens the pins of `tenant`'s sessions other than `but` hold."""
+        ps = self.cache.page_size
+        return sum(p.pages * ps for s, p in self.pins.items() if p.tenant == tenant and s != but)
 
     def release(self, sid: str) -> bool:
         pin = self.pins.pop(sid, None)
@@ -193,10 +230,12 @@ class Retention:
         return bool(done)
 
     def yield_one(self) -> bool:
-        """A queued request needs memory: release the pin expected to be needed last."""
-        if not self.yields or not self.pins:
+        """A queued request needs memory: release the pin expected to be needed last
+        (any with `return_aware`, a harness's hinted ones in every mode)."""
+        pins = [s for s, p in self.pins.items() if self.yields or p.hinted]
+        if not pins:
             return False
-        sid = max(self.pins, key=lambda s: (self.pins[s].expires, s))
+        sid = max(pins, key=lambda s: (self.pins[s].expires, s))
         return self.release(sid)
 
     def next_expiry(self) -> float | None:

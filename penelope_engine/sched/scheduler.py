@@ -32,6 +32,7 @@ from penelope_engine.errors import CapacityError
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sched.admission import admit, insert_path, release_lock
 from penelope_engine.sched.agent import Retention, WaitingQueue, prefill_estimate_s, queue_key
+from penelope_engine.sched.hinted import HintedSessions, HintQuotas
 from penelope_engine.sched.records import SessionRecords
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.tiers.contract import SchedulerTiers
@@ -50,6 +51,7 @@ class Scheduler:
         max_model_len: int,
         write_through: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        hint_quotas: HintQuotas | None = None,
     ) -> None:
         self.config = config
         self.cache = cache
@@ -68,6 +70,7 @@ class Scheduler:
         self.totals = TokenUsage()
         self._released = 0  # bumps whenever pages may have become free or evictable
         self.records = SessionRecords(cache, self.retention)
+        self.hinted = HintedSessions(hint_quotas or HintQuotas(), cache, self.retention)
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -77,6 +80,7 @@ class Scheduler:
         if self.retention.on_arrival(sid, gap, info.last_stop == "tool_use"):
             self._released += 1
         self.cache.on_arrival(sid, seq.arrival)
+        self.hinted.arrived(seq)
         start = info.first_arrival if info.first_arrival is not None else seq.arrival
         key = queue_key(self.agent, seq.arrival, start)
         if self.agent.size_weight:
@@ -284,11 +288,9 @@ class Scheduler:
             release_lock(seq, self.cache, self.write_through)
         self.cache.free(seq.page_table[seq.owned])
         seq.owned[:] = False
-        self.cache.on_turn_end(seq.req.session, stop_reason)
-        # cost() only when a pin may be set; a request without a session never returns
-        if not aborted and self.retention.enabled and seq.req.session_id is not None:
-            context = len(seq.tokens) - 1
-            self.retention.on_turn_end(seq.req.session, stop_reason, context, self.cost(), now)
+        self.cache.on_turn_end(seq.req.session, stop_reason, gap=seq.req.hints.expected_gap_s)
+        if not aborted:  # pins (learned and hinted), the harness's other hints
+            self.hinted.turn_ended(seq, stop_reason, self.cost, now)
         self.records.finished(seq, self._live_sessions)
 
     def _live_sessions(self) -> set[str]:

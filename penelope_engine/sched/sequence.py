@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from penelope_engine.cache.prefix_cache import LockHandle
+from penelope_engine.hints import HintGrant
 from penelope_engine.protocol import FinishReason, GenerateRequest, TokenUsage
 
 
@@ -46,6 +47,8 @@ class Sequence:
     # Done once the store has the session's record of this turn (`SessionHandover`):
     # the last output waits for it, so a next turn elsewhere finds what was seen.
     recorded: Future[bool] | None = None
+    hint_grants: list[HintGrant] = field(default_factory=list)  # what its hints got
+    prompt_edit_at: int | None = None  # where its prompt left the session's last (tokens)
 
     # the prompt as int32, converted from `tokens` on first use unless the caller has it
     prompt_array: np.ndarray | None = field(default=None, repr=False)

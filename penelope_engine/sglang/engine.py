@@ -8,7 +8,9 @@ raises an ImportError that says how to install it.
 Streaming: the engine runs with incremental streaming output, so each chunk's
 `output_ids` are the new tokens of that step. Usage: SGLang reports
 `cached_tokens` (device prefix, including a suffix reconnected after a hole
-refill); the rest of the prompt counts as new tokens.
+refill); the rest of the prompt counts as new tokens, and as the miss ledger's
+`new` (SGLang does not say why a token missed). Harness hints
+(`GenerateRequest.hints`) are not applied here: a response reports none.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from penelope_engine.protocol import (
     EngineStats,
     FinishReason,
     GenerateRequest,
+    MissTokens,
     RequestOutput,
     SessionDigest,
     TokenUsage,
@@ -130,6 +133,7 @@ def usage_of(meta: dict[str, Any], completion_tokens: int) -> TokenUsage:
         completion_tokens=completion_tokens,
         device_tokens=cached,
         new_tokens=prompt - cached,
+        misses=MissTokens(new=prompt - cached),
     )
 
 

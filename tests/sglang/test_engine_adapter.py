@@ -69,6 +69,7 @@ def test_translation_of_sampling_finish_and_usage() -> None:
     assert finish_reason({"finish_reason": None}) is None
     usage = usage_of({"prompt_tokens": 40, "cached_tokens": 32}, 5)
     assert (usage.device_tokens, usage.new_tokens, usage.completion_tokens) == (32, 8, 5)
+    assert usage.misses.as_dict() == {**dict.fromkeys(usage.misses.as_dict(), 0), "new": 8}
 
 
 class StreamingEngine:

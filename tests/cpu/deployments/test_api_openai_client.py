@@ -70,7 +70,10 @@ def test_three_turn_session_gets_cached_tokens(client: openai.OpenAI) -> None:
         assert resp.usage is not None and resp.usage.prompt_tokens_details is not None
         cached.append(resp.usage.prompt_tokens_details.cached_tokens)
         breakdown = resp.usage.model_extra["penelope"]
-        assert sum(breakdown.values()) == resp.usage.prompt_tokens
+        sources = ("device", "host", "store", "recomputed", "new")
+        assert sum(breakdown[f"{k}_tokens"] for k in sources) == resp.usage.prompt_tokens
+        computed = breakdown["recomputed_tokens"] + breakdown["new_tokens"]
+        assert sum(breakdown["miss_tokens"].values()) == computed
         messages += [
             {"role": "assistant", "content": resp.choices[0].message.content},
             {"role": "user", "content": f"Tool result {turn}: 3 passed."},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deployments.replica_stats import ReplicaStatsBook
-from penelope_engine.protocol import EngineStats
+from penelope_engine.protocol import EngineStats, MissTokens
 
 
 class Clock:
@@ -61,3 +61,14 @@ def test_every_ingress_exports_every_replica_from_the_routing_stats() -> None:
     assert out["r2"].tokens_device == 7 and out["r2"].evictions == (("a", "b", 2),)
     fresher = {"r1": {STATS_KEY: stats_to_wire(EngineStats(tokens_new=12))}}
     assert merged(reported, fresher)["r1"].tokens_new == 12
+
+
+def test_the_miss_ledger_travels_in_the_routing_stats() -> None:
+    from deployments.replica_stats import STATS_KEY, merged, stats_from_wire, stats_to_wire
+
+    stats = EngineStats(tokens_new=9, misses=MissTokens(new=5, prompt_edit=4))
+    assert stats_from_wire(stats_to_wire(stats)) == stats
+    wire = stats_to_wire(stats)
+    bad = {**wire, "misses": {**wire["misses"], "new": "five"}}
+    assert merged({}, {"r1": {STATS_KEY: bad}}) == {}
+    assert stats_from_wire({**wire, "misses": {"bogus": 1}}) is None

@@ -81,6 +81,8 @@ def test_a_fixed_replica_count_when_autoscaling_is_off() -> None:
         ({"router": {"policy": "ray_prefix"}}, "router policy must be one of affinity, pow2"),
         ({"router": {"options": {"overload": 1}}}, "unknown key(s) ['overload']"),
         ({"api": {"api_keys": {"k" * 8: "t"}}}, "api_keys_file"),
+        ({"engine": {"cache": {"tenant_pin_seconds": -1}}}, "tenant_pin_seconds must be"),
+        ({"engine": {"cache": {"tenant_pin_tokens": -5}}}, "tenant_pin_tokens must be"),
     ],
 )
 def test_bad_config_names_the_key(args: dict, needle: str) -> None:
@@ -91,6 +93,12 @@ def test_bad_config_names_the_key(args: dict, needle: str) -> None:
 
 def test_defaults_without_args() -> None:
     assert parse_serve_config(None) == ServeConfig()
+
+
+def test_hint_quotas_come_from_the_yaml() -> None:
+    args = {"engine": {"cache": {"tenant_pin_seconds": 30, "tenant_pin_tokens": 4096}}}
+    cache = parse_serve_config(args).engine.cache
+    assert (cache.tenant_pin_seconds, cache.tenant_pin_tokens) == (30.0, 4096)
 
 
 def test_agent_levers_come_from_the_yaml() -> None:

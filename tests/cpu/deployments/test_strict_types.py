@@ -25,6 +25,7 @@ from deployments.schemas import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
+    PenelopeHints,
     StreamOptions,
     TextPart,
 )
@@ -93,6 +94,7 @@ SHARED = [
     ("stream_options", ["yes", 1, True, [{"include_usage": True}]]),
     ("user", [5, True, ["u"], OBJECT]),
     ("session_id", [5, 1.5, True, ["s"], OBJECT]),
+    ("penelope", ["x", 1, True, [{"retain_s": 1}]]),
 ]
 CHAT_ONLY = [
     ("messages", [{"role": "user", "content": "hi"}, "hi", 1, True]),
@@ -162,6 +164,18 @@ NESTED = [
     (TEXT, text_body(prompt=[1, "2"]), "prompt[1]"),
     (TEXT, text_body(prompt=[[1, 2.0]]), "prompt[0][1]"),
     (TEXT, text_body(prompt=[OBJECT]), "prompt[0]"),
+    (CHAT, chat_body(penelope={"retain_s": "5"}), "penelope.retain_s"),
+    (CHAT, chat_body(penelope={"retain_s": True}), "penelope.retain_s"),
+    (TEXT, text_body(penelope={"expected_gap_s": [1]}), "penelope.expected_gap_s"),
+    (CHAT, chat_body(penelope={"end_session": "true"}), "penelope.end_session"),
+    (TEXT, text_body(penelope={"end_session": 1}), "penelope.end_session"),
+    (CHAT, chat_body(penelope={"parent_session": 5}), "penelope.parent_session"),
+    (CHAT, message(cache_control="ephemeral"), "messages[0].cache_control"),
+    (
+        CHAT,
+        parts({"type": "text", "text": "a", "cache_control": 5}),
+        "messages[0].content[0].cache_control",
+    ),
 ]
 CASES = (
     _cases(CHAT, chat_body, SHARED + CHAT_ONLY)
@@ -197,7 +211,7 @@ def test_every_request_field_is_covered() -> None:
     assert chat == set(ChatCompletionRequest.model_fields)
     assert text == set(CompletionRequest.model_fields)
     nested = {re.sub(r"\[\d+\]", "", p).rsplit(".", 1)[-1] for _, _, p in NESTED}
-    for model in (ChatMessage, TextPart, StreamOptions):
+    for model in (ChatMessage, TextPart, StreamOptions, PenelopeHints):
         assert set(model.model_fields) <= nested, model
 
 

@@ -47,9 +47,15 @@ def test_flags_reach_the_engine_and_api_configs(tmp_path: Path) -> None:
         "60",
         "--max-session-records",
         "500",
+        "--tenant-pin-seconds",
+        "120",
+        "--tenant-pin-tokens",
+        "4096",
     )
     engine, settings = config_from_args(args)
     assert (engine.cache.session_ttl_s, engine.cache.max_session_records) == (60.0, 500)
+    assert (engine.cache.tenant_pin_seconds, engine.cache.tenant_pin_tokens) == (120.0, 4096)
+    assert config_from_args(parse())[0].cache.tenant_pin_tokens is None
     assert (engine.model, engine.cache.page_size, engine.cache.device_pages) == (
         "tiny-qwen3",
         8,
