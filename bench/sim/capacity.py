@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="no search: the attribution rows at this many sessions, the best peer being "
         "the first peer of --setups (its capacity from an earlier run)",
     )
+    ap.add_argument(
+        "--rows",
+        type=comma_list(str),
+        default=None,
+        help="attribution rows to run besides the best peer's (names as printed; default: all)",
+    )
     ap.add_argument("--jobs", type=int, default=1, help="searches run in parallel")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--plot", type=Path, default=None, help="PNG of p90 TTFT against sessions")
@@ -123,10 +129,15 @@ def _run(pool: ProcessPoolExecutor, fn: Any, jobs: list[tuple]) -> list[Any]:
 
 def _attribution(
     pool: ProcessPoolExecutor, best: Setup, at: int, seeds: range, spec: WorkloadSpec,
-    cost: GpuCostModel, cfg: Any,
+    cost: GpuCostModel, cfg: Any, only: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """`attribution_setups(best)` at `at` sessions, every seed."""
+    """`attribution_setups(best)` (or the rows named in `only`) at `at` sessions, every seed."""
     rows = attribution_setups(best)
+    if only is not None:
+        unknown = sorted(set(only) - {x.name for x in rows})
+        if unknown:
+            raise SystemExit(f"unknown attribution rows {unknown}; valid: {[x.name for x in rows]}")
+        rows = [x for x in rows if x.name in only or x.name == best.name]  # ratios need it
     jobs = [(x.name, seed, spec, cfg(x), cost, at) for x in rows for seed in seeds]
     per: dict[str, dict[int, dict[str, float]]] = {x.name: {} for x in rows}
     for name, seed, figures in _run(pool, _point, jobs):
@@ -152,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         if peer is None or args.attribution_at < 1:
             raise SystemExit("--attribution-at needs a positive count and a peer in --setups")
         with ProcessPoolExecutor(max(1, args.jobs)) as pool:
-            only = _attribution(pool, peer, args.attribution_at, seeds, spec, cost, cfg)
+            only = _attribution(pool, peer, args.attribution_at, seeds, spec, cost, cfg, args.rows)
         print(report.attribution_table(only))
         if args.json is not None:
             args.json.write_text(json.dumps({"attribution": only}, indent=1))
@@ -170,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         if best and not args.no_attribution:
             at = max(1, round(best["sessions_at_slo"]))
             peer = next(x for x in chosen if x.name == best["setup"])
-            attribution = _attribution(pool, peer, at, seeds, spec, cost, cfg)
+            attribution = _attribution(pool, peer, at, seeds, spec, cost, cfg, args.rows)
     ratio = report.ratios(runs, best)
     print(report.table(runs, best, ratio))
     if attribution is not None:

@@ -208,6 +208,37 @@ def test_metrics_are_exact_whichever_of_two_ingress_replicas_answers(base_url: s
     assert sum(_settled_totals(base_url).values()) - before == served
 
 
+def test_hints_and_the_miss_ledger_through_the_proxy(base_url: str) -> None:
+    """A harness's hints cross the ingress to the engine replica and come back granted (or
+    clipped) in `usage.penelope`; the ledger's causes sum to the computed tokens; a bad hint
+    is a 400 naming the field; /metrics counts the misses by cause."""
+    sid = "hinted-session"
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Run it."}]
+    body = {"model": MODEL, "messages": messages, "max_tokens": 2, "temperature": 0}
+    hints = {"expected_gap_s": 5, "retain_s": 3600}
+    r = httpx.post(
+        f"{base_url}/v1/chat/completions",
+        json={**body, "penelope": hints},
+        headers={"x-session-id": sid},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    p = r.json()["usage"]["penelope"]
+    assert p["hints"]["expected_gap_s"]["granted"] == 5
+    assert p["hints"]["retain_s"]["granted"] < 3600  # the tenant's longest pin (600 s)
+    assert p["hints"]["retain_s"]["clipped_by"] == "tenant_pin_seconds"
+    assert sum(p["miss_tokens"].values()) == p["recomputed_tokens"] + p["new_tokens"] > 0
+    bad = httpx.post(
+        f"{base_url}/v1/chat/completions",
+        json=body,
+        headers={"x-session-id": sid, "x-penelope-retain-s": "-1"},
+        timeout=60,
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "x-penelope-retain-s"
+    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    assert re.search(r'penelope_miss_tokens_total\{[^}]*cause="new"[^}]*\} [1-9]', text), text
+
+
 def test_replica_hooks_answer_inside_a_real_replica(base_url: str) -> None:
     engine = serve.get_deployment_handle(ENGINE_DEPLOYMENT, app_name="penelope")
     signals = engine.options(method_name="record_autoscaling_stats").remote().result()

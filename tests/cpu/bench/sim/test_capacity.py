@@ -88,3 +88,16 @@ def test_attribution_alone_at_a_given_count(tmp_path: Path) -> None:
     assert {"penelope", "penelope - chunk cap", "penelope cache / pow2"} <= set(att["rows"])
     with pytest.raises(SystemExit):  # no peer to attribute against
         capacity.main(["--setups", "penelope", "--attribution-at", "3"])
+
+
+@pytest.mark.slow
+def test_attribution_runs_only_the_rows_asked_and_the_best_peers(tmp_path: Path) -> None:
+    out = tmp_path / "att.json"
+    argv = ["--lengths", "quarter", "--setups", "sglang-hicache/pow2", "--seeds", "1"]
+    argv += ["--attribution-at", "3", "--replicas", "2", "--json", str(out)]
+    assert capacity.main([*argv, "--rows", "penelope,penelope cache / pow2"]) == 0
+    rows = json.loads(out.read_text())["attribution"]["rows"]
+    assert set(rows) == {"penelope", "penelope cache / pow2", "sglang-hicache/pow2"}
+    with pytest.raises(SystemExit, match="unknown attribution rows"):
+        capacity.main([*argv, "--rows", "penelope - nothing"])
+
