@@ -10,7 +10,9 @@ pulls `record_routing_stats`). Each replica runs the engine's scheduling core
 `bench.sim.costmodel` model.
 
 The oracle policy is told, at the end of each turn, when that session's next
-turn will arrive (at any replica), or that it never will.
+turn will arrive (at any replica), or that it never will. In hint mode
+(`SimConfig.hints`) each request carries the hints a harness would send,
+made from the same truth (`bench.sim.hints`).
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from bench.peers.registry import make_sim_router
 from bench.sessions import TOOLS, Session
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CostModel, ttft_floor, turn_floor
+from bench.sim.hints import TraceHints, next_gap
 from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
 from bench.sim.replica import Replica, SimRequest, Step
 from bench.tokens import TokenMap, repeat_answer
 from bench.workload import Workload
+from penelope_engine.hints import NO_HINTS
 from router.digest import build_digest, decode_digest
 from router.schema import ROUTE_PREFIX_PAGES, ReplicaView, RouterConfig, RouteRequest
 
@@ -102,6 +106,7 @@ class Simulator:
             cfg.router, RouterConfig(seed=seed, prefix_affinity=cfg.prefix_affinity), clock
         )
         self.tokens = TokenMap(cfg.vocab_size)
+        self.hints = TraceHints(cfg.hint_noise, seed) if cfg.hints else None
         self.hasher = self.replicas[0].scheduler.hasher  # one namespace for the whole fleet
         self.states = {s.id: _SessionState(s) for s in workload.all_sessions}
         self._heap: list[tuple[float, int, str, Any]] = []
@@ -264,6 +269,7 @@ class Simulator:
             reusable,
             turn.shared_prefix_tokens // ps,
             turn.stop_reason,
+            self.hints.for_turn(s, k) if self.hints is not None else NO_HINTS,
         )
 
     # -- a step ends ----------------------------------------------------------------------
@@ -279,12 +285,7 @@ class Simulator:
             assert req.seq is not None
             assert st.raw is not None
             st.last = (st.raw, req.seq.token_array(len(req.seq.tokens)))
-            nxt = (
-                st.session.turns[req.turn + 1].think_time_s
-                if req.turn + 1 < len(st.session.turns)
-                else math.inf
-            )
-            rep.cache.set_next_arrival(req.session_id, self.now + nxt)
+            rep.cache.set_next_arrival(req.session_id, self.now + next_gap(st.session, req.turn))
             self._turn_over(st, req.turn)
         self._kick(rep)
 
@@ -313,6 +314,10 @@ class Simulator:
                 history_class(u, r.turn, r.shared_pages * ps, ps),
                 r.seq.preemptions if r.seq is not None else 0,
                 ttft_floor(self.cost, r.prompt_len, known),
+                u.misses,
+                tuple(g.hint for g in r.seq.hint_grants if g.clipped_by is None)
+                if r.seq is not None
+                else (),
             )
         )
 

@@ -32,6 +32,7 @@ from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, SchedulerConfig
 from penelope_engine.core import CoreHooks, build_core
+from penelope_engine.hints import NO_HINTS, SessionHints
 from penelope_engine.protocol import GenerateRequest, SamplingParams, TokenUsage
 from penelope_engine.sched.scheduler import Scheduler
 from penelope_engine.sched.sequence import BatchItem, Sequence
@@ -58,6 +59,7 @@ class SimRequest:
     reusable_pages: int  # leading pages equal to the session's previous sequence
     shared_pages: int  # leading pages of the common prefix
     stop_reason: str
+    hints: SessionHints = NO_HINTS  # hint mode: what the harness sends (`bench.sim.hints`)
     seq: Sequence | None = None
     finished_at: float | None = None
     replica: int = -1
@@ -216,6 +218,8 @@ class Replica:
             SamplingParams(max_tokens=req.output_len, ignore_eos=True),
             session_id=req.session_id,
             stop_reason_hint=req.stop_reason or None,
+            hints=req.hints,
+            has_history=req.turn > 0,  # a chat with earlier turns: the ledger's moved_replica
         )
         req.seq = Sequence(
             greq,
