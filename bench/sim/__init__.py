@@ -32,4 +32,6 @@ Modules:
                   peers it is
     simulate      `penelope bench simulate`
     tiers         copies that take time on a PCIe channel, over real tiers or none
+    turns         `SimRequest`: a session's turn as the engine gets it, and how the loop
+                  makes one
 """
