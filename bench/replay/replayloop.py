@@ -180,6 +180,7 @@ class EngineReplay:
                     u.recomputed_tokens,
                     u.new_tokens,
                     history_class(u, p.turn, turn.shared_prefix_tokens, self.page_size),
+                    misses=u.misses,
                 )
             )
         self._turn_over(p.session_id, p.turn, ended)

@@ -12,6 +12,8 @@ Modules:
     config        `SimConfig`: policy, tiers, budgets, replicas, router, scheduler
     costmodel     `StepLoad`, the `CostModel` interface (also the planner's), the CPU model
                   fit
+    hints         hint mode: a harness's `SessionHints` on each request, from the trace's
+                  truth
     loop          the event loop: sessions, tool gaps, routing by the real router core
     metrics       per-request and per-session records, one run's summary
     oracle        The offline oracle eviction policy: it reads the future, so only the
@@ -30,4 +32,6 @@ Modules:
                   peers it is
     simulate      `penelope bench simulate`
     tiers         copies that take time on a PCIe channel, over real tiers or none
+    turns         `SimRequest`: a session's turn as the engine gets it, and how the loop
+                  makes one
 """

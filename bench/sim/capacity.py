@@ -38,7 +38,7 @@ from bench.sim.cliargs import add_fleet_args, comma_list
 from bench.sim.peers import sim_config
 from bench.sim.peers_report import describe
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
-from bench.sim.setups import CACHES, Setup, ablations, penelope_setup, setups
+from bench.sim.setups import CACHES, Setup, ablations, hinted, penelope_setup, setups
 from penelope_cli.helpformat import parser
 
 # Penelope and the grid's strongest set-ups at 96 sessions (`bench peers`): what a run
@@ -152,11 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.device_budget_tokens or cost.kv_capacity_tokens()
     spec = WorkloadSpec(args.trace_file, args.lengths, args.window_tokens, args.mean_interarrival_s)
     s = SearchSpec(slo, args.start, args.max_sessions, args.resolution)
-    chosen = setups(args.setups, with_ablations=False)
+    chosen = [hinted(x, args.hints) for x in setups(args.setups, with_ablations=False)]
     seeds = range(args.seed_base, args.seed_base + args.seeds)
 
     def cfg(setup: Setup) -> Any:
-        return sim_config(setup, budget, args.host_budget_factor, args.replicas, args.store)
+        x = hinted(setup, args.hints)  # --hints: every row over Penelope's engine
+        return sim_config(
+            x, budget, args.host_budget_factor, args.replicas, args.store, args.hint_noise
+        )
 
     if args.attribution_at is not None:
         peer = next((x for x in chosen if x.system != "penelope"), None)

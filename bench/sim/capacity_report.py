@@ -18,6 +18,7 @@ import numpy as np
 
 from bench.sim.capacity_search import SearchResult
 from bench.sim.report import save_figure
+from penelope_engine.protocol import MISS_CAUSES
 
 CURVE_METRICS = (
     "mean_ttft_s",
@@ -28,6 +29,7 @@ CURVE_METRICS = (
     "recompute_ratio",
     "host_ratio",
     "store_ratio",
+    *(f"miss_{c}_ratio" for c in MISS_CAUSES),  # computed tokens by cause / prompt tokens
 )
 
 

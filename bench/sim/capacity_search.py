@@ -117,6 +117,7 @@ def point(spec: WorkloadSpec, cfg: SimConfig, cost: GpuCostModel, n: int, seed: 
         "recompute_ratio": m.recompute_ratio,
         "host_ratio": m.host_ratio,
         "store_ratio": m.store_ratio,
+        **m.miss_ratios(),  # the miss ledger: `miss_<cause>_ratio`
         "requests": float(m.requests),
         "failed_requests": float(m.failed_requests),
         "dropped_turns": float(dropped),

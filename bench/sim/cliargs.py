@@ -127,4 +127,18 @@ def add_fleet_args(ap: argparse.ArgumentParser, lengths: tuple[str, ...]) -> Non
         help="set-ups with a host tier also spill to a store at the cost model's NVMe-class "
         "bandwidth (HiCache storage backends, LMCache disk, Penelope's Arrow store)",
     )
+    ap.add_argument(
+        "--hints",
+        action="store_true",
+        help="hint mode for the set-ups over Penelope's engine: each request carries a "
+        "harness's hints from the trace (expected_gap_s, end_session on the last turn); the "
+        "peers run unchanged (SGLang and vLLM have no hint API). Or name penelope+hints",
+    )
+    ap.add_argument(
+        "--hint-noise",
+        type=float,
+        default=0.25,
+        metavar="SIGMA",
+        help="hint mode: expected_gap_s is the real gap x exp(SIGMA * N(0,1)), seeded",
+    )
     add_gpu_args(ap)

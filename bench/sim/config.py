@@ -38,6 +38,11 @@ class SimConfig:
     digest_period_s: float = 10.0
     vocab_size: int = 151936
     fast_decode: bool = True  # run decode-only stretches as one event (same times)
+    # Hint mode (`bench.sim.hints`): each request carries the harness's `SessionHints` from
+    # the trace's truth, `expected_gap_s` with log-normal noise of sigma `hint_noise`
+    # (seeded by the run's seed). Only for engines with a hint API (Penelope's).
+    hints: bool = False
+    hint_noise: float = 0.25
 
     def __post_init__(self) -> None:
         SIM_EVICTION_POLICIES.check(self.policy)
@@ -51,6 +56,8 @@ class SimConfig:
             raise ValueError("device_budget_tokens must be >= page_size and replicas >= 1")
         if self.digest_period_s <= 0 or self.max_ongoing < 1:
             raise ValueError("digest_period_s must be > 0 and max_ongoing >= 1")
+        if not 0.0 <= self.hint_noise < float("inf"):
+            raise ValueError(f"hint_noise must be finite and >= 0, got {self.hint_noise}")
 
     def cache_config(self) -> CacheConfig:
         """One replica's cache; the policy is `policy`, which `Replica.simulated` makes

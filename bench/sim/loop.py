@@ -10,7 +10,9 @@ pulls `record_routing_stats`). Each replica runs the engine's scheduling core
 `bench.sim.costmodel` model.
 
 The oracle policy is told, at the end of each turn, when that session's next
-turn will arrive (at any replica), or that it never will.
+turn will arrive (at any replica), or that it never will. In hint mode
+(`SimConfig.hints`) each request carries the hints a harness would send,
+made from the same truth (`bench.sim.hints`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,31 +30,19 @@ from bench.peers.registry import make_sim_router
 from bench.sessions import TOOLS, Session
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CostModel, ttft_floor, turn_floor
-from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
-from bench.sim.replica import Replica, SimRequest, Step
-from bench.tokens import TokenMap, repeat_answer
+from bench.sim.hints import TraceHints, next_gap
+from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, summarize
+from bench.sim.replica import Replica, Step
+from bench.sim.turns import SessionState, SimRequest, make_request
+from bench.tokens import TokenMap
 from bench.workload import Workload
+from penelope_engine.hints import NO_HINTS
 from router.digest import build_digest, decode_digest
 from router.schema import ROUTE_PREFIX_PAGES, ReplicaView, RouterConfig, RouteRequest
 
 if TYPE_CHECKING:
     from penelope_engine.core import CoreHooks
     from penelope_engine.engine import Engine
-
-
-@dataclass(eq=False)
-class _SessionState:
-    session: Session
-    start: float | None = None
-    prev_hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
-    raw: np.ndarray | None = None  # the current turn's trace tokens (prompt and output)
-    last: tuple[np.ndarray, np.ndarray] | None = None  # the last turn: trace tokens, as run
-
-
-def _common_pages(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(len(a), len(b))
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if len(diff) else n
 
 
 class Simulator:
@@ -102,8 +91,9 @@ class Simulator:
             cfg.router, RouterConfig(seed=seed, prefix_affinity=cfg.prefix_affinity), clock
         )
         self.tokens = TokenMap(cfg.vocab_size)
+        self.hints = TraceHints(cfg.hint_noise, seed) if cfg.hints else None
         self.hasher = self.replicas[0].scheduler.hasher  # one namespace for the whole fleet
-        self.states = {s.id: _SessionState(s) for s in workload.all_sessions}
+        self.states = {s.id: SessionState(s) for s in workload.all_sessions}
         self._heap: list[tuple[float, int, str, Any]] = []
         self._arrivals: list[float] = []  # times of pending arrivals (decode runs end there)
         self._seq = itertools.count()
@@ -242,29 +232,9 @@ class Simulator:
         prompt = req.tokens[: req.prompt_len]
         return tuple(self.hasher.hashes(np.concatenate([prompt[:start], prompt[end:]])).tolist())
 
-    def _request(self, st: _SessionState, k: int) -> SimRequest:
-        s, turn = st.session, st.session.turns[k]
-        raw = self.tokens.sequence_ids(s, k)
-        n = turn.input_tokens
-        prompt = repeat_answer(raw[:n], st.last)  # a view of raw unless an answer differs
-        seq = raw if np.shares_memory(prompt, raw) else np.concatenate([prompt, raw[n:]])
-        st.raw = raw
-        hashes = self.hasher.hashes(seq)
-        ps = self.cfg.page_size
-        reusable = _common_pages(st.prev_hashes, hashes[: turn.input_tokens // ps])
-        st.prev_hashes = hashes[: (len(seq) - 1) // ps]
-        return SimRequest(
-            s.id,
-            k,
-            self.now,
-            turn.input_tokens,
-            turn.output_tokens,
-            seq,
-            hashes[: turn.input_tokens // ps],
-            reusable,
-            turn.shared_prefix_tokens // ps,
-            turn.stop_reason,
-        )
+    def _request(self, st: SessionState, k: int) -> SimRequest:
+        hints = self.hints.for_turn(st.session, k) if self.hints is not None else NO_HINTS
+        return make_request(st, k, self.now, self.tokens, self.hasher, self.cfg.page_size, hints)
 
     # -- a step ends ----------------------------------------------------------------------
     def _step_done(self, data: tuple[Replica, Step]) -> None:
@@ -279,44 +249,18 @@ class Simulator:
             assert req.seq is not None
             assert st.raw is not None
             st.last = (st.raw, req.seq.token_array(len(req.seq.tokens)))
-            nxt = (
-                st.session.turns[req.turn + 1].think_time_s
-                if req.turn + 1 < len(st.session.turns)
-                else math.inf
-            )
-            rep.cache.set_next_arrival(req.session_id, self.now + nxt)
+            rep.cache.set_next_arrival(req.session_id, self.now + next_gap(st.session, req.turn))
             self._turn_over(st, req.turn)
         self._kick(rep)
 
     def _record(self, r: SimRequest) -> None:
-        u, ps = r.usage, self.cfg.page_size
-        assert r.admitted_at is not None and r.first_token_at is not None
-        assert r.finished_at is not None
+        ps = self.cfg.page_size
         known = max(r.reusable_pages, r.shared_pages) * ps
         floor = turn_floor(self.cost, r.prompt_len, known, r.output_len)
         self._floors[r.session_id] = self._floors.get(r.session_id, 0.0) + floor
-        self.requests.append(
-            RequestRecord(
-                r.session_id,
-                r.turn,
-                r.replica,
-                r.arrival,
-                r.admitted_at,
-                r.first_token_at,
-                r.finished_at,
-                r.prompt_len,
-                u.device_tokens,
-                u.host_tokens,
-                u.store_tokens,
-                u.recomputed_tokens,
-                u.new_tokens,
-                history_class(u, r.turn, r.shared_pages * ps, ps),
-                r.seq.preemptions if r.seq is not None else 0,
-                ttft_floor(self.cost, r.prompt_len, known),
-            )
-        )
+        self.requests.append(r.record(ps, ttft_floor(self.cost, r.prompt_len, known)))
 
-    def _turn_over(self, st: _SessionState, k: int) -> None:
+    def _turn_over(self, st: SessionState, k: int) -> None:
         s = st.session
         for child in self.workload.children.get(s.id, ()):
             if child.after_turn == k:

@@ -10,6 +10,13 @@ last token) and LLM time (JCT minus the tool and user time between turns).
                            (history of the session, not new tokens) / prompt tokens
     partial_return_ratio   returning requests that found part, not all, of their
                            private history / returning requests with private history
+    miss_tokens            the computed prompt tokens (recomputed + new) by why they
+                           were not cache hits: the engine's miss ledger
+                           (`TokenUsage.misses`, `penelope_engine.sched.ledger`) summed
+                           over the run, per cause; `miss_ratios` divides them by the
+                           prompt tokens (`miss_<cause>_ratio`)
+    hint_grants            requests whose hint (`SessionHints`, hint mode) the engine
+                           granted in full, per hint
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from penelope_engine.protocol import TokenUsage
+from penelope_engine.protocol import MISS_CAUSES, MissTokens, TokenUsage
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,9 @@ class RequestRecord:
     # The least TTFT any cache and scheduler could give it (`costmodel.ttft_floor`:
     # the tokens its session never sent before, prefilled alone; None: unknown).
     ttft_floor_s: float | None = None
+    # The miss ledger: recomputed + new tokens by cause (they sum to them exactly).
+    misses: MissTokens = MissTokens()
+    hints_granted: tuple[str, ...] = ()  # its hints the engine granted in full
 
     @property
     def ttft(self) -> float:
@@ -93,6 +103,13 @@ class RunMetrics:
     mean_ttft_floor_s: float | None = None  # see RequestRecord.ttft_floor_s
     host_ratio: float = 0.0  # prompt tokens loaded from the host tier / prompt tokens
     store_ratio: float = 0.0  # prompt tokens loaded from the store / prompt tokens
+    miss_tokens: dict[str, int] = field(default_factory=dict)  # cause -> computed tokens
+    hint_grants: dict[str, int] = field(default_factory=dict)  # hint -> requests granted it
+
+    def miss_ratios(self) -> dict[str, float]:
+        """`miss_<cause>_ratio`: computed prompt tokens of each cause / prompt tokens."""
+        prompt = max(self.prompt_tokens, 1)
+        return {f"miss_{c}_ratio": self.miss_tokens.get(c, 0) / prompt for c in MISS_CAUSES}
 
     def as_dict(self, with_ttfts: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -119,6 +136,11 @@ def summarize(
     floors = [s.llm_floor_s for s in sessions if s.llm_floor_s is not None]
     known = bool(sessions) and len(floors) == len(sessions)
     ttft_floors = [r.ttft_floor_s for r in requests if r.ttft_floor_s is not None]
+    misses = sum((r.misses for r in requests), MissTokens())
+    grants: dict[str, int] = {}
+    for r in requests:
+        for h in r.hints_granted:
+            grants[h] = grants.get(h, 0) + 1
     return RunMetrics(
         mean_ttft_s=float(ttft.mean()),
         p90_ttft_s=float(np.percentile(ttft, 90)),
@@ -144,6 +166,8 @@ def summarize(
         else None,
         host_ratio=sum(r.host_tokens for r in requests) / prompt,
         store_ratio=sum(r.store_tokens for r in requests) / prompt,
+        miss_tokens=misses.as_dict(),
+        hint_grants=dict(sorted(grants.items())),
     )
 
 

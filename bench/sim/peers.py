@@ -32,7 +32,7 @@ from bench.sim.loop import simulate
 from bench.sim.metrics import RunMetrics
 from bench.sim.peers_report import METRICS, describe, document, plot, summarize, table
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
-from bench.sim.setups import Setup, setups
+from bench.sim.setups import Setup, hinted, setups
 from bench.workload import Workload
 from penelope_cli.helpformat import parser
 
@@ -64,12 +64,18 @@ def workloads(args: argparse.Namespace) -> tuple[dict[int, Workload], dict[int, 
 
 
 def sim_config(
-    setup: Setup, budget: int, host_factor: float, replicas: int, store: bool = False
+    setup: Setup,
+    budget: int,
+    host_factor: float,
+    replicas: int,
+    store: bool = False,
+    hint_noise: float = 0.25,
 ) -> SimConfig:
     """`setup` on `replicas` replicas of `budget` device tokens and a host tier of
     `host_factor` x that; `store`: every set-up with a host tier also spills to a store
     (the cost model's `store_bytes_per_s`, NVMe-class), as HiCache's storage backends and
-    LMCache's disk tier give the peers and the Arrow store gives Penelope."""
+    LMCache's disk tier give the peers and the Arrow store gives Penelope; `hint_noise`:
+    the sigma of hint mode's gap estimates, where the set-up is in it (`CacheSpec.hints`)."""
     spec = setup.spec
     tiers = "gpu+cpu+store" if store and spec.tiers == "gpu+cpu" else spec.tiers
     return SimConfig(
@@ -81,6 +87,8 @@ def sim_config(
         router=setup.router,
         page_size=64,
         layerwise_loads=spec.layerwise_loads,
+        hints=spec.hints,
+        hint_noise=hint_noise,
         scheduler=dataclasses.replace(
             default_scheduler(),
             max_batch_tokens=spec.step_tokens,
@@ -104,6 +112,7 @@ def metrics_of(m: RunMetrics, replicas: int) -> dict[str, float]:
     hours = max(m.sim_time_s, 1e-9) / 3600.0
     out["turns_per_hour_per_replica"] = m.requests / hours / replicas
     out["failed_requests"] = float(m.failed_requests)
+    out.update(m.miss_ratios())  # the miss ledger: why computed tokens missed, per cause
     return out
 
 
@@ -113,11 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.device_budget_tokens or cost.kv_capacity_tokens()
     wls, dropped = workloads(args)
     chosen = setups(args.setups, with_ablations=not args.no_ablations, tuned=args.tuned_peers)
-    jobs = [
-        (wl, sim_config(s, budget, args.host_budget_factor, args.replicas, args.store), cost, seed)
-        for s in chosen
-        for seed, wl in wls.items()
-    ]
+    chosen = [hinted(s, args.hints) for s in chosen]  # --hints: Penelope's (peers: no API)
+    fleet = (budget, args.host_budget_factor, args.replicas, args.store, args.hint_noise)
+    jobs = [(wl, sim_config(s, *fleet), cost, seed) for s in chosen for seed, wl in wls.items()]
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
         futures = {pool.submit(_one, job): i for i, job in enumerate(jobs)}
         results: dict[int, RunMetrics] = {}

@@ -28,11 +28,11 @@ import numpy as np
 from bench.sim.costmodel import CostModel, StepLoad, decode_run, num_layers, page_cost_fn, step_load
 from bench.sim.oracle import make_sim_policy
 from bench.sim.tiers import NullTiers, TimedTiers
+from bench.sim.turns import SimRequest
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, SchedulerConfig
 from penelope_engine.core import CoreHooks, build_core
-from penelope_engine.protocol import GenerateRequest, SamplingParams, TokenUsage
 from penelope_engine.sched.scheduler import Scheduler
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.util import cdiv
@@ -44,39 +44,6 @@ if TYPE_CHECKING:
 TIERS = ("gpu", "gpu+cpu", "gpu+cpu+store")
 SIM_NAMESPACE = "sim"  # one page-hash namespace for the whole simulated fleet
 MAX_MODEL_LEN = 1 << 40  # the trace decides lengths; the workload already capped them
-
-
-@dataclass(eq=False)
-class SimRequest:
-    session_id: str
-    turn: int
-    arrival: float
-    prompt_len: int
-    output_len: int
-    tokens: np.ndarray  # the turn's prompt, then its scripted output
-    hashes: np.ndarray  # page ids of the prompt's full pages (tenant "default")
-    reusable_pages: int  # leading pages equal to the session's previous sequence
-    shared_pages: int  # leading pages of the common prefix
-    stop_reason: str
-    seq: Sequence | None = None
-    finished_at: float | None = None
-    replica: int = -1
-
-    @property
-    def request_id(self) -> str:
-        return f"{self.session_id}:{self.turn}"
-
-    @property
-    def admitted_at(self) -> float | None:
-        return self.seq.admitted_at if self.seq is not None else None
-
-    @property
-    def first_token_at(self) -> float | None:
-        return self.seq.first_token_at if self.seq is not None else None
-
-    @property
-    def usage(self) -> TokenUsage:
-        return self.seq.usage if self.seq is not None else TokenUsage()
 
 
 @dataclass
@@ -209,21 +176,7 @@ class Replica:
 
     def enqueue(self, req: SimRequest, now: float) -> None:
         req.replica = self.index
-        prompt = req.tokens[: req.prompt_len].tolist()
-        greq = GenerateRequest(
-            req.request_id,
-            tuple(prompt),
-            SamplingParams(max_tokens=req.output_len, ignore_eos=True),
-            session_id=req.session_id,
-            stop_reason_hint=req.stop_reason or None,
-        )
-        req.seq = Sequence(
-            greq,
-            req.hashes,
-            prompt,
-            arrival=now,
-            prompt_array=req.tokens[: req.prompt_len].astype(np.int32),
-        )
+        req.seq = req.sequence(now)
         self.requests[req.request_id] = req
         self.scheduler.add(req.seq)
 

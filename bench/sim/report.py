@@ -47,6 +47,8 @@ def row(setup: dict[str, Any], runs: Sequence[RunMetrics]) -> dict[str, Any]:
             out[f"{name}_spread"] = [float(min(vals)), float(max(vals))]
     out["requests"] = sum(r.requests for r in runs)
     out["failed_requests"] = sum(r.failed_requests for r in runs)
+    ledger = [r.miss_ratios() for r in runs]  # the miss ledger: `miss_<cause>_ratio`
+    out.update({k: float(np.mean([x[k] for x in ledger])) for k in ledger[0]})
     out["per_seed"] = {name: [getattr(r, name) for r in runs] for name in SPREAD}
     floors = [r.mean_llm_floor_s for r in runs if r.mean_llm_floor_s is not None]
     if len(floors) == len(runs):

@@ -30,6 +30,10 @@ Its tiers copy whole pages before the forward (`penelope_engine.tiers.copies`),
 so it has no `layerwise_loads` either. `ablations` switches each lever off in
 turn.
 
+`penelope+hints` is Penelope in hint mode (`bench.sim.hints`: its requests carry
+the harness's hints from the trace); `hinted` puts any set-up over an engine with
+a hint API (`HINT_CACHES`) in hint mode, and leaves the peers as they are.
+
 `tuned_peer_setups` are the peer set-ups with the setting their own engine has
 for chunking prefills at Penelope's chunk size (`TUNINGS`): SGLang's
 `--chunked-prefill-size 2048`, a budget of prefill tokens per batch, all
@@ -66,6 +70,7 @@ class CacheSpec:
     prefill_chunk: int = STEP_TOKENS  # most tokens of one request's prefill in one step
     step_tokens: int = STEP_TOKENS  # most tokens of one step, prefill and decode
     layerwise_loads: bool = False  # loads stream layer by layer, overlapped with the forward
+    hints: bool = False  # hint mode: requests carry a harness's hints (`bench.sim.hints`)
 
 
 CACHES: dict[str, CacheSpec] = {
@@ -86,6 +91,7 @@ CACHES: dict[str, CacheSpec] = {
 PEER_ROUTERS = tuple(r for r in SIM_ROUTERS if r != "affinity")
 PEER_CACHES = ("sglang-radix", "sglang-hicache", "continuum")
 PEER_ENGINES = {"sglang-radix": "sglang", "sglang-hicache": "sglang", "continuum": "vllm"}
+HINT_CACHES = ("penelope",)  # engines that take a harness's hints (SGLang, vLLM have no API)
 # Per engine, its own setting that chunks prefills at Penelope's chunk size: the name's
 # suffix and what it does to the spec (see the module's docstring).
 TUNINGS: dict[str, tuple[str, Callable[[CacheSpec], CacheSpec]]] = {
@@ -123,6 +129,7 @@ class Setup:
             "prefill_chunk": self.spec.prefill_chunk,
             "step_tokens": self.spec.step_tokens,
             "layerwise_loads": self.spec.layerwise_loads,
+            "hints": self.spec.hints,
         }
 
 
@@ -145,6 +152,13 @@ def tuned_peer_setups() -> list[Setup]:
 
 def penelope_setup() -> Setup:
     return Setup("penelope", "penelope", "affinity", "penelope", CACHES["penelope"])
+
+
+def hinted(setup: Setup, on: bool = True) -> Setup:
+    """`setup` in hint mode when `on` and its engine takes hints; else `setup` itself."""
+    if not on or setup.cache not in HINT_CACHES:
+        return setup
+    return dataclasses.replace(setup, spec=dataclasses.replace(setup.spec, hints=True))
 
 
 def ablations() -> list[Setup]:
@@ -175,6 +189,7 @@ def setups(
     every = peers + [penelope_setup()] + (ablations() if with_ablations else [])
     if not names:
         return every
-    known = peer_setups() + tuned_peer_setups() + [penelope_setup()] + ablations()
+    with_hints = dataclasses.replace(hinted(penelope_setup()), name="penelope+hints")
+    known = peer_setups() + tuned_peer_setups() + [penelope_setup(), with_hints] + ablations()
     registry = Registry("set-up", {s.name: s for s in known})
     return [registry.get(n) for n in names]
