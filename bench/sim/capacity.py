@@ -38,7 +38,7 @@ from bench.sim.cliargs import add_fleet_args, comma_list
 from bench.sim.peers import sim_config
 from bench.sim.peers_report import describe
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
-from bench.sim.setups import CACHES, Setup, ablations, hinted, penelope_setup, setups
+from bench.sim.setups import CACHES, Setup, ablations, cross_setup, hinted, penelope_setup, setups
 from penelope_cli.helpformat import parser
 
 # Penelope and the grid's strongest set-ups at 96 sessions (`bench peers`): what a run
@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="attribution rows to run besides the best peer's (names as printed; default: all)",
     )
+    ap.add_argument(
+        "--points",
+        type=comma_list(int),
+        default=None,
+        help="no search: every set-up's figures at these session counts, every seed",
+    )
     ap.add_argument("--jobs", type=int, default=1, help="searches run in parallel")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--plot", type=Path, default=None, help="PNG of p90 TTFT against sessions")
@@ -90,11 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 def attribution_setups(best: Setup) -> list[Setup]:
     """Penelope, the best peer, each router over the other's cache, Penelope's ablations."""
     ours = penelope_setup()
-    cross = [
-        Setup(f"penelope cache / {best.router}", "penelope", best.router, "penelope", ours.spec),
-        Setup(f"{best.cache} / affinity", best.system, "affinity", best.cache, best.spec),
-    ]
-    return [ours, best, *cross, *ablations()]
+    return [ours, best, cross_setup(ours, best.router), cross_setup(best, "affinity"), *ablations()]
 
 
 def _search(job: tuple) -> tuple[int, int, SearchResult]:
@@ -161,6 +163,18 @@ def main(argv: list[str] | None = None) -> int:
             x, budget, args.host_budget_factor, args.replicas, args.store, args.hint_noise
         )
 
+    if args.points:
+        with ProcessPoolExecutor(max(1, args.jobs)) as pool:
+            got = _run(pool, _point, [
+                (x.name, seed, spec, cfg(x), cost, n)
+                for n in args.points for x in chosen for seed in seeds
+            ])  # fmt: skip
+        counts = iter(n for n in args.points for _ in chosen for _ in seeds)
+        doc = report.points(got, counts)
+        print(report.points_table(doc))
+        if args.json is not None:
+            args.json.write_text(json.dumps({"points": doc}, indent=1))
+        return 0
     if args.attribution_at is not None:
         peer = next((x for x in chosen if x.system != "penelope"), None)
         if peer is None or args.attribution_at < 1:

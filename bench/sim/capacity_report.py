@@ -181,3 +181,32 @@ def plot(path: Path, runs: list[dict[str, Any]], slo_s: float, title: str) -> Pa
     ax.set_title(title)
     ax.legend(fontsize=7)
     return save_figure(fig, path)
+
+
+def points(got: list[tuple[str, int, dict[str, float]]], counts: Any) -> dict[str, Any]:
+    """`--points` results (set-up, seed, figures), in the order run with `counts`, as
+    set-up -> count -> the means over seeds and the per-seed figures."""
+    out: dict[str, Any] = {}
+    for (name, seed, figures), n in zip(got, counts, strict=True):
+        out.setdefault(name, {}).setdefault(str(n), {"per_seed": {}})["per_seed"][str(seed)] = (
+            figures
+        )
+    for per_count in out.values():
+        for row in per_count.values():
+            seeds = list(row["per_seed"].values())
+            row.update({k: float(np.mean([f[k] for f in seeds])) for k in CURVE_METRICS})
+    return out
+
+
+def points_table(doc: dict[str, Any]) -> str:
+    head = f"{'set-up':44} {'sessions':>8} {'mean TTFT':>9} {'p90 TTFT':>9} {'p90 per seed':>24}"
+    head += f" {'hit':>6} {'LLM s':>7}"
+    lines = [head]
+    for name, per_count in doc.items():
+        for n, row in per_count.items():
+            p90s = ", ".join(f"{f['p90_ttft_s']:.2f}" for f in row["per_seed"].values())
+            lines.append(
+                f"{name:44} {n:>8} {row['mean_ttft_s']:9.3f} {row['p90_ttft_s']:9.3f} {p90s:>24}"
+                f" {row['hit_ratio']:6.3f} {row['mean_llm_time_s']:7.1f}"
+            )
+    return "\n".join(lines)

@@ -181,6 +181,31 @@ def ablations() -> list[Setup]:
     return out
 
 
+def variants() -> list[Setup]:
+    """Penelope with one lever changed rather than switched off (named, so that runs can
+    compare them): another eviction policy, loads layer by layer, a peer's router in
+    front of Penelope's cache, hint mode."""
+    full = penelope_setup()
+    out = [
+        Setup(f"penelope (policy {p})", "penelope", "affinity", "penelope",
+              dataclasses.replace(full.spec, policy=p))
+        for p in ("penelope", "return_aware", "oracle")
+    ]  # fmt: skip
+    lw = dataclasses.replace(full.spec, layerwise_loads=True)
+    out.append(Setup("penelope (layerwise loads)", "penelope", "affinity", "penelope", lw))
+    out += [cross_setup(full, r) for r in PEER_ROUTERS]
+    out.append(dataclasses.replace(hinted(full), name="penelope+hints"))
+    return out
+
+
+def cross_setup(cache: Setup, router: str) -> Setup:
+    """`cache`'s engine behind `router` (the attribution's cross rows)."""
+    name = (
+        f"penelope cache / {router}" if cache.system == "penelope" else f"{cache.cache} / {router}"
+    )
+    return Setup(name, cache.system, router, cache.cache, cache.spec, cache.tuned)
+
+
 def setups(
     names: list[str] | None = None, with_ablations: bool = True, tuned: bool = False
 ) -> list[Setup]:
@@ -189,7 +214,6 @@ def setups(
     every = peers + [penelope_setup()] + (ablations() if with_ablations else [])
     if not names:
         return every
-    with_hints = dataclasses.replace(hinted(penelope_setup()), name="penelope+hints")
-    known = peer_setups() + tuned_peer_setups() + [penelope_setup(), with_hints] + ablations()
+    known = peer_setups() + tuned_peer_setups() + [penelope_setup()] + ablations() + variants()
     registry = Registry("set-up", {s.name: s for s in known})
     return [registry.get(n) for n in names]

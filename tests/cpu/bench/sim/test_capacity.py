@@ -101,3 +101,19 @@ def test_attribution_runs_only_the_rows_asked_and_the_best_peers(tmp_path: Path)
     with pytest.raises(SystemExit, match="unknown attribution rows"):
         capacity.main([*argv, "--rows", "penelope - nothing"])
 
+
+
+@pytest.mark.slow
+def test_points_runs_every_setup_at_every_count_and_seed(tmp_path: Path) -> None:
+    out = tmp_path / "pts.json"
+    names = "penelope,penelope (policy return_aware),penelope cache / pow2"
+    argv = ["--lengths", "quarter", "--setups", names, "--seeds", "2", "--replicas", "2"]
+    assert capacity.main([*argv, "--points", "2,3", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())["points"]
+    assert set(doc) == set(names.split(","))
+    for per_count in doc.values():
+        assert set(per_count) == {"2", "3"}
+        for row in per_count.values():
+            assert set(row["per_seed"]) == {"0", "1"}
+            p90s = [f["p90_ttft_s"] for f in row["per_seed"].values()]
+            assert row["p90_ttft_s"] == pytest.approx(sum(p90s) / 2)
