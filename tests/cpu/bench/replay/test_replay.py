@@ -96,12 +96,19 @@ def test_forced_eviction_recomputes_gpu_only_and_loads_with_a_host_tier(
     tiny_qwen3: LoadedModel, policy: str
 ) -> None:
     budget = 20 * PS  # one 17-page turn fits, two sessions' histories do not
-    _, m, stats = _replay(tiny_qwen3, policy, budget)
+    rep, m, stats = _replay(tiny_qwen3, policy, budget)
     assert m.failed_requests == 0 and m.requests == 4
     assert stats.tokens_recomputed > 0 and m.recompute_ratio > 0
-    _, m, stats = _replay(tiny_qwen3, policy, budget, host_tokens=64 * PS)
+    # the miss ledger: every request's computed tokens split by cause, exactly; the
+    # evicted history is named as such, not as new
+    for r in rep.requests:
+        assert r.misses.total == r.recomputed_tokens + r.new_tokens, (r.session_id, r.turn)
+    assert sum(r.misses.evicted_device for r in rep.requests) > 0
+    rep, m, stats = _replay(tiny_qwen3, policy, budget, host_tokens=64 * PS)
     assert m.failed_requests == 0 and m.requests == 4
     assert stats.tokens_host > 0 and stats.tokens_recomputed == 0
+    for r in rep.requests:
+        assert r.misses.total == r.recomputed_tokens + r.new_tokens, (r.session_id, r.turn)
 
 
 def test_calibration_fits_the_engine_and_predicts_the_replay(tiny_qwen3: LoadedModel) -> None:
