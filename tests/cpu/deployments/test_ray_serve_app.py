@@ -212,7 +212,7 @@ def test_hints_and_the_miss_ledger_through_the_proxy(base_url: str) -> None:
     """A harness's hints cross the ingress to the engine replica and come back granted (or
     clipped) in `usage.penelope`; the ledger's causes sum to the computed tokens; a bad hint
     is a 400 naming the field; /metrics counts the misses by cause."""
-    sid = "hinted-session"
+    sid = "session-hinted"  # other tests read every digest session as "session-*"
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Run it."}]
     body = {"model": MODEL, "messages": messages, "max_tokens": 2, "temperature": 0}
     hints = {"expected_gap_s": 5, "retain_s": 3600}
