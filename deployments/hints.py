@@ -18,6 +18,7 @@ The engine reports what each hint got in `usage.penelope.hints` (`grants_body`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -29,13 +30,13 @@ from penelope_engine.hints import NO_HINTS, HintGrant, SessionHints
 
 HEADER_PREFIX = "x-penelope-"
 CACHE_TTL_S = {"5m": 300.0, "1h": 3600.0}  # Anthropic's ephemeral cache lifetimes
+HINT_NAMES = tuple(f.name for f in dataclasses.fields(SessionHints))  # one header each
 
 
 def hint_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The request's hint headers, by field name (`x-penelope-retain-s` -> `retain_s`)."""
-    names = ("retain_s", "expected_gap_s", "end_session", "parent_session")
     out = {}
-    for name in names:
+    for name in HINT_NAMES:
         value = headers.get(HEADER_PREFIX + name.replace("_", "-"))
         if value is not None:
             out[name] = value

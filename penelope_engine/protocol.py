@@ -88,22 +88,10 @@ class GenerateRequest:
         return "".join(chr(t + 0x800 if t >= 0xD800 else t) for t in self.prompt_token_ids)
 
 
-# Why computed prompt tokens were not cache hits (`sched.ledger` says how each is told).
-MISS_CAUSES = (
-    "new",
-    "evicted_device",
-    "dropped_host",
-    "store_miss",
-    "recompute_cheaper",
-    "moved_replica",
-    "prompt_edit",
-    "tenant",
-)
-
-
 @dataclass(frozen=True)
 class MissTokens:
-    """Computed prompt tokens by cause; they sum to recomputed + new tokens."""
+    """Computed prompt tokens by why they were not cache hits (`sched.ledger` says how
+    each is told); they sum to recomputed + new tokens. The fields are the causes."""
 
     new: int = 0
     evicted_device: int = 0
@@ -122,8 +110,10 @@ class MissTokens:
         return {c: getattr(self, c) for c in MISS_CAUSES}
 
     def __add__(self, other: MissTokens) -> MissTokens:
-        mine, theirs = self.as_dict(), other.as_dict()
-        return MissTokens(**{c: mine[c] + theirs[c] for c in MISS_CAUSES})
+        return MissTokens(*(getattr(self, c) + getattr(other, c) for c in MISS_CAUSES))
+
+
+MISS_CAUSES = tuple(f.name for f in fields(MissTokens))  # in the ledger's order
 
 
 @dataclass(frozen=True)
