@@ -102,7 +102,6 @@ def test_attribution_runs_only_the_rows_asked_and_the_best_peers(tmp_path: Path)
         capacity.main([*argv, "--rows", "penelope - nothing"])
 
 
-
 @pytest.mark.slow
 def test_points_runs_every_setup_at_every_count_and_seed(tmp_path: Path) -> None:
     out = tmp_path / "pts.json"

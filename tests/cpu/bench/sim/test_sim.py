@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from sim_testkit import PREFIX, growing_session, growing_workload
 
 from bench.sessions import SYSTEM, TOOLS, PrefixBlock, Scale, Session, Trace, Turn
 from bench.sim.config import SimConfig
@@ -19,24 +20,7 @@ from penelope_engine.sched.sequence import BatchItem, Sequence
 from router.schema import ROUTE_PREFIX_PAGES, RouteRequest
 
 COST = CpuCostModel(2e-3, 50e-6, 0.05e-6, 1e-4, kv_bytes_per_token=4096, copy_bytes_per_s=4e9)
-PREFIX = 96
 
-
-def _session(i: int, turns: int = 6) -> Session:
-    """A growing history: each turn adds 3 blocks of 32 tokens; tool gaps 1-3 s."""
-    rng = np.random.default_rng(i)
-    out = []
-    for k in range(turns):
-        n_blocks = 4 + 3 * k
-        think = 0.0 if k == 0 else float(rng.uniform(1.0, 3.0))
-        stop = "end_turn" if k == turns - 1 else "tool_use"
-        out.append(Turn(think, 0.0, ((1, n_blocks),), n_blocks * 32 + 5, 6, stop, PREFIX))
-    return Session(f"s{i}", tuple(out), 32, f"s{i}")
-
-
-def _workload(n: int = 6, seed: int = 0) -> Workload:
-    trace = Trace("claude_code", tuple(_session(i) for i in range(n)), Scale(), 64)
-    return sample_workload(trace, WorkloadConfig(n, seed=seed, mean_interarrival_s=0.5))
 
 
 def _cfg(**kw) -> SimConfig:
@@ -45,7 +29,7 @@ def _cfg(**kw) -> SimConfig:
 
 
 def _run(cfg: SimConfig, n: int = 6, seed: int = 0) -> Simulator:
-    sim = Simulator(_workload(n, seed), cfg, COST, seed=seed)
+    sim = Simulator(growing_workload(n, seed), cfg, COST, seed=seed)
     sim.metrics = sim.run()
     for rep in sim.replicas:
         rep.cache.check_integrity(request_pages=0)  # nothing runs any more
@@ -121,7 +105,7 @@ def _keyed_workload(n: int = 6, seed: int = 0) -> Workload:
     (keys alternate between two tool sets); s0 has no tools, only a 96-token system prompt."""
     sessions = []
     for i in range(n):
-        s = _session(i)
+        s = growing_session(i)
         blocks = (
             (PrefixBlock(SYSTEM, "sys", PREFIX),)
             if i == 0
@@ -184,7 +168,7 @@ def test_routers_that_read_no_prompt_get_no_pages_and_runs_repeat() -> None:
 
 
 def test_a_turn_larger_than_the_device_fails_alone() -> None:
-    wl = _workload(2)
+    wl = growing_workload(2)
     big = dataclasses.replace(wl.sessions[0].turns[1], input_tokens=5_000, block_runs=((1, 150),))
     s0 = dataclasses.replace(
         wl.sessions[0], turns=(wl.sessions[0].turns[0], big, *wl.sessions[0].turns[2:])
@@ -229,7 +213,7 @@ def test_times_follow_the_cost_model_for_a_lone_request() -> None:
 
 
 def test_router_options_reach_the_routing_core() -> None:
-    sim = Simulator(_workload(2), _cfg(router="affinity", prefix_affinity=False), COST)
+    sim = Simulator(growing_workload(2), _cfg(router="affinity", prefix_affinity=False), COST)
     assert sim.router.name == "affinity" and sim.router.config.prefix_affinity is False
     assert sim.run().requests == 12
 
@@ -255,7 +239,7 @@ def test_ttft_and_llm_time_floors_bound_every_request_and_match_across_setups(kw
 
 
 def test_llm_time_floor_is_nearly_reached_by_a_lone_session_with_room() -> None:
-    trace = Trace("claude_code", (_session(0),), Scale(), 64)
+    trace = Trace("claude_code", (growing_session(0),), Scale(), 64)
     sim = Simulator(
         sample_workload(trace, WorkloadConfig(1)), _cfg(device_budget_tokens=200_000), COST
     )

@@ -7,10 +7,9 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
+from sim_testkit import growing_session, growing_workload
 
-from bench.sessions import Scale, Session, Trace, Turn
 from bench.sim import peers
 from bench.sim.costmodel import CpuCostModel
 from bench.sim.hints import TraceHints, next_gap
@@ -18,7 +17,6 @@ from bench.sim.loop import Simulator
 from bench.sim.metrics import RunMetrics
 from bench.sim.peers import sim_config
 from bench.sim.setups import hinted, setups
-from bench.workload import Workload, WorkloadConfig, sample_workload
 from penelope_engine.protocol import MISS_CAUSES
 
 # Slow prefill and copies, so that pins pay for some gaps and not others: the pin a gap
@@ -27,26 +25,10 @@ SLOW = CpuCostModel(2e-3, 1e-3, 0.05e-6, 1e-4, kv_bytes_per_token=1 << 18, copy_
 BUDGET = 1500  # device tokens per replica: memory binds for 8 sessions
 
 
-def _session(i: int, turns: int = 6) -> Session:
-    """A growing history: each turn adds 3 blocks of 32 tokens; tool gaps 1-3 s."""
-    rng = np.random.default_rng(i)
-    out = []
-    for k in range(turns):
-        n_blocks = 4 + 3 * k
-        think = 0.0 if k == 0 else float(rng.uniform(1.0, 3.0))
-        stop = "end_turn" if k == turns - 1 else "tool_use"
-        out.append(Turn(think, 0.0, ((1, n_blocks),), n_blocks * 32 + 5, 6, stop, 96))
-    return Session(f"s{i}", tuple(out), 32, f"s{i}")
-
-
-def _workload(n: int, seed: int) -> Workload:
-    trace = Trace("claude_code", tuple(_session(i) for i in range(n)), Scale(), 64)
-    return sample_workload(trace, WorkloadConfig(n, seed=seed, mean_interarrival_s=0.5))
-
-
 def _run(name: str, replicas: int = 1, seed: int = 0, **cfg) -> tuple[Simulator, RunMetrics]:
     c = sim_config(setups([name])[0], BUDGET, 1.0, replicas)
-    sim = Simulator(_workload(8, seed), dataclasses.replace(c, page_size=16, **cfg), SLOW, seed)
+    c = dataclasses.replace(c, page_size=16, **cfg)
+    sim = Simulator(growing_workload(8, seed), c, SLOW, seed)
     m = sim.run()
     for rep in sim.replicas:
         rep.cache.check_integrity(request_pages=0)
@@ -83,7 +65,7 @@ def test_the_miss_causes_sum_to_the_computed_tokens_of_every_request(
 
 
 def test_trace_hints_are_the_next_gap_with_seeded_noise_and_end_the_session() -> None:
-    s = _session(3)
+    s = growing_session(3)
     exact = TraceHints(0.0, seed=0)
     for k in range(len(s.turns) - 1):
         h = exact.for_turn(s, k)
