@@ -42,7 +42,6 @@ from penelope_engine.protocol import SessionDigest
 
 # Names importable from here since before the split (they live in the modules above).
 __all__ = ["InsertResult", "LockHandle", "PrefixCache", "SessionInfo", "TierIO"]
-__all__ += ["default_page_cost"]
 
 
 @dataclass(frozen=True)

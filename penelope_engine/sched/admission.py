@@ -85,7 +85,9 @@ def admit(
     if seq.admitted_at is None:
         seq.admitted_at = now
     usage = _usage(seq, cache, ps, int(device.sum()), loaded)
-    return replace(usage, misses=miss_tokens(seq, cache, where, chosen, usable))
+    misses = miss_tokens(seq, cache, where, chosen, usable)
+    cache.session(seq.req.session).tenant = seq.req.tenant  # the ledger read the last one
+    return replace(usage, misses=misses)
 
 
 def _load(

@@ -72,17 +72,16 @@ def miss_tokens(
     n = min(len(seen), usable)
     same = np.zeros(usable, dtype=bool)
     same[:n] = seen[:n] == hashes[:n]
+    other_tenant = info.tenant is not None and info.tenant != seq.req.tenant
     if rest.size:
         had = rest < n
         kept = same[rest]
         cause[rest[had & kept]] = CODE["store_miss"] if cache.has_store else hole
-        other_tenant = info.tenant is not None and info.tenant != seq.req.tenant
         cause[rest[had & ~kept]] = CODE["tenant" if other_tenant else "prompt_edit"]
         if not len(seen) and seq.req.has_history and seq.req.session_id is not None:
             cause[rest] = CODE["moved_replica"]
     diverged = np.flatnonzero(~same[:n])
-    if len(diverged) and not (info.tenant is not None and info.tenant != seq.req.tenant):
+    if len(diverged) and not other_tenant:
         seq.prompt_edit_at = int(diverged[0]) * ps
-    info.tenant = seq.req.tenant
     by_cause = np.bincount(cause, weights=per_page, minlength=len(MISS_CAUSES))
     return MissTokens(*(int(x) for x in by_cause))
