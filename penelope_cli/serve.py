@@ -16,6 +16,7 @@ from deployments.standalone import serve_standalone
 from penelope_cli.helpformat import parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from penelope_engine.shipped import SHIPPED_POLICY, shipped_scheduler
 
 
 def add_serve_args(ap: argparse.ArgumentParser) -> None:
@@ -39,7 +40,17 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
         "--host-pages", type=int, default=c.host_pages, help="KV pages in host memory (0: no tier)"
     )
     ap.add_argument(
-        "--policy", default=c.policy, choices=sorted(EVICTION_POLICIES), help="eviction policy"
+        "--policy",
+        default=SHIPPED_POLICY,
+        choices=sorted(EVICTION_POLICIES),
+        help="eviction policy (default: what ships, `penelope_engine.shipped`)",
+    )
+    ap.add_argument(
+        "--agent-levers",
+        choices=("shipped", "off"),
+        default="shipped",
+        help="shipped: aged order, backfill, return-aware retention, parking and a prefill "
+        "chunk of a quarter step (`penelope_engine.shipped`); off: FCFS, chunk of half a step",
     )
     ap.add_argument(
         "--session-ttl-s",
@@ -108,7 +119,11 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         device=args.device,
         dtype=args.dtype,
         cache=cache,
-        scheduler=SchedulerConfig(max_running=args.max_running),
+        scheduler=(
+            shipped_scheduler(max_running=args.max_running)
+            if args.agent_levers == "shipped"
+            else SchedulerConfig(max_running=args.max_running)
+        ),
     )
     settings = ApiSettings(
         api_keys=load_api_keys(args.api_keys_file),

@@ -19,6 +19,7 @@ Modules:
     protocol      the engine interface: requests, outputs, usage, stats, digests
     hints         a harness's session hints (retain, expected gap, end, parent) and grants
     config        frozen, validated configs: model, cache, scheduler, engine
+    shipped       what ships and is measured: policy, agent levers, prefill chunk share
     costs         the default prefill cost constants (c_lin, c_attn)
     registry      `Registry`: strategies chosen by name
     fit           the one least-squares fitter (coefficients >= 0)

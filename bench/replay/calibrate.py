@@ -32,6 +32,7 @@ from bench.replay.steptimer import StepTimer
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CpuCostModel, StepLoad
 from bench.sim.loop import simulate
+from bench.sim.setups import scaled_scheduler
 from bench.workload import Workload
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from penelope_engine.engine import Engine
@@ -179,6 +180,7 @@ def compare(
         errs = [s / m - 1 for s, m in zip(sim, measured)]
         out.append(
             {
+                "cache": r.get("cache"),
                 "policy": r["policy"],
                 "tiers": r["tiers"],
                 "device_budget_tokens": r["device_budget_tokens"],
@@ -186,26 +188,71 @@ def compare(
                 "sim_mean_ttft_s": float(np.mean(sim)),
                 "error": float(np.mean(sim) / np.mean(measured) - 1),
                 "per_seed_error": errs,
+                "per_seed_replay_s": list(measured),
+                "per_seed_sim_s": sim,
             }
         )
     return out
 
 
 def _replace(base: SimConfig, r: dict[str, Any]) -> SimConfig:
+    cache = r.get("cache")
     return dataclasses.replace(
         base,
         policy=r["policy"],
         tiers=r["tiers"],
         device_budget_tokens=r["device_budget_tokens"],
         host_budget_tokens=r["host_budget_tokens"],
+        scheduler=base.scheduler if cache is None else scaled_scheduler(cache, base.scheduler),
     )
 
 
+def _label(r: dict[str, Any]) -> str:
+    return str(r.get("cache") or r["policy"])
+
+
+def _group(r: dict[str, Any]) -> str:
+    where = "caches" if r.get("cache") else r["tiers"]
+    return f"{where}@{r['device_budget_tokens']}"
+
+
+def ratio_agreement(comparison: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each set-up's mean TTFT over its group's first (the reference: `--caches`' first
+    name, or the first policy at the same tiers and budget), measured and simulated, and
+    how far the simulated ratio is from the measured one (`error`)."""
+    first: dict[str, dict[str, Any]] = {}
+    out = []
+    for c in comparison:
+        ref = first.setdefault(_group(c), c)
+        if ref is c:
+            continue
+        replay = c["replay_mean_ttft_s"] / ref["replay_mean_ttft_s"]
+        sim = c["sim_mean_ttft_s"] / ref["sim_mean_ttft_s"]
+        out.append(
+            {
+                "setup": _label(c),
+                "reference": _label(ref),
+                "device_budget_tokens": c["device_budget_tokens"],
+                "replay_ratio": replay,
+                "sim_ratio": sim,
+                "error": sim / replay - 1,
+                "per_seed_replay_ratio": [
+                    a / b for a, b in zip(c["per_seed_replay_s"], ref["per_seed_replay_s"])
+                ],
+                "per_seed_sim_ratio": [
+                    a / b for a, b in zip(c["per_seed_sim_s"], ref["per_seed_sim_s"])
+                ],
+            }
+        )
+    return out
+
+
 def orderings(rows: Sequence[dict[str, Any]], key: str) -> dict[str, list[str]]:
-    """Policies from best to worst by `key`, per (tiers, device budget)."""
+    """Set-ups from best to worst by `key`, per group (tiers and device budget, or the
+    named caches at a budget)."""
     groups: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for r in rows:
-        groups[f"{r['tiers']}@{r['device_budget_tokens']}"].append((r[key], r["policy"]))
+        groups[_group(r)].append((r[key], _label(r)))
     return {g: [p for _, p in sorted(v)] for g, v in groups.items()}
 
 
@@ -235,6 +282,7 @@ def calibration_report(
         "setups": comparison,
         "mean_ttft_error": _mean(c["error"] for c in comparison),
         "mean_abs_ttft_error": _mean(abs(c["error"]) for c in comparison),
+        "ratios": ratio_agreement(comparison),
         "replay_order": orderings(rows, "mean_ttft_s"),
         "sim_order": orderings(sim_rows, "mean_ttft_s"),
     }
@@ -259,7 +307,7 @@ def format_calibration(cal: dict[str, Any]) -> str:
     lines = ["\ncalibration: simulator (CPU cost model fit on this machine) vs measured replay"]
     for c in cal["setups"]:
         lines.append(
-            f"  {c['policy']:>12} {c['tiers']:>8} {c['device_budget_tokens']:>7}: replay "
+            f"  {_label(c):>14} {c['tiers']:>8} {c['device_budget_tokens']:>7}: replay "
             f"{c['replay_mean_ttft_s']:.3f}s  sim {c['sim_mean_ttft_s']:.3f}s  "
             f"error {100 * c['error']:+.1f}%"
         )
@@ -279,6 +327,11 @@ def format_calibration(cal: dict[str, Any]) -> str:
             f"  with a model fit to the replay's own steps: mean TTFT error "
             f"{100 * own['mean_ttft_error']:+.1f}% (step error median "
             f"{100 * own['replay_step_error'].get('median', 0):.1f}%)"
+        )
+    for q in cal.get("ratios", ()):
+        lines.append(
+            f"  {q['setup']} / {q['reference']} mean TTFT: replay {q['replay_ratio']:.3f}x  "
+            f"sim {q['sim_ratio']:.3f}x  ratio error {100 * q['error']:+.1f}%"
         )
     lines.append(f"  order by mean TTFT: replay {cal['replay_order']}  sim {cal['sim_order']}")
     return "\n".join(lines)

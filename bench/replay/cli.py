@@ -36,26 +36,36 @@ from bench.replay.runs import (
     working_set_tokens,
     workloads,
 )
-from bench.sim.cliargs import add_output_args, add_step_args, add_workload_args
+from bench.sim.cliargs import add_output_args, add_step_args, add_workload_args, comma_list
 from bench.sim.config import SimConfig
 from bench.sim.report import plot, row, table, write_json
+from bench.sim.setups import CACHES
 from bench.workload import Workload
 from penelope_cli.helpformat import parser
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.tiers.kv_pool import DTYPES
+
+REPLAY_TIERS = ("gpu", "gpu+cpu")
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = parser("penelope bench replay", __doc__)
     add_workload_args(
         ap,
-        tiers=("gpu", "gpu+cpu"),
+        tiers=REPLAY_TIERS,
         sessions=8,
         seeds=1,
         length_scale=1 / 64,
         time_scale=1 / 64,
         mean_interarrival_s=0.5,
         budget_help="comma list to sweep (default: --budget-fraction of the working set)",
+    )
+    ap.add_argument(
+        "--caches",
+        type=comma_list(str, tuple(CACHES)),
+        default=None,
+        help="named engine caches (policy, tiers, levers, chunk share) instead of "
+        f"--policies x --tiers; the first is the ratios' reference ({', '.join(CACHES)})",
     )
     ap.add_argument("--turns", type=int, default=6, help="first turns of each session")
     ap.add_argument("--max-output-tokens", type=int, default=8, help="cap on each turn's output")
@@ -114,6 +124,8 @@ def saved_replay_argv(config: dict[str, Any]) -> list[str]:
     }
     if config.get("max_think_s") is not None:
         opts["--max-think-s"] = config["max_think_s"]
+    if config.get("caches"):
+        opts["--caches"] = ",".join(config["caches"])
     return [str(x) for kv in opts.items() for x in kv]
 
 
@@ -159,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     setups = setup_grid(args, budgets)
     load_before = os.getloadavg()
     runs, steps = replay_all(args, lm, wls, setups)
-    rows = [row(s, r) for s, r in zip(setups, runs)]
+    rows = [{**row(s, r), "cache": s["cache"]} for s, r in zip(setups, runs)]
     config = {
         "trace_file": str(args.trace_file),
         **trace_info,
@@ -167,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch_threads": torch.get_num_threads(),
         "load_average_before_after": [load_before[0], os.getloadavg()[0]],
         "sessions": args.sessions,
+        "caches": args.caches,
         "seeds": list(wls),
         "turns_per_session": args.turns,
         "max_output_tokens": args.max_output_tokens,
@@ -179,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         "working_set_tokens": {s: working_set_tokens(w) for s, w in wls.items()},
     }
     print(table(rows))
+    if args.json is not None:  # the replay is kept even if calibrating fails (--recalibrate)
+        write_json(args.json, config, rows)
     if args.calibrate:
         print("calibrating: timing the engine's steps ...", file=sys.stderr, flush=True)
         cal = _calibration(args, lm, rows, wls, steps)

@@ -18,6 +18,7 @@ from bench.replay.replayloop import EngineReplay
 from bench.sessions import Scale
 from bench.sim.metrics import RunMetrics
 from bench.sim.oracle import policy_for_config
+from bench.sim.setups import CACHES, scaled_scheduler
 from bench.tokens import TokenMap
 from bench.traces import load_trace
 from bench.workload import Workload, WorkloadConfig, clip_workload, sample_workload
@@ -65,8 +66,11 @@ def default_budget(wls: dict[int, Workload], fraction: float, page_size: int) ->
     return max(int(fraction * work), longest + 4 * page_size) // page_size * page_size
 
 
-def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
-    return SchedulerConfig(args.max_batch_tokens, args.max_running, args.prefill_chunk)
+def scheduler_config(args: argparse.Namespace, cache: str | None = None) -> SchedulerConfig:
+    """The replay's scheduler; with a named engine cache (`--caches`), that cache's levers
+    and prefill chunk at its share of the step (`bench.sim.setups.scaled_scheduler`)."""
+    base = SchedulerConfig(args.max_batch_tokens, args.max_running, args.prefill_chunk)
+    return base if cache is None else scaled_scheduler(cache, base)
 
 
 def _engine(
@@ -80,16 +84,24 @@ def _engine(
         host_pages=setup["host_budget_tokens"] // ps,
         policy=policy,
     )
-    cfg = EngineConfig(args.model, args.device, args.dtype, cache, scheduler_config(args))
+    sched = scheduler_config(args, setup.get("cache"))
+    cfg = EngineConfig(args.model, args.device, args.dtype, cache, sched)
     return lambda hooks: Engine(cfg, loaded=lm, hooks=dataclasses.replace(hooks, policy=obj))
 
 
 def setup_grid(args: argparse.Namespace, budgets: list[int]) -> list[dict[str, Any]]:
+    """policy x tiers x budget, or with `--caches` each named engine cache x budget (its
+    policy, tiers and levers: Penelope's whole cache against a peer's on the same engine)."""
+    if args.caches:
+        grid = [(c, CACHES[c].policy, CACHES[c].tiers) for c in args.caches]
+    else:
+        grid = [(None, p, t) for p, t in itertools.product(args.policies, args.tiers)]
     out = []
-    for policy, tiers, budget in itertools.product(args.policies, args.tiers, budgets):
+    for (cache, policy, tiers), budget in itertools.product(grid, budgets):
         host = (args.host_budget_tokens or budget) if tiers == "gpu+cpu" else 0
         out.append(
             {
+                "cache": cache,
                 "policy": policy,
                 "tiers": tiers,
                 "router": "pow2",  # one replica: any router sends everything to it
@@ -135,8 +147,9 @@ def replay_all(
             m, samples = _replay_once(args, lm, wl, setup, tokens)
             tries[i].append(m)
             steps += samples
+            name = setup["cache"] or setup["policy"]
             print(
-                f"[seed {seed} try {rnd}] {setup['policy']} {setup['tiers']} "
+                f"[seed {seed} try {rnd}] {name} {setup['tiers']} "
                 f"budget={setup['device_budget_tokens']}: ttft {m.mean_ttft_s:.3g}s "
                 f"jct {m.mean_jct_s:.3g}s hit {m.hit_ratio:.3f} recomp {m.recompute_ratio:.3f} "
                 f"({m.requests} req, {m.failed_requests} failed, {m.wall_time_s:.0f}s)",

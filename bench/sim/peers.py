@@ -78,6 +78,7 @@ def sim_config(
     the sigma of hint mode's gap estimates, where the set-up is in it (`CacheSpec.hints`)."""
     spec = setup.spec
     tiers = "gpu+cpu+store" if store and spec.tiers == "gpu+cpu" else spec.tiers
+    budget *= spec.kv_scale
     return SimConfig(
         policy=spec.policy,
         tiers=tiers,

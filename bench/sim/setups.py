@@ -19,8 +19,9 @@ llm-d's default scorers. Engine caches:
   vLLM's LMCacheConnectorV1 at LMCache's defaults (`use_layerwise` off), which
   loads a request's KV whole before the forward: no `layerwise_loads`.
 
-Penelope is `affinity` over its own cache: GreedyDual eviction with holes, a
-host tier, the agent levers of `penelope_engine.sched.agent` (aged session
+Penelope is `affinity` over its own cache, what ships (`penelope_engine.shipped`):
+return-aware eviction with holes (the session expected back last goes first, its
+front first), a host tier, the agent levers of `penelope_engine.sched.agent` (aged session
 order, backfill, return-aware retention that yields, preempted KV parked on
 the host) and a prefill chunk cap of a quarter of the step's token budget, so
 a long prefill shares each step with turns that arrive behind it instead of
@@ -52,11 +53,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.peers.registry import SIM_ROUTERS
-from penelope_engine.config import AgentConfig
+from penelope_engine.config import AgentConfig, SchedulerConfig
 from penelope_engine.registry import Registry
+from penelope_engine.shipped import PREFILL_CHUNK_SHARE, SHIPPED_AGENT, SHIPPED_POLICY
 
 STEP_TOKENS = 8192  # every set-up's step budget at its defaults (max_batch_tokens)
-PENELOPE_CHUNK = STEP_TOKENS // 4
+PENELOPE_CHUNK = STEP_TOKENS // PREFILL_CHUNK_SHARE
 
 
 @dataclass(frozen=True)
@@ -71,20 +73,18 @@ class CacheSpec:
     step_tokens: int = STEP_TOKENS  # most tokens of one step, prefill and decode
     layerwise_loads: bool = False  # loads stream layer by layer, overlapped with the forward
     hints: bool = False  # hint mode: requests carry a harness's hints (`bench.sim.hints`)
+    kv_scale: int = 1  # device and host budgets x this (`unbounded`: a ceiling, not a product)
+
+    def __post_init__(self) -> None:
+        if self.kv_scale < 1:
+            raise ValueError(f"kv_scale must be >= 1, got {self.kv_scale}")
 
 
 CACHES: dict[str, CacheSpec] = {
     "sglang-radix": CacheSpec("lru", "gpu"),
     "sglang-hicache": CacheSpec("lru", "gpu+cpu", layerwise_loads=True),
     "continuum": CacheSpec("lru", "gpu+cpu", AgentConfig(admission="program", retention="ttl")),
-    "penelope": CacheSpec(
-        "greedydual",
-        "gpu+cpu",
-        AgentConfig(
-            admission="aged", backfill=True, retention="return_aware", park_on_preempt=True
-        ),
-        PENELOPE_CHUNK,
-    ),
+    "penelope": CacheSpec(SHIPPED_POLICY, "gpu+cpu", SHIPPED_AGENT, PENELOPE_CHUNK),
 }
 # Every router a user can put in front of these engines today: Ray's pow2 and the peer
 # grid (`bench.peers`); Penelope's `affinity` is the product's own.
@@ -104,6 +104,18 @@ TUNINGS: dict[str, tuple[str, Callable[[CacheSpec], CacheSpec]]] = {
         lambda s: dataclasses.replace(s, prefill_chunk=PENELOPE_CHUNK),
     ),
 }
+
+
+def scaled_scheduler(cache: str, base: SchedulerConfig) -> SchedulerConfig:
+    """`base` with the named cache's agent levers, and its step budget and prefill chunk
+    at the same shares of `base.max_batch_tokens` as the spec's of `STEP_TOKENS` (a CPU
+    replay runs a smaller step than an H200)."""
+    spec = Registry("cache", CACHES).get(cache)
+    step = max(1, base.max_batch_tokens * spec.step_tokens // STEP_TOKENS)
+    chunk = max(1, base.max_batch_tokens * spec.prefill_chunk // STEP_TOKENS)
+    return dataclasses.replace(
+        base, max_batch_tokens=step, prefill_chunk=min(chunk, step), agent=spec.agent
+    )
 
 
 @dataclass(frozen=True)
@@ -130,6 +142,7 @@ class Setup:
             "step_tokens": self.spec.step_tokens,
             "layerwise_loads": self.spec.layerwise_loads,
             "hints": self.spec.hints,
+            "kv_scale": self.spec.kv_scale,
         }
 
 
@@ -189,13 +202,26 @@ def variants() -> list[Setup]:
     out = [
         Setup(f"penelope (policy {p})", "penelope", "affinity", "penelope",
               dataclasses.replace(full.spec, policy=p))
-        for p in ("penelope", "return_aware", "oracle")
+        for p in ("penelope", "greedydual", "return_aware", "oracle")
+        if p != full.spec.policy
     ]  # fmt: skip
     lw = dataclasses.replace(full.spec, layerwise_loads=True)
     out.append(Setup("penelope (layerwise loads)", "penelope", "affinity", "penelope", lw))
     out += [cross_setup(full, r) for r in PEER_ROUTERS]
     out.append(dataclasses.replace(hinted(full), name="penelope+hints"))
+    out += [unbounded(s) for s in [full, *tuned_peer_setups()]]
     return out
+
+
+UNBOUNDED_KV_SCALE = 64  # x the H200's KV budget: every session of a capacity run fits
+
+
+def unbounded(setup: Setup) -> Setup:
+    """`setup` with KV memory that never runs out (`UNBOUNDED_KV_SCALE` x its budgets), the
+    same compute, router and scheduler: what no eviction policy, tier or prefetch can beat,
+    since every page a session ever computed stays on the device."""
+    spec = dataclasses.replace(setup.spec, kv_scale=UNBOUNDED_KV_SCALE)
+    return dataclasses.replace(setup, name=f"{setup.name} (unbounded KV)", spec=spec)
 
 
 def cross_setup(cache: Setup, router: str) -> Setup:

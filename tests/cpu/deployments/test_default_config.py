@@ -11,10 +11,12 @@ import pytest
 import yaml
 from deploy_testkit import open_client
 
+from bench.sim.setups import CACHES
 from cache_store.files import resolve_uri
 from deployments.serve_config import parse_serve_config
 from deployments.standalone import standalone_app
 from penelope_engine.config import EngineConfig
+from penelope_engine.shipped import SHIPPED_AGENT, SHIPPED_POLICY
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.anyio
@@ -32,6 +34,16 @@ def test_the_default_turns_on_the_host_tier_and_a_local_store_with_a_budget() ->
     assert cache.host_pages >= cache.device_pages > 0
     assert cache.write_policy == "write_through"
     assert cache.store_uri == "~/.cache/penelope/store" and 0 < cache.store_bytes <= 8 << 30
+
+
+def test_the_default_runs_what_the_benchmarks_measure() -> None:
+    """serve_config.yaml deploys Penelope as `bench`'s `penelope` runs it (`shipped`)."""
+    engine = default_engine()
+    sched, spec = engine.scheduler, CACHES["penelope"]
+    assert engine.cache.policy == spec.policy == SHIPPED_POLICY
+    assert sched.agent == spec.agent == SHIPPED_AGENT
+    assert sched.max_batch_tokens * spec.prefill_chunk == sched.prefill_chunk * spec.step_tokens
+    assert engine.cache.host_pages > 0 and spec.tiers == "gpu+cpu"
 
 
 def test_a_local_store_path_is_expanded_where_it_opens(monkeypatch: pytest.MonkeyPatch) -> None:

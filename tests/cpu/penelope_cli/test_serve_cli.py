@@ -11,7 +11,9 @@ from deployments.auth import Authenticator
 from deployments.errors import ApiError
 from deployments.settings import ApiSettings, load_api_keys, parse_api_keys
 from penelope_cli.serve import add_serve_args, config_from_args
+from penelope_engine.config import AgentConfig, SchedulerConfig
 from penelope_engine.errors import ConfigError
+from penelope_engine.shipped import SHIPPED_POLICY, shipped_scheduler
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -25,6 +27,12 @@ def test_defaults_bind_loopback_and_serve_the_default_model() -> None:
     assert (args.host, args.port) == ("127.0.0.1", 8000)
     engine, settings = config_from_args(args)
     assert engine.model == "smollm2-135m" and not settings.auth_enabled
+    # what ships and is measured (penelope_engine.shipped), unless the levers are turned off
+    assert engine.cache.policy == SHIPPED_POLICY
+    assert engine.scheduler == shipped_scheduler(max_running=args.max_running)
+    assert engine.scheduler.prefill_chunk == engine.scheduler.max_batch_tokens // 4
+    off = config_from_args(parse("--agent-levers", "off"))[0].scheduler
+    assert off == SchedulerConfig(max_running=args.max_running) and off.agent == AgentConfig()
 
 
 def test_flags_reach_the_engine_and_api_configs(tmp_path: Path) -> None:

@@ -176,3 +176,57 @@ def test_working_set_counts_each_distinct_prefix_run_once() -> None:
     wl = Workload(sessions, (0.0,) * 4, {}, WorkloadConfig(4), {})
     # runs: (s1) 100, (s1,t1) 50, (s1,t2) 50, (s2) 100, (s2,t1) 50
     assert working_set_tokens(wl) == (250 + 150 + 50 + 50) + (100 + 50 + 50 + 100 + 50)
+
+
+def test_named_caches_replay_each_engine_with_its_levers_and_agree_on_the_ratio(
+    tmp_path: Path,
+) -> None:
+    from bench.replay.runs import scheduler_config, setup_grid
+    from bench.sim.setups import CACHES
+
+    out = tmp_path / "caches.json"
+    argv = ["--sessions", "2", "--turns", "2", "--seed-base", "1", "--time-scale", "0.01"]
+    argv += ["--caches", "sglang-hicache,penelope", "--max-batch-tokens", "1024"]
+    args = build_parser().parse_args(argv)
+    grid = setup_grid(args, [4096])
+    assert [(s["cache"], s["policy"], s["tiers"]) for s in grid] == [
+        ("sglang-hicache", "lru", "gpu+cpu"),
+        ("penelope", CACHES["penelope"].policy, "gpu+cpu"),
+    ]
+    assert all(s["host_budget_tokens"] == 4096 for s in grid)  # host factor 1 by default
+    peer, ours = (scheduler_config(args, s["cache"]) for s in grid)
+    assert (peer.max_batch_tokens, peer.prefill_chunk, peer.agent) == (
+        1024,
+        1024,
+        CACHES["sglang-hicache"].agent,
+    )
+    assert (ours.max_batch_tokens, ours.prefill_chunk) == (1024, 256)  # a quarter of the step
+    assert ours.agent == CACHES["penelope"].agent and ours.agent.backfill
+    assert main([*argv, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [r["cache"] for r in doc["runs"]] == ["sglang-hicache", "penelope"]
+    assert doc["config"]["caches"] == ["sglang-hicache", "penelope"]
+    assert "--caches" in saved_replay_argv(doc["config"])
+    with pytest.raises(SystemExit):  # an unknown cache is a usage error
+        build_parser().parse_args([*argv[:-4], "--caches", "sglang-radix,nothing"])
+
+
+def test_ratio_agreement_compares_each_setup_with_its_groups_first() -> None:
+    def cmp(cache: str | None, policy: str, replay: list[float], sim: list[float]) -> dict:
+        return {
+            "cache": cache, "policy": policy, "tiers": "gpu+cpu", "device_budget_tokens": 64,
+            "replay_mean_ttft_s": sum(replay) / 2, "sim_mean_ttft_s": sum(sim) / 2,
+            "per_seed_replay_s": replay, "per_seed_sim_s": sim,
+        }  # fmt: skip
+
+    rows = [
+        cmp("sglang-hicache", "lru", [2.0, 2.0], [1.0, 3.0]),
+        cmp("penelope", "greedydual", [1.0, 1.0], [0.4, 1.2]),
+        cmp(None, "lru", [5.0, 5.0], [5.0, 5.0]),  # a policy row: its own group, no ratio
+    ]
+    (q,) = calibrate.ratio_agreement(rows)
+    assert (q["setup"], q["reference"]) == ("penelope", "sglang-hicache")
+    assert q["replay_ratio"] == pytest.approx(0.5) and q["sim_ratio"] == pytest.approx(0.4)
+    assert q["error"] == pytest.approx(0.4 / 0.5 - 1)
+    assert q["per_seed_replay_ratio"] == [0.5, 0.5]
+    assert q["per_seed_sim_ratio"] == pytest.approx([0.4, 0.4])

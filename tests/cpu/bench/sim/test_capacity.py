@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -105,7 +106,7 @@ def test_attribution_runs_only_the_rows_asked_and_the_best_peers(tmp_path: Path)
 @pytest.mark.slow
 def test_points_runs_every_setup_at_every_count_and_seed(tmp_path: Path) -> None:
     out = tmp_path / "pts.json"
-    names = "penelope,penelope (policy return_aware),penelope cache / pow2"
+    names = "penelope,penelope (policy greedydual),penelope cache / pow2"
     argv = ["--lengths", "quarter", "--setups", names, "--seeds", "2", "--replicas", "2"]
     assert capacity.main([*argv, "--points", "2,3", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())["points"]
@@ -116,3 +117,18 @@ def test_points_runs_every_setup_at_every_count_and_seed(tmp_path: Path) -> None
             assert set(row["per_seed"]) == {"0", "1"}
             p90s = [f["p90_ttft_s"] for f in row["per_seed"].values()]
             assert row["p90_ttft_s"] == pytest.approx(sum(p90s) / 2)
+
+
+def test_unbounded_kv_multiplies_both_tiers_and_nothing_else() -> None:
+    from bench.sim.peers import sim_config
+    from bench.sim.setups import UNBOUNDED_KV_SCALE, CacheSpec, setups
+
+    base, ceiling = setups(["penelope", "penelope (unbounded KV)"])
+    a, b = (sim_config(s, 1024, 1.5, 2) for s in (base, ceiling))
+    assert b.device_budget_tokens == UNBOUNDED_KV_SCALE * a.device_budget_tokens
+    assert b.host_budget_tokens == UNBOUNDED_KV_SCALE * a.host_budget_tokens
+    assert dataclasses.replace(b, device_budget_tokens=1024, host_budget_tokens=1536) == a
+    (peer,) = setups(["continuum/llm_d +long_prefill_2048 (unbounded KV)"])
+    assert peer.tuned and peer.spec.kv_scale == UNBOUNDED_KV_SCALE
+    with pytest.raises(ValueError, match="kv_scale"):
+        CacheSpec("lru", "gpu", kv_scale=0)

@@ -22,7 +22,6 @@ from router.schema import ROUTE_PREFIX_PAGES, RouteRequest
 COST = CpuCostModel(2e-3, 50e-6, 0.05e-6, 1e-4, kv_bytes_per_token=4096, copy_bytes_per_s=4e9)
 
 
-
 def _cfg(**kw) -> SimConfig:
     base = dict(policy="lru", device_budget_tokens=20_000, page_size=16)
     return SimConfig(**{**base, **kw})
