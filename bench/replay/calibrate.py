@@ -196,14 +196,13 @@ def compare(
 
 
 def _replace(base: SimConfig, r: dict[str, Any]) -> SimConfig:
-    cache = r.get("cache")
     return dataclasses.replace(
         base,
         policy=r["policy"],
         tiers=r["tiers"],
         device_budget_tokens=r["device_budget_tokens"],
         host_budget_tokens=r["host_budget_tokens"],
-        scheduler=base.scheduler if cache is None else scaled_scheduler(cache, base.scheduler),
+        scheduler=scaled_scheduler(r.get("cache"), base.scheduler),
     )
 
 

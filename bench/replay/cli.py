@@ -45,14 +45,12 @@ from penelope_cli.helpformat import parser
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.tiers.kv_pool import DTYPES
 
-REPLAY_TIERS = ("gpu", "gpu+cpu")
-
 
 def build_parser() -> argparse.ArgumentParser:
     ap = parser("penelope bench replay", __doc__)
     add_workload_args(
         ap,
-        tiers=REPLAY_TIERS,
+        tiers=("gpu", "gpu+cpu"),
         sessions=8,
         seeds=1,
         length_scale=1 / 64,

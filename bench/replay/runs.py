@@ -70,7 +70,7 @@ def scheduler_config(args: argparse.Namespace, cache: str | None = None) -> Sche
     """The replay's scheduler; with a named engine cache (`--caches`), that cache's levers
     and prefill chunk at its share of the step (`bench.sim.setups.scaled_scheduler`)."""
     base = SchedulerConfig(args.max_batch_tokens, args.max_running, args.prefill_chunk)
-    return base if cache is None else scaled_scheduler(cache, base)
+    return scaled_scheduler(cache, base)
 
 
 def _engine(

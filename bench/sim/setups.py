@@ -106,10 +106,12 @@ TUNINGS: dict[str, tuple[str, Callable[[CacheSpec], CacheSpec]]] = {
 }
 
 
-def scaled_scheduler(cache: str, base: SchedulerConfig) -> SchedulerConfig:
+def scaled_scheduler(cache: str | None, base: SchedulerConfig) -> SchedulerConfig:
     """`base` with the named cache's agent levers, and its step budget and prefill chunk
     at the same shares of `base.max_batch_tokens` as the spec's of `STEP_TOKENS` (a CPU
-    replay runs a smaller step than an H200)."""
+    replay runs a smaller step than an H200); `base` itself when no cache is named."""
+    if cache is None:
+        return base
     spec = Registry("cache", CACHES).get(cache)
     step = max(1, base.max_batch_tokens * spec.step_tokens // STEP_TOKENS)
     chunk = max(1, base.max_batch_tokens * spec.prefill_chunk // STEP_TOKENS)
