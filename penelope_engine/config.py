@@ -221,6 +221,8 @@ class AgentConfig:
     prefill seconds (what its cache match leaves to compute, by the planner's
     cost): a turn that computes little passes bigger ones that arrived up to
     that many seconds' worth before it (0: off). Finite, so nobody starves.
+    prefetch_lead_s: read an idle session's store-only pages into the host tier
+    from this many seconds before its expected return (`sched.prefetch`; 0: off).
     """
 
     admission: Annotated[AdmissionOrder, CHECKED_IN_POST_INIT] = "fcfs"
@@ -234,6 +236,7 @@ class AgentConfig:
     max_pinned_fraction: float = 0.5  # most of the device that pins may hold
     park_on_preempt: bool = False
     size_weight: float = 0.0
+    prefetch_lead_s: float = 0.0
 
     def __post_init__(self) -> None:
         as_admission_order(self.admission)
@@ -244,6 +247,7 @@ class AgentConfig:
         require(self.memory_price > 0, "memory_price must be positive")
         require(0 < self.max_pinned_fraction <= 1, "max_pinned_fraction must be in (0, 1]")
         require(0 <= self.size_weight < math.inf, "size_weight must be finite and >= 0")
+        require(0 <= self.prefetch_lead_s < math.inf, "prefetch_lead_s must be finite, >= 0")
 
 
 @dataclass(frozen=True)

@@ -251,6 +251,7 @@ class Engine:
     def check_integrity(self) -> None:
         self.cache.check_integrity(request_pages=self.scheduler.request_pages())
         self.scheduler.records.check()
+        self.scheduler.prefetch.check()
 
     def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
         """Page ids of shared prefixes this replica holds on the device (router digests)."""
@@ -270,7 +271,9 @@ class Engine:
         return self.handover is None or self.handover.flush(timeout_s)
 
     def close(self, timeout_s: float = DRAIN_DEADLINE_S) -> bool:
-        """Finish the store writes behind (within `timeout_s`) and stop their thread."""
+        """Finish the store writes behind (within `timeout_s`) and stop their thread, and
+        the read-ahead thread (reads not started stay in the store)."""
+        self.tiers.close()
         return self.handover is None or self.handover.close(timeout_s)
 
 

@@ -15,8 +15,14 @@ from penelope_engine.config import AgentConfig, EvictionPolicyName, SchedulerCon
 # Where KV memory binds (docs/results.md 12.3, 14) `return_aware` keeps the sessions
 # that come back soonest; where it does not (host factor 2) it ties `greedydual`.
 SHIPPED_POLICY: EvictionPolicyName = "return_aware"
+# Prefetch reads a hinted session's store pages into the host 20 s before its return
+# (docs/results.md 15: the best lead at 128 sessions with a store).
 SHIPPED_AGENT = AgentConfig(
-    admission="aged", backfill=True, retention="return_aware", park_on_preempt=True
+    admission="aged",
+    backfill=True,
+    retention="return_aware",
+    park_on_preempt=True,
+    prefetch_lead_s=20.0,
 )
 # A request's prefill takes at most a quarter of a step's tokens, so a long prefill
 # shares each step with the turns that arrive behind it.

@@ -43,6 +43,8 @@ class SimConfig:
     # (seeded by the run's seed). Only for engines with a hint API (Penelope's).
     hints: bool = False
     hint_noise: float = 0.25
+    # a what-if, not a product: copies between tiers take no time (`FreeCopies`)
+    free_copies: bool = False
 
     def __post_init__(self) -> None:
         SIM_EVICTION_POLICIES.check(self.policy)

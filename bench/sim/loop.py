@@ -33,6 +33,7 @@ from bench.sim.costmodel import CostModel, ttft_floor, turn_floor
 from bench.sim.hints import TraceHints, next_gap
 from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, summarize
 from bench.sim.replica import Replica, Step
+from bench.sim.tiers import FreeCopies
 from bench.sim.turns import SessionState, SimRequest, make_request
 from bench.tokens import TokenMap
 from bench.workload import Workload
@@ -63,6 +64,8 @@ class Simulator:
         engines: Sequence[Callable[[CoreHooks], Engine]] | None = None,
     ) -> None:
         self.cfg, self.cost, self.workload = cfg, cost, workload
+        if cfg.free_copies:
+            cost = FreeCopies(cost)  # the replicas' copies; the floors keep the real cost
         self.now = 0.0
         clock: Callable[[], float] = lambda: self.now  # noqa: E731
         if engines is not None:

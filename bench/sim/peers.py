@@ -90,6 +90,7 @@ def sim_config(
         layerwise_loads=spec.layerwise_loads,
         hints=spec.hints,
         hint_noise=hint_noise,
+        free_copies=spec.free_copies,
         scheduler=dataclasses.replace(
             default_scheduler(),
             max_batch_tokens=spec.step_tokens,

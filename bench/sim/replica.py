@@ -33,6 +33,7 @@ from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, SchedulerConfig
 from penelope_engine.core import CoreHooks, build_core
+from penelope_engine.sched.fastpath import commit_decoded, extend_decodes
 from penelope_engine.sched.scheduler import Scheduler
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.util import cdiv
@@ -204,7 +205,7 @@ class Replica:
             most = min(it.seq.req.sampling.max_tokens - it.seq.num_generated for it in items)
             ends = np.cumsum(decode_run(self.cost, load, most))
             want = min(most, int(np.searchsorted(ends, horizon - now)) + 1)
-            steps = sched.extend_decodes(items, want)
+            steps = extend_decodes(sched, items, want)
             return Step(now, now + float(ends[steps - 1]), items, steps, ends=ends[:steps])
         return Step(now, self._end(now, items, load), items)
 
@@ -262,7 +263,7 @@ class Replica:
             for it in step.items:
                 n = len(it.seq.tokens)
                 runs.append(self.requests[it.seq.request_id].tokens[n : n + k])
-            self.scheduler.commit_decoded(step.items, runs)
+            commit_decoded(self.scheduler, step.items, runs)
         tokens = step.tokens if step.tokens is not None else self._scripted(step.items)
         for seq in self.scheduler.commit(step.items, tokens):
             if seq.finish_reason is not None:

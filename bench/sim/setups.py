@@ -57,6 +57,8 @@ from penelope_engine.config import AgentConfig, SchedulerConfig
 from penelope_engine.registry import Registry
 from penelope_engine.shipped import PREFILL_CHUNK_SHARE, SHIPPED_AGENT, SHIPPED_POLICY
 
+PREFETCH_LEADS_S = (5.0, 10.0, 40.0, 80.0)  # `variants`: other leads of the store read ahead
+SIZE_WEIGHTS = (1.0, 4.0)  # `variants`: the queue's shortest-first weight (AgentConfig.size_weight)
 STEP_TOKENS = 8192  # every set-up's step budget at its defaults (max_batch_tokens)
 PENELOPE_CHUNK = STEP_TOKENS // PREFILL_CHUNK_SHARE
 
@@ -74,6 +76,7 @@ class CacheSpec:
     layerwise_loads: bool = False  # loads stream layer by layer, overlapped with the forward
     hints: bool = False  # hint mode: requests carry a harness's hints (`bench.sim.hints`)
     kv_scale: int = 1  # device and host budgets x this (`unbounded`: a ceiling, not a product)
+    free_copies: bool = False  # copies between tiers take no time (`free_copies`: a what-if)
 
     def __post_init__(self) -> None:
         if self.kv_scale < 1:
@@ -140,11 +143,13 @@ class Setup:
             "retention": a.retention,
             "park_on_preempt": a.park_on_preempt,
             "size_weight": a.size_weight,
+            "prefetch_lead_s": a.prefetch_lead_s,
             "prefill_chunk": self.spec.prefill_chunk,
             "step_tokens": self.spec.step_tokens,
             "layerwise_loads": self.spec.layerwise_loads,
             "hints": self.spec.hints,
             "kv_scale": self.spec.kv_scale,
+            "free_copies": self.spec.free_copies,
         }
 
 
@@ -190,6 +195,7 @@ def ablations() -> list[Setup]:
         "policy (lru)": dataclasses.replace(full, policy="lru"),
         "host tier": dataclasses.replace(full, tiers="gpu"),
         "chunk cap": dataclasses.replace(full, prefill_chunk=STEP_TOKENS),
+        "prefetch": dataclasses.replace(full, agent=dataclasses.replace(a, prefetch_lead_s=0.0)),
     }
     out = [Setup(f"penelope - {k}", "penelope", "affinity", "penelope", s) for k, s in off.items()]
     out.append(Setup("penelope - router (pow2)", "penelope", "pow2", "penelope", full))
@@ -207,11 +213,24 @@ def variants() -> list[Setup]:
         for p in ("penelope", "greedydual", "return_aware", "oracle")
         if p != full.spec.policy
     ]  # fmt: skip
+    agent = full.spec.agent
+    out += [
+        Setup(f"penelope (size weight {w:g})", "penelope", "affinity", "penelope",
+              dataclasses.replace(full.spec, agent=dataclasses.replace(agent, size_weight=w)))
+        for w in SIZE_WEIGHTS
+    ]  # fmt: skip
+    out += [
+        Setup(f"penelope (prefetch {s:g}s)", "penelope", "affinity", "penelope",
+              dataclasses.replace(full.spec, agent=dataclasses.replace(agent, prefetch_lead_s=s)))
+        for s in PREFETCH_LEADS_S
+        if s != agent.prefetch_lead_s
+    ]  # fmt: skip
     lw = dataclasses.replace(full.spec, layerwise_loads=True)
     out.append(Setup("penelope (layerwise loads)", "penelope", "affinity", "penelope", lw))
     out += [cross_setup(full, r) for r in PEER_ROUTERS]
     out.append(dataclasses.replace(hinted(full), name="penelope+hints"))
     out += [unbounded(s) for s in [full, *tuned_peer_setups()]]
+    out += [free_copies(s) for s in [full, *tuned_peer_setups()]]
     return out
 
 
@@ -224,6 +243,14 @@ def unbounded(setup: Setup) -> Setup:
     since every page a session ever computed stays on the device."""
     spec = dataclasses.replace(setup.spec, kv_scale=UNBOUNDED_KV_SCALE)
     return dataclasses.replace(setup, name=f"{setup.name} (unbounded KV)", spec=spec)
+
+
+def free_copies(setup: Setup) -> Setup:
+    """`setup` with copies between its tiers that take no time (`bench.sim.costmodel.FreeCopies`),
+    the same memory, compute, router and scheduler: what no prefetch, into the host or the
+    device, nor any overlap of loads with the forward can beat."""
+    spec = dataclasses.replace(setup.spec, free_copies=True)
+    return dataclasses.replace(setup, name=f"{setup.name} (free copies)", spec=spec)
 
 
 def cross_setup(cache: Setup, router: str) -> Setup:

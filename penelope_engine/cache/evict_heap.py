@@ -61,6 +61,10 @@ class EvictionHeaps:
         """`node` is tracked as holding pages of `tier`."""
         return node.id in self._holders[tier]
 
+    def holders(self, tier: Tier) -> Iterable[Node]:
+        """The nodes holding pages of `tier` (locked or not)."""
+        return self._holders[tier].values()
+
     def evictable(self, tier: Tier) -> int:
         """Pages of `tier` on unlocked nodes."""
         return sum(tier_count(n, tier) for n in self._holders[tier].values() if n.lock == 0)

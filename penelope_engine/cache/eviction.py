@@ -20,7 +20,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
-from penelope_engine.cache.sessions import SessionInfo, stand_in  # SessionInfo re-exported
+from penelope_engine.cache.sessions import (  # SessionInfo re-exported
+    SessionInfo,
+    expected_return,
+    stand_in,
+)
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
 from penelope_engine.registry import Registry
@@ -108,30 +112,18 @@ class PenelopePolicy(_SessionPolicy):
 class ReturnAwarePolicy(_SessionPolicy):
     """Evict the session expected back last.
 
-    Expected return = end of its last turn + its expected gap: the harness's
-    `expected_gap_s` when it gave one, else the smoothed gap of its own past
-    turns after a `tool_use` stop (a prior when it has none), and a long user
-    think time after `end_turn`. A session overdue by
-    t is expected t later again. A queued session has already returned: its
+    Expected return: `sessions.expected_return` (the harness's
+    `expected_gap_s`, else the session's own smoothed gaps, after the end of
+    its last turn; the prefetcher reads the same). A queued session has already returned: its
     score is its arrival, earlier than any idle one's, so the queue keeps its
     KV and the head of the queue keeps it longest.
     """
 
     name = "return_aware"
     static_keys = False  # an overdue session's expected return moves with time
-    tool_gap_prior_s = 10.0
-    user_gap_s = 200.0
 
     def expected_return(self, info: SessionInfo, view: CacheView) -> float:
-        if info.turn_end is None:
-            return view.now
-        gap = info.gap_ewma if info.gap_ewma is not None else self.tool_gap_prior_s
-        if info.expected_gap is not None:
-            gap = info.expected_gap
-        elif info.last_stop == "end_turn":
-            gap = max(gap, self.user_gap_s)
-        expected = info.turn_end + gap
-        return expected if expected >= view.now else 2 * view.now - info.turn_end
+        return expected_return(info, view.now)
 
     def session_score(self, info: SessionInfo, view: CacheView) -> float:
         if info.queued_since is not None:

@@ -88,6 +88,37 @@ class SessionInfo:
             self.seen_hashes = np.array(hashes, dtype=np.uint64)
 
 
+TOOL_GAP_PRIOR_S = 10.0  # a session's expected tool time before it has shown its own
+USER_GAP_S = 200.0  # after `end_turn` a person answers: at least this long
+OVERDUE_HINTED_SHARE: float | None = (
+    0.25  # a session past its harness's estimate is due in this x it
+)
+
+
+def expected_return(info: SessionInfo, now: float) -> float:
+    """When the session's next turn is expected (`now` while a turn runs or waits).
+
+    The end of its last turn + its expected gap: the harness's `expected_gap_s`
+    when it gave one, else the smoothed gap of its past turns (a prior when it
+    has none), and at least a person's think time after `end_turn`. A session
+    overdue by t is expected t later again, unless a harness gave the gap: then
+    it is due any moment (`OVERDUE_HINTED_SHARE` of the gap from now; an
+    estimate is off by a factor, not by as much again)."""
+    if info.turn_end is None:
+        return now
+    gap = info.gap_ewma if info.gap_ewma is not None else TOOL_GAP_PRIOR_S
+    if info.expected_gap is not None:
+        gap = info.expected_gap
+    elif info.last_stop == "end_turn":
+        gap = max(gap, USER_GAP_S)
+    expected = info.turn_end + gap
+    if expected >= now:
+        return expected
+    if info.expected_gap is not None:
+        return now + OVERDUE_HINTED_SHARE * gap
+    return 2 * now - info.turn_end
+
+
 def stand_in(last_access: float) -> SessionInfo:
     """The record a policy reads for a session that has none (expired, or a request
     without a session id): idle since `last_access`, its turn over."""

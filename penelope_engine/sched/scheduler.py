@@ -33,6 +33,7 @@ from penelope_engine.protocol import TokenUsage
 from penelope_engine.sched.admission import admit, insert_path, release_lock
 from penelope_engine.sched.agent import Retention, WaitingQueue, prefill_estimate_s, queue_key
 from penelope_engine.sched.hinted import HintedSessions, HintQuotas
+from penelope_engine.sched.prefetch import Prefetcher
 from penelope_engine.sched.records import SessionRecords
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.tiers.contract import SchedulerTiers
@@ -71,6 +72,8 @@ class Scheduler:
         self._released = 0  # bumps whenever pages may have become free or evictable
         self.records = SessionRecords(cache, self.retention)
         self.hinted = HintedSessions(hint_quotas or HintQuotas(), cache, self.retention)
+        self.prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, tiers)
+        self.records.listeners.append(self.prefetch.forget)
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -108,6 +111,7 @@ class Scheduler:
             budget -= self._take_chunk(seq, budget, items, now)
         if self.retention.expire(now):
             self._released += 1
+        self.prefetch.step(now, self._live_sessions())
         while budget > 0 and self.waiting and len(self.running) < self.config.max_running:
             new = self._next_admitted(now)
             if new is None:
@@ -136,32 +140,9 @@ class Scheduler:
                 return None
         return None
 
-    def extend_decodes(self, items: list[BatchItem], steps: int) -> int:
-        """Grant up to `steps` decode steps for a step of decodes only; returns how many.
-
-        The simulator's fast path, valid when `items` are every running request,
-        all decoding, and nothing else can change before those steps end: it
-        gives each the pages its next tokens need (without preempting: where
-        none is left it grants fewer, and the next `schedule` preempts as usual).
-        """
-        assert len(items) == len(self.running) and not any(s.in_prefill for s in self.running)
-        for j in range(1, steps):
-            for it in items:
-                if not self._ensure_page(it.seq, len(it.seq.tokens) - 1 + j):
-                    return j
-        return max(steps, 1)
-
     def released(self) -> None:
         """Pages were given back outside the scheduler (the simulator's cut decode runs)."""
         self._released += 1
-
-    def commit_decoded(self, items: list[BatchItem], tokens: list[np.ndarray]) -> None:
-        """Apply all but the last step of a decode run granted by `extend_decodes`: the
-        tokens only, since no request ends inside the run (the run stops at the first
-        last token, and the simulator's requests have no stop tokens)."""
-        assert not self.eos and not any(it.seq.req.sampling.stop_token_ids for it in items)
-        for it, toks in zip(items, tokens):
-            it.seq.tokens.extend(toks.tolist())
 
     def next_ready(self) -> float | None:
         """When the first running prefill still waiting on its copies can start, or, with a
@@ -195,7 +176,7 @@ class Scheduler:
 
     def _page_for_decode(self, seq: Sequence) -> bool:
         """A page for the decode token, preempting the newest other sequences if need be."""
-        while not self._ensure_page(seq, len(seq.tokens) - 1):
+        while not self.ensure_page(seq, len(seq.tokens) - 1):
             victim = self.running[-1]
             if victim is seq:
                 return False
@@ -227,7 +208,7 @@ class Scheduler:
         self.cache.on_arrival(seq.req.session)
         self.waiting.appendleft(seq)
 
-    def _ensure_page(self, seq: Sequence, position: int) -> bool:
+    def ensure_page(self, seq: Sequence, position: int) -> bool:
         if position // self.page_size < len(seq.page_table):
             return True
         try:

@@ -7,6 +7,10 @@ on the simulated clock, over either real tiers or none. The scheduler brackets
 an admission with `begin()` and `ready_at(now)`: the request's prefill waits
 until every copy made in between (device pages demoted to make room, pages
 loaded from the host or the store) is done.
+
+`read_ahead` starts a background read of store pages for the host tier (the
+prefetcher, `penelope_engine.sched.prefetch`): nothing in the tree changes
+until the read is done and the scheduler installs what it found.
 """
 
 from __future__ import annotations
@@ -14,6 +18,27 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
+
+
+class ReadAhead(Protocol):
+    """A background read of store pages, started by `SchedulerTiers.read_ahead`."""
+
+    def done(self, now: float) -> bool:
+        """The read has finished (found or failed) by `now`; never blocks."""
+        ...
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until the read is done or `timeout_s` passed; True when done (the
+        simulator's clock says when a read ends, so over real tiers it waits for it)."""
+        ...
+
+    def found(self) -> np.ndarray:
+        """Once done: the mask of the pages read intact (their very tokens)."""
+        ...
+
+    def install(self, idx: np.ndarray, host_pages: np.ndarray) -> bool:
+        """Copy read pages `idx` into host pool slots `host_pages`; False if the copy failed."""
+        ...
 
 
 class SchedulerTiers(Protocol):
@@ -36,4 +61,9 @@ class SchedulerTiers(Protocol):
         self, hashes: np.ndarray, tokens: np.ndarray, tenant: str, device_pages: np.ndarray
     ) -> np.ndarray:
         """Load store pages into `device_pages`; the mask of pages that loaded."""
+        ...
+
+    def read_ahead(self, hashes: np.ndarray, tokens: np.ndarray, tenant: str) -> ReadAhead | None:
+        """Start reading store pages in the background for the host tier; None when there
+        is no store or no host tier."""
         ...

@@ -16,6 +16,8 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +27,7 @@ from cache_store import ArrowSegmentStore, Segment
 from penelope_engine.cache.pages import PUBLIC
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
+from penelope_engine.tiers.contract import ReadAhead
 from penelope_engine.tiers.kv_pool import DTYPES, KVPool
 
 log = logging.getLogger(__name__)
@@ -74,6 +77,7 @@ class TorchTiers:
         self.stream = torch.cuda.Stream() if device_pool.device.type == "cuda" else None
         self.failures = 0
         self.public_hashes = public_hashes  # pages of operator-declared public prefixes
+        self._reader: ThreadPoolExecutor | None = None  # read-ahead thread, started on first use
 
     def owner(self, tenant: str, page_hash: int) -> str:
         """Whose page `page_hash` of `tenant` is in the store: PUBLIC for a declared prefix."""
@@ -178,10 +182,23 @@ class TorchTiers:
         A page loads only when its segment is intact and holds the very tokens
         of the request at that page; anything else is a miss (recomputed).
         """
-        loaded = np.zeros(len(hashes), dtype=bool)
+        pages = self.read_store(hashes, tokens, tenant)
+        for i, kv in enumerate(pages):
+            if kv is not None:
+                self.device.write_pages(torch.tensor([int(device_pages[i])]), kv[0], kv[1])
+        return np.array([kv is not None for kv in pages], dtype=bool)
+
+    def read_store(
+        self, hashes: np.ndarray, tokens: np.ndarray, tenant: str, copy: bool = False
+    ) -> list[torch.Tensor | None]:
+        """Each page's KV (``[2, layers, page_size, kv_heads, head_dim]``) read from the
+        store, or None where its segment is missing, damaged or holds other tokens;
+        `copy`: owned tensors, not views of the store's mapped bytes (a read ahead)."""
+        out: list[torch.Tensor | None] = [None] * len(hashes)
         if self.store is None:
-            return loaded
+            return out
         segments: dict[str, Segment | None] = {}
+        ps = self.device.page_size
         for i, h in enumerate(hashes):
             key = self.store.lookup(self.owner(tenant, int(h)), int(h))
             if key is None:
@@ -197,9 +214,55 @@ class TorchTiers:
             with warnings.catch_warnings():  # read-only mapped bytes: we only read them
                 warnings.simplefilter("ignore", UserWarning)
                 kv = torch.frombuffer(seg.payload, dtype=torch.uint8).view(DTYPES[seg.dtype])
-            kv = kv.reshape(seg.shape)
-            ps = self.device.page_size
-            page = kv[:, :, j * ps : (j + 1) * ps]
-            self.device.write_pages(torch.tensor([int(device_pages[i])]), page[0], page[1])
-            loaded[i] = True
-        return loaded
+            page = kv.reshape(seg.shape)[:, :, j * ps : (j + 1) * ps]
+            out[i] = page.clone() if copy else page
+        return out
+
+    def read_ahead(self, hashes: np.ndarray, tokens: np.ndarray, tenant: str) -> ReadAhead | None:
+        """Read store pages on the reader thread for the host tier (`StoreReadAhead`)."""
+        if self.store is None or self.host is None:
+            return None
+        if self._reader is None:
+            self._reader = ThreadPoolExecutor(1, thread_name_prefix="penelope-read-ahead")
+        job = self._reader.submit(self.read_store, hashes.copy(), tokens.copy(), tenant, True)
+        return StoreReadAhead(job, self.host, len(hashes))
+
+    def close(self) -> None:
+        """Stop the reader thread; reads not started are dropped (their pages stay in the store)."""
+        if self._reader is not None:
+            self._reader.shutdown(wait=False, cancel_futures=True)
+            self._reader = None
+
+
+class StoreReadAhead:
+    """`ReadAhead` of `TorchTiers`: a read on the reader thread, installed into the host pool."""
+
+    def __init__(self, job: Future[list[torch.Tensor | None]], host: KVPool, n: int) -> None:
+        self.job, self.host, self.n = job, host, n
+
+    def done(self, now: float) -> bool:
+        return self.job.done()
+
+    def wait(self, timeout_s: float) -> bool:
+        return bool(wait_futures([self.job], timeout=timeout_s).done)
+
+    def _pages(self) -> list[torch.Tensor | None]:
+        """What the read found; nothing when it is not done, was cancelled or failed."""
+        if not self.job.done() or self.job.cancelled():
+            return [None] * self.n
+        if (exc := self.job.exception()) is not None:
+            log.warning("a read ahead failed (%s); its pages stay in the store", exc)
+            return [None] * self.n
+        return self.job.result()
+
+    def found(self) -> np.ndarray:
+        return np.array([kv is not None for kv in self._pages()], dtype=bool)
+
+    def install(self, idx: np.ndarray, host_pages: np.ndarray) -> bool:
+        pages = self._pages()
+        kv = [pages[int(i)] for i in idx]
+        if not kv or any(p is None for p in kv):
+            return False
+        both = torch.cat(kv, dim=2)  # type: ignore[arg-type]  # [2, layers, n*ps, heads, dim]
+        self.host.write_pages(torch.from_numpy(host_pages.astype(np.int64)), both[0], both[1])
+        return True
