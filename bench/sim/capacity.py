@@ -171,9 +171,18 @@ def main(argv: list[str] | None = None) -> int:
             ])  # fmt: skip
         counts = iter(n for n in args.points for _ in chosen for _ in seeds)
         doc = report.points(got, counts)
+        crossings = report.point_crossings(doc, slo)
         print(report.points_table(doc))
+        for name, per_seed in crossings.items():
+            print(
+                f"{name}: SLO crossing per seed " + ", ".join(f"{c:.1f}" for c in per_seed.values())
+            )
         if args.json is not None:
-            args.json.write_text(json.dumps({"points": doc}, indent=1))
+            args.json.write_text(json.dumps({"points": doc, "crossings": crossings}, indent=1))
+        if args.plot is not None:
+            curves = [{"name": name, "curve": per_count} for name, per_count in doc.items()]
+            title = f"{args.lengths} lengths, {args.replicas} replicas, {args.seeds} seeds"
+            print(f"wrote {report.plot(args.plot, curves, slo, title)}", file=sys.stderr)
         return 0
     if args.attribution_at is not None:
         peer = next((x for x in chosen if x.system != "penelope"), None)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.sim.capacity_search import SearchResult
+from bench.sim.capacity_search import SearchResult, crossing
 from bench.sim.report import save_figure
 from penelope_engine.protocol import MISS_CAUSES
 
@@ -195,6 +195,22 @@ def points(got: list[tuple[str, int, dict[str, float]]], counts: Any) -> dict[st
         for row in per_count.values():
             seeds = list(row["per_seed"].values())
             row.update({k: float(np.mean([f[k] for f in seeds])) for k in CURVE_METRICS})
+    return out
+
+
+def point_crossings(doc: dict[str, Any], slo_s: float) -> dict[str, dict[str, float]]:
+    """Per set-up and seed, where the `--points` curve's p90 crosses the SLO
+    (`capacity_search.crossing`: 0 when even the first count is above it, the last
+    count when none is)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, per_count in doc.items():
+        seeds = next(iter(per_count.values()))["per_seed"]
+        out[name] = {
+            s: crossing(
+                {int(n): r["per_seed"][s]["p90_ttft_s"] for n, r in per_count.items()}, slo_s
+            )
+            for s in seeds
+        }
     return out
 
 

@@ -108,15 +108,46 @@ def test_points_runs_every_setup_at_every_count_and_seed(tmp_path: Path) -> None
     out = tmp_path / "pts.json"
     names = "penelope,penelope (policy greedydual),penelope cache / pow2"
     argv = ["--lengths", "quarter", "--setups", names, "--seeds", "2", "--replicas", "2"]
-    assert capacity.main([*argv, "--points", "2,3", "--json", str(out)]) == 0
-    doc = json.loads(out.read_text())["points"]
-    assert set(doc) == set(names.split(","))
+    plot = tmp_path / "pts.png"
+    assert capacity.main([*argv, "--points", "2,3", "--json", str(out), "--plot", str(plot)]) == 0
+    assert plot.stat().st_size > 0  # the curves, as a search's
+    full = json.loads(out.read_text())
+    doc = full["points"]
+    assert set(full["crossings"]) == set(doc) == set(names.split(","))
     for per_count in doc.values():
         assert set(per_count) == {"2", "3"}
         for row in per_count.values():
             assert set(row["per_seed"]) == {"0", "1"}
             p90s = [f["p90_ttft_s"] for f in row["per_seed"].values()]
             assert row["p90_ttft_s"] == pytest.approx(sum(p90s) / 2)
+
+
+def test_point_crossings_interpolate_each_seeds_curve() -> None:
+    from bench.sim.capacity_report import point_crossings
+
+    def row(*p90s: float) -> dict:
+        return {"per_seed": {str(i): {"p90_ttft_s": v} for i, v in enumerate(p90s)}}
+
+    doc = {"x": {"100": row(1.0, 3.0), "200": row(4.0, 5.0)}}
+    got = point_crossings(doc, 2.0)["x"]
+    assert got["0"] == pytest.approx(150.0)  # log-linear: 2 is halfway from 1 to 4
+    assert got["1"] == 0.0  # above the SLO at every count
+
+
+def test_free_copies_change_only_the_copy_times() -> None:
+    from bench.sim.peers import sim_config
+    from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
+    from bench.sim.setups import setups
+    from bench.sim.tiers import FreeCopies
+    from penelope_engine.cache.tier import Tier
+
+    base, free = setups(["penelope", "penelope (free copies)"])
+    a, b = (sim_config(s, 1024, 1.0, 2) for s in (base, free))
+    assert b.free_copies and dataclasses.replace(b, free_copies=False) == a
+    cost = GpuCostModel(QWEN3["qwen3-8b"], HARDWARE["h200"])
+    f = FreeCopies(cost)
+    assert f.load_time(4096, Tier.STORE) == f.offload_time(4096) == f.load_s(64, Tier.HOST) == 0.0
+    assert f.token_cost(1000) == cost.token_cost(1000) and f.num_layers == cost.num_layers
 
 
 def test_unbounded_kv_multiplies_both_tiers_and_nothing_else() -> None:
