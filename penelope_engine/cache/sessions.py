@@ -90,9 +90,7 @@ class SessionInfo:
 
 TOOL_GAP_PRIOR_S = 10.0  # a session's expected tool time before it has shown its own
 USER_GAP_S = 200.0  # after `end_turn` a person answers: at least this long
-OVERDUE_HINTED_SHARE: float | None = (
-    0.25  # a session past its harness's estimate is due in this x it
-)
+OVERDUE_HINTED_SHARE = 0.25  # past its harness's estimate, a session is due in this x it
 
 
 def expected_return(info: SessionInfo, now: float) -> float:
