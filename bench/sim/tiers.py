@@ -17,6 +17,11 @@ are, which the step that runs the request's first chunk cannot end before
 prefill waits for its whole copy, while other requests' steps run (Penelope's
 own tiers copy whole pages before the forward, `penelope_engine.tiers.copies`).
 
+Reads from the store also take the store's own channel (`store_free`): a
+demand load waits for it and for the PCIe channel, a read ahead
+(`read_ahead`, the prefetcher's) only for it, since it lands in host memory
+and is no admission's copy.
+
 `FreeCopies` is a cost model whose copies take no time: a what-if that bounds
 every prefetch and every overlap of loads with the forward.
 
