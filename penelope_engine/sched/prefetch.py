@@ -27,6 +27,7 @@ on its clock (`bench.sim.tiers.TimedTiers`). No torch.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Container
 from dataclasses import dataclass
 
@@ -71,6 +72,10 @@ class Prefetcher:
         self.flight: _Flight | None = None
         self._next_plan = -np.inf
         self._tried: dict[str, tuple[float, int]] = {}  # session -> (turn end, reads since)
+        # Hinted sessions between turns, by due time: the heap until they are within the
+        # lead, then `_due` until they return (a scan costs what is due, not every record).
+        self._later: list[tuple[float, str, float]] = []  # (due, session, its turn end)
+        self._due: dict[str, tuple[float, float]] = {}  # session -> (due, its turn end)
 
     @property
     def enabled(self) -> bool:
@@ -92,27 +97,47 @@ class Prefetcher:
             self._next_plan = now + PLAN_PERIOD_S
             self._launch(now, live)
 
+    @property
+    def tracked(self) -> int:
+        """Hinted sessions between turns it keeps a due time for."""
+        return len(self._later) + len(self._due)
+
+    def turn_ended(self, sid: str, turn_end: float | None, expected_gap_s: float | None) -> None:
+        """A turn of `sid` ended at `turn_end` (its record's); a harness expects the next
+        after the gap."""
+        if self.enabled and expected_gap_s is not None and turn_end is not None:
+            heapq.heappush(self._later, (turn_end + expected_gap_s, sid, turn_end))
+
     def forget(self, sids: list[str]) -> None:
         """The sessions' records are gone."""
         for sid in sids:
             self._tried.pop(sid, None)
+            self._due.pop(sid, None)
+        gone = set(sids)
+        self._later = [e for e in self._later if e[1] not in gone]
+        heapq.heapify(self._later)
 
     def check(self) -> None:
         """Its state stays bounded: only sessions with a record are remembered."""
-        assert not (self._tried.keys() - self.cache.sessions.keys()), "a forgotten session"
+        known = self.cache.sessions.keys()
+        assert not (self._tried.keys() - known), "a forgotten session's reads"
+        assert not (self._due.keys() - known), "a forgotten session is due"
+        assert all(sid in known for _, sid, _ in self._later), "a forgotten session waits"
         assert self.stats.pages_installed + self.stats.pages_stale <= self.stats.pages_read
 
     # -- starting a read -------------------------------------------------------------
     def _launch(self, now: float, live: Container[str]) -> None:
+        while self._later and self._later[0][0] - now <= self.lead_s:
+            at, sid, turn_end = heapq.heappop(self._later)
+            self._due[sid] = (at, turn_end)
+        for sid, (_, turn_end) in list(self._due.items()):
+            info = self.cache.session_info(sid)
+            if info is None or info.turn_end != turn_end or info.leaf is None:
+                del self._due[sid]  # it came back, or its record went
         due = sorted(
             (t, sid)
-            for sid, info in self.cache.sessions.items()
-            if info.leaf is not None
-            and info.turn_end is not None
-            and info.expected_gap is not None
-            and sid not in live
-            and self._reads(sid, info.turn_end) < MAX_READS_PER_GAP
-            and (t := info.turn_end + info.expected_gap) - now <= self.lead_s
+            for sid, (t, turn_end) in self._due.items()
+            if sid not in live and self._reads(sid, turn_end) < MAX_READS_PER_GAP
         )
         cap = max(1, int(MAX_READ_SHARE * self.cache.host.capacity))
         for t, sid in due:

@@ -269,7 +269,9 @@ class Scheduler:
             release_lock(seq, self.cache, self.write_through)
         self.cache.free(seq.page_table[seq.owned])
         seq.owned[:] = False
-        self.cache.on_turn_end(seq.req.session, stop_reason, gap=seq.req.hints.expected_gap_s)
+        gap, info = seq.req.hints.expected_gap_s, self.cache.session(seq.req.session)
+        self.cache.on_turn_end(seq.req.session, stop_reason, gap=gap)
+        self.prefetch.turn_ended(seq.req.session, info.turn_end, gap)
         if not aborted:  # pins (learned and hinted), the harness's other hints
             self.hinted.turn_ended(seq, stop_reason, self.cost, now)
         self.records.finished(seq, self._live_sessions)

@@ -177,6 +177,25 @@ def test_a_read_whose_pages_came_back_meanwhile_installs_nothing(
     e.check_integrity()
 
 
+def test_a_session_that_came_back_or_was_forgotten_is_no_longer_tracked(
+    tiny_qwen3: LoadedModel, tmp_path: Path
+) -> None:
+    clock = Clock()
+    e = engine(tiny_qwen3, tmp_path, 50.0, clock)
+    prefetch = e.scheduler.prefetch
+    first = turn(e, "a1", prompt(0), "a", BACK_IN_100_S)
+    turn(e, "b1", prompt(1), "b", BACK_IN_100_S)
+    assert prefetch.tracked == 2
+    clock.now = 60.0  # both due within the lead
+    turn(e, "a2", prompt(0) + first.token_ids + prompt(20)[:8], "a")  # a is back, unhinted
+    clock.now = 61.0
+    turn(e, "c1", prompt(2, 8), "c")  # the next plan drops a
+    assert prefetch.tracked == 1
+    e.scheduler.records.forget(["b"])
+    assert prefetch.tracked == 0
+    prefetch.check()
+
+
 def test_prefetch_lead_must_be_finite_and_not_negative() -> None:
     for bad in (-1.0, float("inf")):
         with pytest.raises(ValueError, match="prefetch_lead_s"):
