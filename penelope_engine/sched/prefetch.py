@@ -129,10 +129,10 @@ class Prefetcher:
     def _launch(self, now: float, live: Container[str]) -> None:
         while self._later and self._later[0][0] - now <= self.lead_s:
             at, sid, turn_end = heapq.heappop(self._later)
-            self._due[sid] = (at, turn_end)
+            if self._current(sid, turn_end):  # not a gap it has already come back from
+                self._due[sid] = (at, turn_end)
         for sid, (_, turn_end) in list(self._due.items()):
-            info = self.cache.session_info(sid)
-            if info is None or info.turn_end != turn_end or info.leaf is None:
+            if not self._current(sid, turn_end):
                 del self._due[sid]  # it came back, or its record went
         due = sorted(
             (t, sid)
@@ -155,6 +155,11 @@ class Prefetcher:
             self.stats.reads += 1
             self.stats.pages_read += len(hashes)
             return
+
+    def _current(self, sid: str, turn_end: float) -> bool:
+        """`sid` is still in the gap after the turn that ended at `turn_end`."""
+        info = self.cache.session_info(sid)
+        return info is not None and info.turn_end == turn_end and info.leaf is not None
 
     def _reads(self, sid: str, turn_end: float) -> int:
         """Reads started for the session since its last turn ended."""

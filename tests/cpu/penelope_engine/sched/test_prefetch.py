@@ -196,6 +196,21 @@ def test_a_session_that_came_back_or_was_forgotten_is_no_longer_tracked(
     prefetch.check()
 
 
+def test_a_new_hint_wins_over_the_last_gaps_when_both_are_due(
+    tiny_qwen3: LoadedModel, tmp_path: Path
+) -> None:
+    clock = Clock()
+    e = engine(tiny_qwen3, tmp_path, 50.0, clock)
+    first = turn(e, "a1", prompt(0), "a", SessionHints(expected_gap_s=100.0))  # due at 100
+    clock.now = 10.0  # back early; the next turn says 5 s: due at 15
+    turn(
+        e, "a2", prompt(0) + first.token_ids + prompt(20)[:8], "a", SessionHints(expected_gap_s=5.0)
+    )
+    clock.now = 60.0  # both due times are within the lead: only the newer one counts
+    turn(e, "c1", prompt(2, 8), "c")
+    assert e.scheduler.prefetch.tracked == 1
+
+
 def test_prefetch_lead_must_be_finite_and_not_negative() -> None:
     for bad in (-1.0, float("inf")):
         with pytest.raises(ValueError, match="prefetch_lead_s"):
