@@ -150,8 +150,11 @@ def test_sessions_stay_on_their_replica_and_hit_the_cache(base_url: str) -> None
         # turns 2 and 3 also reuse the session's own history.
         assert 0 < cached[1] and cached[0] < cached[1] < cached[2], (sid, turns)
 
-    text = httpx.get(f"{base_url}/metrics", timeout=30).text
     served = {replica for turns in sessions.values() for replica, _ in turns}
+    # A replica's stats reach the ingress with its routing stats, a moment after it served.
+    text = _scrape_until(
+        base_url, lambda t: all(_gauge(t, "penelope_cache_hit_ratio", r) > 0 for r in served)
+    )
     for replica in served:
         hit = _gauge(text, "penelope_cache_hit_ratio", replica)
         assert 0 < hit < 1
@@ -174,6 +177,17 @@ def test_the_ingress_shows_what_its_router_routes_to(base_url: str) -> None:
     assert all(r["policy"] == "affinity" for r in routers)
     seen = {rep["replica_id"] for r in routers for rep in r["replicas"]}
     assert seen == replicas_on_metrics(base_url)  # the fleet of two, by the same names
+
+
+def _scrape_until(base_url: str, ready: Any, timeout_s: float = 30.0) -> str:
+    """/metrics once `ready(text)` holds, or the last scrape when `timeout_s` has passed
+    (the caller's assertions then say what is missing)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = httpx.get(f"{base_url}/metrics", timeout=30).text
+        if ready(text) or time.monotonic() >= deadline:
+            return text
+        time.sleep(0.5)
 
 
 def _token_totals(text: str) -> dict[str, float]:
