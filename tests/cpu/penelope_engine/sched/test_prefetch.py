@@ -58,6 +58,11 @@ def turn(
     return out
 
 
+def back(first: RequestOutput) -> tuple[int, ...]:
+    """Session a's next prompt: its first turn, the reply, 8 new tokens."""
+    return prompt(0) + first.token_ids + prompt(20)[:8]
+
+
 def tiers_of(e: Engine, sid: str) -> dict[Tier, int]:
     """Pages of the session's own path per location."""
     info = e.cache.session_info(sid)
@@ -101,7 +106,7 @@ def session_returns(e: Engine, clock: Clock) -> tuple[RequestOutput, RequestOutp
     """Session a pushed out, others' turns (their steps read a's pages), a back."""
     first = pushed_out(e, clock)
     others_step(e, clock)
-    second = turn(e, "a2", prompt(0) + first.token_ids + prompt(20)[:8], "a")
+    second = turn(e, "a2", back(first), "a")
     return first, second
 
 
@@ -168,7 +173,7 @@ def test_a_read_whose_pages_came_back_meanwhile_installs_nothing(
     flight = prefetch.flight
     assert flight is not None and flight.read.wait(10.0)
     prefetch.flight = None  # held back: the session returns first
-    second = turn(e, "a2", prompt(0) + first.token_ids + prompt(20)[:8], "a")
+    second = turn(e, "a2", back(first), "a")
     assert second.usage.store_tokens == 40
     prefetch.flight = flight
     prefetch.step(clock.now, set())  # installs what is still only in the store: nothing
@@ -187,7 +192,7 @@ def test_a_session_that_came_back_or_was_forgotten_is_no_longer_tracked(
     turn(e, "b1", prompt(1), "b", BACK_IN_100_S)
     assert prefetch.tracked == 2
     clock.now = 60.0  # both due within the lead
-    turn(e, "a2", prompt(0) + first.token_ids + prompt(20)[:8], "a")  # a is back, unhinted
+    turn(e, "a2", back(first), "a")  # a is back, unhinted
     clock.now = 61.0
     turn(e, "c1", prompt(2, 8), "c")  # the next plan drops a
     assert prefetch.tracked == 1
@@ -203,9 +208,7 @@ def test_a_new_hint_wins_over_the_last_gaps_when_both_are_due(
     e = engine(tiny_qwen3, tmp_path, 50.0, clock)
     first = turn(e, "a1", prompt(0), "a", SessionHints(expected_gap_s=100.0))  # due at 100
     clock.now = 10.0  # back early; the next turn says 5 s: due at 15
-    turn(
-        e, "a2", prompt(0) + first.token_ids + prompt(20)[:8], "a", SessionHints(expected_gap_s=5.0)
-    )
+    turn(e, "a2", back(first), "a", SessionHints(expected_gap_s=5.0))
     clock.now = 60.0  # both due times are within the lead: only the newer one counts
     turn(e, "c1", prompt(2, 8), "c")
     assert e.scheduler.prefetch.tracked == 1
