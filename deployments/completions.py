@@ -30,13 +30,17 @@ from deployments.prepare import Prepared
 from deployments.responses import (
     SSE_DONE,
     Report,
+    ResponseMeta,
     chunk_body,
     completion_body,
     sse,
+    tool_chunk_body,
     usage_chunk_body,
 )
 from deployments.settings import ApiSettings
 from deployments.textstream import TextStream
+from deployments.tools.streaming import StreamParser
+from deployments.tools.types import ParsedReply, TextDelta
 from penelope_engine.protocol import FinishReason, RequestOutput, TokenUsage
 
 REPLICA_HEADER = "x-penelope-replica"
@@ -180,7 +184,9 @@ class CompletionHandler:
             raise self._error(exc) from exc
         finally:
             await self._release(gen)
-        body = completion_body(prepared.meta, text, gen.finish_reason, gen.final_usage)
+        reply = prepared.parser.parse(text) if prepared.parser else ParsedReply(text)
+        finish = reply.finish_reason or gen.finish_reason
+        body = completion_body(prepared.meta, reply.content, finish, gen.final_usage, reply.calls)
         return JSONResponse(body, headers={REPLICA_HEADER: gen.replica})
 
     async def _release(self, gen: Generation) -> None:
@@ -254,6 +260,19 @@ class _ClosingStream(StreamingResponse):
             await self._on_close()
 
 
+def _delta_chunks(
+    meta: ResponseMeta, delta: str | None, calls: StreamParser | None
+) -> list[dict[str, Any]]:
+    """The chunks of one text delta (None: the reply's end), tool calls parsed out."""
+    if calls is None:
+        return [chunk_body(meta, delta)] if delta else []
+    events = calls.feed(delta) if delta is not None else calls.finish()
+    return [
+        chunk_body(meta, e.text) if isinstance(e, TextDelta) else tool_chunk_body(meta, e)
+        for e in events
+    ]
+
+
 async def _sse_events(
     gen: Generation,
     prepared: Prepared,
@@ -262,6 +281,8 @@ async def _sse_events(
 ) -> AsyncIterator[bytes]:
     """The SSE body; a failure or a passed deadline ends it with an error event and [DONE]."""
     meta = prepared.meta
+    calls = StreamParser(prepared.parser) if prepared.parser else None
+    called = False
     try:
         yield sse(chunk_body(meta, "", first=True))
         async with aclosing(gen.deltas()) as deltas:
@@ -271,8 +292,13 @@ async def _sse_events(
                         delta = await anext(deltas)
                 except StopAsyncIteration:
                     break
-                yield sse(chunk_body(meta, delta))
-        yield sse(chunk_body(meta, "", gen.finish_reason))
+                for body in _delta_chunks(meta, delta, calls):
+                    called = called or "tool_calls" in body["choices"][0]["delta"]
+                    yield sse(body)
+        for body in _delta_chunks(meta, None, calls):
+            called = called or "tool_calls" in body["choices"][0]["delta"]
+            yield sse(body)
+        yield sse(chunk_body(meta, "", "tool_calls" if called else gen.finish_reason))
         if prepared.include_usage:
             yield sse(usage_chunk_body(meta, gen.final_usage))
     except Exception as exc:

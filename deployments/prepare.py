@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from deployments.backend import Backend
+from deployments.chat_tools import history_dicts, plan_tools
 from deployments.errors import ApiError, invalid
 from deployments.hints import has_history, session_hints
 from deployments.responses import Kind, ResponseMeta
-from deployments.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
+from deployments.schemas import ChatCompletionRequest, CompletionRequest
 from deployments.settings import ApiSettings
+from deployments.tools.parsers import ReplyParser
+from deployments.tools.render import render_prompt
 from penelope_engine.errors import InvalidRequestError
 from penelope_engine.protocol import GREEDY_BELOW_TEMPERATURE, GenerateRequest, SamplingParams
 
@@ -48,11 +51,17 @@ class Prepared:
     stream: bool
     include_usage: bool
     arrival: float  # time.perf_counter() when the request reached the API
+    parser: ReplyParser | None = None  # replies are parsed for tool calls with it; None: text
 
 
-def _chat_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
-    role_of = {"developer": "system"}
-    return [{"role": role_of.get(m.role, m.role), "content": m.text()} for m in messages]
+@dataclass(frozen=True)
+class EngineExtras:
+    """What a chat's tools and format add to its engine request (`deployments.tools`)."""
+
+    grammar: str | None = None
+    stop_reason_hint: str | None = None
+    tool_call_pattern: str | None = None
+    parser: ReplyParser | None = None
 
 
 async def prepare_chat(
@@ -60,9 +69,18 @@ async def prepare_chat(
 ) -> Prepared:
     arrival = time.perf_counter()
     _check_model(body.model, backend)
-    messages = _chat_dicts(body.messages)
-    ids = await asyncio.to_thread(backend.tokenizer.apply_chat_template, messages, True)
-    return _prepared("chat", body, list(ids), caller, backend, settings, arrival)
+    plan = plan_tools(body, backend.tokenizer, settings)
+    messages = history_dicts(body.messages)
+    ids = await asyncio.to_thread(
+        render_prompt, backend.tokenizer, messages, plan.tools, plan.parser
+    )
+    extras = EngineExtras(
+        plan.grammar,
+        plan.stop_reason_hint,
+        plan.tool_call_pattern,
+        plan.parser if plan.parses_calls else None,
+    )
+    return _prepared("chat", body, list(ids), caller, backend, settings, arrival, extras)
 
 
 async def prepare_text(
@@ -96,6 +114,7 @@ def _prepared(
     backend: Backend,
     settings: ApiSettings,
     arrival: float,
+    extras: EngineExtras = EngineExtras(),
 ) -> Prepared:
     param = "messages" if kind == "chat" else "prompt"
     if not ids:
@@ -123,9 +142,12 @@ def _prepared(
         tenant=caller.tenant,
         hints=hints,
         has_history=has_history(body),
+        grammar=extras.grammar,
+        stop_reason_hint=extras.stop_reason_hint,
+        tool_call_pattern=extras.tool_call_pattern,
     )
     meta = ResponseMeta(kind, request_id, backend.model_name, int(time.time()))
-    return Prepared(meta, request, stop, body.stream, body.include_usage, arrival)
+    return Prepared(meta, request, stop, body.stream, body.include_usage, arrival, extras.parser)
 
 
 def _temperature(requested: float | None) -> float:
