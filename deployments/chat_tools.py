@@ -14,8 +14,9 @@ tool message whose `tool_call_id` answers no earlier call.
 
 A forced call (`required`, a named function) is one call, or several only when
 `parallel_tool_calls` is true outright (left open, a small model repeats its
-call until max_tokens cuts the last one short). `tool_choice` "none" keeps the tools in the prompt (so its prefix, and its cache,
-is the same as on the turns that may call them) but parses no calls.
+call until max_tokens cuts the last one short). `tool_choice` "none" keeps the
+tools in the prompt (so its prefix, and its cache, is the same as on the turns
+that may call them) but parses no calls.
 """
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ def _compiled(pattern: str) -> re.Pattern[str]:
         return re.compile(pattern)
     except re.error as exc:
         raise InvalidRequestError(f"tool_call_pattern is not a valid regex: {exc}") from exc
+
+
 DRAIN_DEADLINE_S = 15.0  # within Ray Serve's graceful shutdown (20 s by default)
 
 

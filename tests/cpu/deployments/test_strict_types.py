@@ -187,7 +187,8 @@ CASES = (
     + _cases(TEXT, text_body, SHARED + TEXT_ONLY)
     + [pytest.param(*case, id=f"{case[2]}<-{case[1]}") for case in NESTED]
 )
-LITERALS = ("role", "type", "tool_choice")  # Literal fields: any other value, of any type, is a literal_error
+# Literal fields: any other value, of any type, is a literal_error
+LITERALS = ("role", "type", "tool_choice")
 
 
 @pytest.mark.parametrize(("path", "body", "param"), CASES)
