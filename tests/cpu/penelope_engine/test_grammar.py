@@ -23,6 +23,12 @@ SCHEMA = {
 GREEDY = SamplingParams(max_tokens=40)
 
 
+def _schema_grammar() -> str:
+    """SCHEMA with no free whitespace (random weights would fill max_tokens with it)."""
+    compact = {"whitespace_flexible": False}
+    return llguidance.LLMatcher.grammar_from_json_schema(SCHEMA, overrides=compact)  # type: ignore[arg-type]
+
+
 def _run(engine: Engine, requests: list[GenerateRequest]) -> dict[str, list[int]]:
     """Every request added at once (one batch), stepped to the end; completion ids by request."""
     for r in requests:
@@ -54,7 +60,7 @@ def test_a_constrained_request_in_a_mixed_batch_leaves_the_others_unchanged(
         GenerateRequest("a", _prompt(alone, "The weather today is"), GREEDY),
         GenerateRequest("c", _prompt(alone, "Plan a trip to"), SamplingParams(40, 1.0, seed=3)),
     ]
-    grammar = llguidance.LLMatcher.grammar_from_json_schema(SCHEMA)
+    grammar = _schema_grammar()
     constrained = [
         GenerateRequest("b", _prompt(mixed, "The weather today is"), GREEDY, grammar=grammar),
         GenerateRequest("d", _prompt(mixed, "x"), SamplingParams(60, 1.0, seed=5), grammar=grammar),
@@ -70,7 +76,7 @@ def test_a_constrained_request_in_a_mixed_batch_leaves_the_others_unchanged(
 def test_the_grammar_does_not_touch_the_cache(make_engine: Callable[..., Engine]) -> None:
     engine = make_engine()
     prompt = _prompt(engine, "A long shared system prompt about tools. " * 6)
-    grammar = llguidance.LLMatcher.grammar_from_json_schema(SCHEMA)
+    grammar = _schema_grammar()
     _run(engine, [GenerateRequest("warm", prompt, GREEDY, session_id="s")])
     seqs = [engine.add_request(GenerateRequest("g", prompt, GREEDY, grammar=grammar))]
     seqs.append(engine.add_request(GenerateRequest("f", prompt, GREEDY)))
