@@ -11,6 +11,11 @@ Modules:
                         `deployments.autoscaling_policy:KvAwarePolicy`
     backend             what the app talks to; ``LocalBackend`` (one in-process engine,
                         replaced when its step loop dies)
+    tools/              tool calling and structured outputs, API-neutral: tool types, reply
+                        parsers (hermes, llama3_json; whole and streaming), chat-template
+                        rendering with tools, llguidance output constraints
+    chat_tools          an OpenAI chat request's tools, tool_choice, response_format and
+                        tool history, checked (400s) and planned
     builder             pure builder: ``ServeConfig`` -> Ray Serve ``Application``
     completions         run a request: admission (429), JSON or SSE, disconnect/timeout ->
                         abort

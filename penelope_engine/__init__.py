@@ -16,6 +16,7 @@ Modules:
     engine        `Engine`: the synchronous step loop over the core and the model runner
     async_engine  `AsyncEngine`: the `EngineProtocol` over `Engine`, its own step thread
     runner        `ModelRunner`: one forward over a batch, then sampling
+    grammar       structured outputs: a request's llguidance grammar masks its own logits row
     protocol      the engine interface: requests, outputs, usage, stats, digests
     hints         a harness's session hints (retain, expected gap, end, parent) and grants
     config        frozen, validated configs: model, cache, scheduler, engine

@@ -1,6 +1,8 @@
 """Tool calling and structured outputs, for every API the server speaks (OpenAI, Anthropic).
 
-The pieces, each API-neutral (an API module translates its own JSON to and from them):
+Each piece is API-neutral (an API module translates its own JSON to and from them).
+
+Modules:
 
     types        ToolDef(name, description, parameters: JSON schema dict)
                  ToolCall(name, arguments: JSON text of an object, id="call_...")
