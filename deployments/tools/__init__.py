@@ -3,7 +3,6 @@
 Each piece is API-neutral (an API module translates its own JSON to and from them).
 
 Modules:
-
     types        ToolDef(name, description, parameters: JSON schema dict)
                  ToolCall(name, arguments: JSON text of an object, id="call_...")
                  ToolChoice(mode: auto | none | required | named, name, parallel)
