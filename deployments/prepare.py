@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from deployments.backend import Backend
 from deployments.errors import ApiError, invalid
@@ -50,26 +51,48 @@ class Prepared:
     arrival: float  # time.perf_counter() when the request reached the API
 
 
-def _chat_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
+@dataclass(frozen=True)
+class ChatPrompt:
+    """What the chat template renders: its messages and variables (`tools`)."""
+
+    messages: list[dict[str, Any]]
+    template_vars: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _chat_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     role_of = {"developer": "system"}
     return [{"role": role_of.get(m.role, m.role), "content": m.text()} for m in messages]
 
 
+async def render_chat(prompt: ChatPrompt, backend: Backend) -> list[int]:
+    """The prompt's token ids, from the model's chat template (off the event loop)."""
+    ids = await asyncio.to_thread(
+        backend.tokenizer.apply_chat_template, prompt.messages, True, **prompt.template_vars
+    )
+    return list(ids)
+
+
 async def prepare_chat(
-    body: ChatCompletionRequest, caller: Caller, backend: Backend, settings: ApiSettings
+    body: ChatCompletionRequest,
+    caller: Caller,
+    backend: Backend,
+    settings: ApiSettings,
+    prompt: ChatPrompt | None = None,
+    id_prefix: str = "chatcmpl",
 ) -> Prepared:
+    """`body`'s engine request; `prompt`, when given, is what the template renders instead
+    of `body.messages` (the Anthropic API's translation renders tool turns this way)."""
     arrival = time.perf_counter()
-    _check_model(body.model, backend)
-    messages = _chat_dicts(body.messages)
-    ids = await asyncio.to_thread(backend.tokenizer.apply_chat_template, messages, True)
-    return _prepared("chat", body, list(ids), caller, backend, settings, arrival)
+    check_model(body.model, backend)
+    ids = await render_chat(prompt or ChatPrompt(_chat_dicts(body.messages)), backend)
+    return _prepared("chat", body, ids, caller, backend, settings, arrival, id_prefix)
 
 
 async def prepare_text(
     body: CompletionRequest, caller: Caller, backend: Backend, settings: ApiSettings
 ) -> Prepared:
     arrival = time.perf_counter()
-    _check_model(body.model, backend)
+    check_model(body.model, backend)
     prompt = body.single_prompt()
     if isinstance(prompt, str):
         ids = await asyncio.to_thread(backend.tokenizer.encode, prompt)
@@ -78,7 +101,7 @@ async def prepare_text(
     return _prepared("text", body, ids, caller, backend, settings, arrival)
 
 
-def _check_model(model: str, backend: Backend) -> None:
+def check_model(model: str, backend: Backend) -> None:
     if model != backend.model_name:
         raise ApiError(
             404,
@@ -96,6 +119,7 @@ def _prepared(
     backend: Backend,
     settings: ApiSettings,
     arrival: float,
+    id_prefix: str | None = None,
 ) -> Prepared:
     param = "messages" if kind == "chat" else "prompt"
     if not ids:
@@ -113,7 +137,7 @@ def _prepared(
         )
     except InvalidRequestError as exc:
         raise invalid(str(exc)) from exc
-    prefix = "chatcmpl" if kind == "chat" else "cmpl"
+    prefix = id_prefix or ("chatcmpl" if kind == "chat" else "cmpl")
     request_id = f"{prefix}-{uuid.uuid4().hex}"
     request = GenerateRequest(
         request_id=request_id,
