@@ -79,13 +79,20 @@ async def prepare_chat(
     settings: ApiSettings,
     prompt: ChatPrompt | None = None,
     id_prefix: str = "chatcmpl",
+    max_tokens_is_ceiling: bool = False,
 ) -> Prepared:
     """`body`'s engine request; `prompt`, when given, is what the template renders instead
-    of `body.messages` (the Anthropic API's translation renders tool turns this way)."""
+    of `body.messages` (the Anthropic API's translation renders tool turns this way).
+
+    `max_tokens_is_ceiling`: a `max_tokens` over the server's limit or the room left in
+    the window is lowered to fit instead of refused (Anthropic's clients ask for 32K).
+    """
     arrival = time.perf_counter()
     check_model(body.model, backend)
     ids = await render_chat(prompt or ChatPrompt(_chat_dicts(body.messages)), backend)
-    return _prepared("chat", body, ids, caller, backend, settings, arrival, id_prefix)
+    return _prepared(
+        "chat", body, ids, caller, backend, settings, arrival, id_prefix, max_tokens_is_ceiling
+    )
 
 
 async def prepare_text(
@@ -120,11 +127,16 @@ def _prepared(
     settings: ApiSettings,
     arrival: float,
     id_prefix: str | None = None,
+    ceiling: bool = False,
 ) -> Prepared:
     param = "messages" if kind == "chat" else "prompt"
     if not ids:
         raise invalid(f"{param} is empty after tokenization", param=param)
-    max_tokens = _max_tokens(body.requested_max_tokens(), len(ids), param, backend, settings)
+    requested = body.requested_max_tokens()
+    if ceiling and requested is not None:
+        room = max(1, backend.max_model_len - len(ids))
+        requested = min(requested, settings.max_tokens_limit, room)
+    max_tokens = _max_tokens(requested, len(ids), param, backend, settings)
     stop = _stop_strings(body.stop_list(), settings)
     hints = session_hints(body, caller.hint_headers)
     try:

@@ -12,8 +12,13 @@ Penelope keeps every computed page, asked or not; a request that asked
 that did not is told they were plain input. `usage.penelope` carries the
 tier breakdown and the miss ledger, as on the OpenAI routes.
 
+With tools offered, the reply's text goes through the model's tool-call
+parser (`deployments.tools`): calls become `tool_use` blocks and the stop
+reason `tool_use`; text that only looks like a call stays text.
+
 A stream is `message_start`, `ping`, then per content block
-`content_block_start`, `content_block_delta`s (`text_delta`), and
+`content_block_start`, `content_block_delta`s (`text_delta`, or
+`input_json_delta` pieces of a tool_use's input), and
 `content_block_stop`, then `message_delta` (stop_reason, stop_sequence,
 usage) and `message_stop`. A failure after the stream started is an `error`
 event, which ends it.
@@ -32,6 +37,15 @@ from deployments.completions import ErrorOf, Generation, timed_deltas
 from deployments.deadline import Deadline
 from deployments.prepare import Prepared
 from deployments.responses import Report, usage_body
+from deployments.tools import (
+    ArgsDelta,
+    CallStart,
+    ParsedReply,
+    ReplyParser,
+    StreamEvent,
+    StreamParser,
+    TextDelta,
+)
 from penelope_engine.protocol import TokenUsage
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
@@ -49,24 +63,38 @@ def usage(report: Report, cache_control: bool) -> dict[str, Any]:
     }
 
 
-def stop_reason(gen: Generation) -> str | None:
+def stop_reason(gen: Generation, called: bool = False) -> str | None:
+    if called:
+        return "tool_use"
     if gen.stop_sequence is not None:
         return "stop_sequence"
     return STOP_REASONS.get(gen.finish_reason or "", gen.finish_reason)
 
 
+def content_of(parsed: ParsedReply) -> list[dict[str, Any]]:
+    content: list[dict[str, Any]] = []
+    if parsed.content:
+        content.append({"type": "text", "text": parsed.content})
+    for call in parsed.calls:
+        tool_input = json.loads(call.arguments)
+        content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input})
+    return content
+
+
 @dataclass(frozen=True)
 class AnthropicReplies:
-    """A `deployments.completions.ReplyShape` for `/v1/messages`."""
+    """A `deployments.completions.ReplyShape` for `/v1/messages`; `parser` when tools
+    may be called."""
 
     cache_control: bool
+    parser: ReplyParser | None = None
 
     def body(self, prepared: Prepared, gen: Generation, text: str) -> dict[str, Any]:
-        content = [{"type": "text", "text": text}] if text else []
+        parsed = self.parser.parse(text) if self.parser is not None else ParsedReply(text)
         return {
-            **_message(prepared, content),
-            "stop_reason": stop_reason(gen),
-            "stop_sequence": gen.stop_sequence,
+            **_message(prepared, content_of(parsed)),
+            "stop_reason": stop_reason(gen, bool(parsed.calls)),
+            "stop_sequence": None if parsed.calls else gen.stop_sequence,
             "usage": usage(gen.final_usage, self.cache_control),
         }
 
@@ -78,21 +106,23 @@ class AnthropicReplies:
             start["usage"] = usage(Report(_only_prompt(gen.prompt_usage)), self.cache_control)
             yield event("message_start", {"type": "message_start", "message": start})
             yield event("ping", {"type": "ping"})
-            opened = False
+            blocks = _Blocks()
+            parser = StreamParser(self.parser) if self.parser is not None else None
             async with aclosing(timed_deltas(gen, deadline)) as deltas:
                 async for text in deltas:
-                    if not opened:
-                        yield _block_start(0)
-                        opened = True
-                    delta = {"type": "text_delta", "text": text}
-                    yield event(
-                        "content_block_delta",
-                        {"type": "content_block_delta", "index": 0, "delta": delta},
-                    )
-            if opened:
-                yield event("content_block_stop", {"type": "content_block_stop", "index": 0})
+                    for piece in parser.feed(text) if parser else [TextDelta(text)]:
+                        for out in blocks.on(piece):
+                            yield out
+            for piece in parser.finish() if parser else []:
+                for out in blocks.on(piece):
+                    yield out
+            for out in blocks.close():
+                yield out
             final = usage(gen.final_usage, self.cache_control)
-            end = {"stop_reason": stop_reason(gen), "stop_sequence": gen.stop_sequence}
+            end = {
+                "stop_reason": stop_reason(gen, blocks.called),
+                "stop_sequence": None if blocks.called else gen.stop_sequence,
+            }
             yield event("message_delta", {"type": "message_delta", "delta": end, "usage": final})
             yield event("message_stop", {"type": "message_stop"})
         except Exception as exc:
@@ -116,12 +146,45 @@ def _only_prompt(u: TokenUsage) -> TokenUsage:
     return replace(u, completion_tokens=0)
 
 
-def _block_start(index: int) -> bytes:
-    block = {"type": "text", "text": ""}
-    return event(
-        "content_block_start",
-        {"type": "content_block_start", "index": index, "content_block": block},
-    )
+class _Blocks:
+    """Parser events to content-block events: one block open at a time, indexed from 0."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.open: str | None = None  # "text" or "tool_use"
+        self.called = False
+
+    def on(self, piece: StreamEvent) -> list[bytes]:
+        out: list[bytes] = []
+        if isinstance(piece, TextDelta):
+            if not piece.text:
+                return out
+            if self.open != "text":
+                out += self._start({"type": "text", "text": ""})
+            delta: dict[str, Any] = {"type": "text_delta", "text": piece.text}
+        elif isinstance(piece, CallStart):
+            self.called = True
+            block = {"type": "tool_use", "id": piece.id, "name": piece.name, "input": {}}
+            return self._start(block)
+        else:
+            assert isinstance(piece, ArgsDelta)
+            delta = {"type": "input_json_delta", "partial_json": piece.text}
+        body = {"type": "content_block_delta", "index": self.index, "delta": delta}
+        return [*out, event("content_block_delta", body)]
+
+    def _start(self, block: dict[str, Any]) -> list[bytes]:
+        out = self.close()
+        self.index += 1
+        self.open = block["type"]
+        body = {"type": "content_block_start", "index": self.index, "content_block": block}
+        return [*out, event("content_block_start", body)]
+
+    def close(self) -> list[bytes]:
+        if self.open is None:
+            return []
+        self.open = None
+        body = {"type": "content_block_stop", "index": self.index}
+        return [event("content_block_stop", body)]
 
 
 def event(name: str, data: dict[str, Any]) -> bytes:

@@ -45,18 +45,28 @@ def add_anthropic_routes(
     async def messages(body: MessagesRequest, request: Request, who: Caller = who_is) -> Response:
         backend = ready_backend()
         ids = session_of(body, request.headers)
-        translated = to_chat(body, ids)
+        translated = to_chat(body, ids, _template(backend))
         named: Caller = replace(who, session_header=ids.session)
         prepared = await prepare_chat(
-            translated.chat, named, backend, settings, translated.prompt, id_prefix="msg"
+            translated.chat,
+            named,
+            backend,
+            settings,
+            translated.prompt,
+            id_prefix="msg",
+            max_tokens_is_ceiling=True,
         )
-        replies = AnthropicReplies(translated.cache_control)
+        replies = AnthropicReplies(translated.cache_control, translated.parser)
         return await runner.run(prepared, backend, request, replies)
 
     @app.post(f"{ROUTE}/count_tokens", dependencies=[who_is])
     async def count_tokens(body: CountTokensRequest, request: Request) -> JSONResponse:
         backend = ready_backend()
         check_model(body.model, backend)
-        translated = to_chat(body, session_of(body, request.headers))
+        translated = to_chat(body, session_of(body, request.headers), _template(backend))
         ids = await render_chat(translated.prompt, backend)
         return JSONResponse({"input_tokens": len(ids)})
+
+
+def _template(backend: Backend) -> str | None:
+    return getattr(backend.tokenizer, "chat_template", None)

@@ -65,7 +65,8 @@ ContentBlock = Annotated[
 
 
 class Message(_Strict):
-    role: Literal["user", "assistant"]
+    # "system" mid-conversation: Claude Code sends such turns; they render as system turns.
+    role: Literal["user", "assistant", "system"]
     content: str | Annotated[list[ContentBlock], Field(min_length=1)]
 
     def blocks(self) -> list[TextBlock | ToolUseBlock | ToolResultBlock]:
@@ -120,8 +121,12 @@ class Metadata(_Strict):
     user_id: Annotated[str, Field(max_length=512)] | None = None
 
 
-class ThinkingDisabled(_Closed):
-    type: Literal["disabled"]
+class Thinking(_Strict):
+    """Accepted; the reply has no thinking blocks (the model's template decides what it
+    thinks, and that text comes back as text)."""
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: Annotated[int, Field(ge=0)] | None = None
 
 
 class PromptRequest(_Strict):
@@ -146,7 +151,7 @@ class MessagesRequest(PromptRequest):
     top_k: int | None = None
     metadata: Metadata | None = None
     stream: bool = False
-    thinking: ThinkingDisabled | None = None  # extended thinking is not served
+    thinking: Thinking | None = None
     penelope: PenelopeHints | None = None
 
     @field_validator("top_k")

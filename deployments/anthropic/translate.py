@@ -11,8 +11,11 @@ Schema; tool payloads have a bounded size), then builds:
   `deployments.prepare` and `deployments.hints` treat it exactly as an
   OpenAI request;
 * the chat-template messages and `tools`, in the Hugging Face form chat
-  templates take: `tool_use` blocks become an assistant message's
-  `tool_calls`, `tool_result` blocks become `tool` messages.
+  templates take (`deployments.tools.render`: a template without tools gets
+  that module's fallback): `tool_use` blocks become an assistant message's
+  `tool_calls`, `tool_result` blocks become `tool` messages;
+* the model's tool-call parser, when tools may be called (not with
+  `tool_choice: none`), which reads the reply's calls back.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from deployments.schemas import (
     PenelopeHints,
     TextPart,
 )
+from deployments.tools import ReplyParser, ToolDef, parser_for_template
+from deployments.tools.render import fallback_messages
 
 MAX_TOOL_PAYLOAD_CHARS = 1 << 20  # one tool's schema, one tool_use input, one tool_result
 
@@ -52,9 +57,13 @@ class Translated:
     chat: ChatCompletionRequest
     prompt: ChatPrompt
     cache_control: bool  # some block asked for caching (usage reports cache writes then)
+    parser: ReplyParser | None  # tools may be called: the reply is parsed for calls
 
 
-def to_chat(body: PromptRequest, session: SessionIds) -> Translated:
+def to_chat(
+    body: PromptRequest, session: SessionIds, chat_template: str | None = None
+) -> Translated:
+    """`chat_template`: the model's, which decides how tools are written (and parsed)."""
     _check_tools(body)
     _check_turns(body)
     system = system_blocks(body.system)
@@ -71,10 +80,18 @@ def to_chat(body: PromptRequest, session: SessionIds) -> Translated:
         rendered, parts = _message(m.role, m.blocks())
         messages += rendered
         internal.append(_internal(m.role, parts))
-    tools = _template_tools(body)
+    tools = _tool_defs(body)
     chat = _internal_request(body, internal, session)
     controls = any(p.cache_control for m in chat.messages for p in _parts(m))
-    return Translated(chat, ChatPrompt(messages, {"tools": tools} if tools else {}), controls)
+    parser = parser_for_template("auto", chat_template) if tools else None
+    if not tools:
+        prompt = ChatPrompt(messages)
+    elif "tools" in (chat_template or "tools"):
+        prompt = ChatPrompt(messages, {"tools": [t.as_openai() for t in tools]})
+    else:
+        assert parser is not None
+        prompt = ChatPrompt(fallback_messages(messages, tools, parser))
+    return Translated(chat, prompt, controls, parser)
 
 
 def _internal(role: str, parts: list[tuple[str, CacheControl | None]]) -> ChatMessage:
@@ -135,20 +152,10 @@ def _message(
     return out, parts
 
 
-def _template_tools(body: PromptRequest) -> list[dict[str, Any]]:
+def _tool_defs(body: PromptRequest) -> list[ToolDef]:
     if not body.tools or isinstance(body.tool_choice, ToolChoiceNone):
         return []
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": t.name,
-                "description": t.description or "",
-                "parameters": t.input_schema,
-            },
-        }
-        for t in body.tools
-    ]
+    return [ToolDef(t.name, t.description or "", t.input_schema) for t in body.tools]
 
 
 def _check_tools(body: PromptRequest) -> None:
