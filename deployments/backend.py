@@ -37,8 +37,13 @@ LIVENESS_POLL_S = 0.25  # how often a request waiting for output checks that its
 
 
 class TokenizerLike(Protocol):
+    chat_template: str | None
+
     @property
     def eos_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def added_tokens(self) -> frozenset[str]: ...
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -46,7 +51,7 @@ class TokenizerLike(Protocol):
 
     def apply_chat_template(
         self,
-        messages: list[dict[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = True,
         **template_vars: Any,
     ) -> list[int]: ...

@@ -30,13 +30,17 @@ from deployments.prepare import Prepared
 from deployments.responses import (
     SSE_DONE,
     Report,
+    ResponseMeta,
     chunk_body,
     completion_body,
     sse,
+    tool_chunk_body,
     usage_chunk_body,
 )
 from deployments.settings import ApiSettings
 from deployments.textstream import TextStream
+from deployments.tools.streaming import StreamParser
+from deployments.tools.types import ParsedReply, TextDelta
 from penelope_engine.protocol import FinishReason, RequestOutput, TokenUsage
 
 REPLICA_HEADER = "x-penelope-replica"
@@ -175,7 +179,9 @@ class OpenAIReplies:
     """Chat and text completions, as OpenAI writes them."""
 
     def body(self, prepared: Prepared, gen: Generation, text: str) -> dict[str, Any]:
-        return completion_body(prepared.meta, text, gen.finish_reason, gen.final_usage)
+        reply = prepared.parser.parse(text) if prepared.parser else ParsedReply(text)
+        finish = reply.finish_reason or gen.finish_reason
+        return completion_body(prepared.meta, reply.content, finish, gen.final_usage, reply.calls)
 
     def events(
         self, gen: Generation, prepared: Prepared, deadline: Deadline, to_error: ErrorOf
@@ -310,17 +316,40 @@ async def timed_deltas(gen: Generation, deadline: Deadline) -> AsyncGenerator[st
             yield delta
 
 
+def _delta_chunks(
+    meta: ResponseMeta, delta: str | None, calls: StreamParser | None
+) -> list[dict[str, Any]]:
+    """The chunks of one text delta (None: the reply's end), tool calls parsed out."""
+    if calls is None:
+        return [chunk_body(meta, delta)] if delta else []
+    events = calls.feed(delta) if delta is not None else calls.finish()
+    return [
+        chunk_body(meta, e.text) if isinstance(e, TextDelta) else tool_chunk_body(meta, e)
+        for e in events
+    ]
+
+
 async def _sse_events(
-    gen: Generation, prepared: Prepared, deadline: Deadline, to_error: ErrorOf
+    gen: Generation,
+    prepared: Prepared,
+    deadline: Deadline,
+    to_error: Callable[[Exception], ApiError],
 ) -> AsyncIterator[bytes]:
     """The SSE body; a failure or a passed deadline ends it with an error event and [DONE]."""
     meta = prepared.meta
+    calls = StreamParser(prepared.parser) if prepared.parser else None
+    called = False
     try:
         yield sse(chunk_body(meta, "", first=True))
         async with aclosing(timed_deltas(gen, deadline)) as deltas:
             async for delta in deltas:
-                yield sse(chunk_body(meta, delta))
-        yield sse(chunk_body(meta, "", gen.finish_reason))
+                for body in _delta_chunks(meta, delta, calls):
+                    called = called or "tool_calls" in body["choices"][0]["delta"]
+                    yield sse(body)
+        for body in _delta_chunks(meta, None, calls):
+            called = called or "tool_calls" in body["choices"][0]["delta"]
+            yield sse(body)
+        yield sse(chunk_body(meta, "", "tool_calls" if called else gen.finish_reason))
         if prepared.include_usage:
             yield sse(usage_chunk_body(meta, gen.final_usage))
     except Exception as exc:

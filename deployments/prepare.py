@@ -11,14 +11,16 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from deployments.backend import Backend
+from deployments.backend import Backend, TokenizerLike
+from deployments.chat_tools import history_dicts, plan_tools
 from deployments.errors import ApiError, invalid
 from deployments.hints import has_history, session_hints
 from deployments.responses import Kind, ResponseMeta
-from deployments.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
+from deployments.schemas import ChatCompletionRequest, CompletionRequest
 from deployments.settings import ApiSettings
+from deployments.tools.parsers import ReplyParser
+from deployments.tools.render import render_prompt
 from penelope_engine.errors import InvalidRequestError
 from penelope_engine.protocol import GREEDY_BELOW_TEMPERATURE, GenerateRequest, SamplingParams
 
@@ -49,27 +51,39 @@ class Prepared:
     stream: bool
     include_usage: bool
     arrival: float  # time.perf_counter() when the request reached the API
+    parser: ReplyParser | None = None  # replies are parsed for tool calls with it; None: text
 
 
 @dataclass(frozen=True)
-class ChatPrompt:
-    """What the chat template renders: its messages and variables (`tools`)."""
+class EngineExtras:
+    """What a chat's tools and format add to its engine request (`deployments.tools`)."""
 
-    messages: list[dict[str, Any]]
-    template_vars: Mapping[str, Any] = field(default_factory=dict)
-
-
-def _chat_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    role_of = {"developer": "system"}
-    return [{"role": role_of.get(m.role, m.role), "content": m.text()} for m in messages]
+    grammar: str | None = None
+    stop_reason_hint: str | None = None
+    tool_call_pattern: str | None = None
+    parser: ReplyParser | None = None
 
 
-async def render_chat(prompt: ChatPrompt, backend: Backend) -> list[int]:
-    """The prompt's token ids, from the model's chat template (off the event loop)."""
-    ids = await asyncio.to_thread(
-        backend.tokenizer.apply_chat_template, prompt.messages, True, **prompt.template_vars
+def render_chat(
+    body: ChatCompletionRequest, tokenizer: TokenizerLike, settings: ApiSettings
+) -> tuple[list[int], EngineExtras]:
+    """The chat's prompt token ids (its tools planned and rendered) and its engine extras."""
+    plan = plan_tools(body, tokenizer, settings)
+    ids = render_prompt(tokenizer, history_dicts(body.messages), plan.tools, plan.parser)
+    extras = EngineExtras(
+        plan.grammar,
+        plan.stop_reason_hint,
+        plan.tool_call_pattern,
+        plan.parser if plan.parses_calls else None,
     )
-    return list(ids)
+    return list(ids), extras
+
+
+async def chat_prompt_ids(
+    body: ChatCompletionRequest, backend: Backend, settings: ApiSettings
+) -> tuple[list[int], EngineExtras]:
+    """`render_chat` off the event loop."""
+    return await asyncio.to_thread(render_chat, body, backend.tokenizer, settings)
 
 
 async def prepare_chat(
@@ -77,21 +91,26 @@ async def prepare_chat(
     caller: Caller,
     backend: Backend,
     settings: ApiSettings,
-    prompt: ChatPrompt | None = None,
     id_prefix: str = "chatcmpl",
     max_tokens_is_ceiling: bool = False,
 ) -> Prepared:
-    """`body`'s engine request; `prompt`, when given, is what the template renders instead
-    of `body.messages` (the Anthropic API's translation renders tool turns this way).
-
-    `max_tokens_is_ceiling`: a `max_tokens` over the server's limit or the room left in
-    the window is lowered to fit instead of refused (Anthropic's clients ask for 32K).
-    """
+    """`body`'s engine request. `max_tokens_is_ceiling` (the Anthropic API): a `max_tokens`
+    over the server's limit or the room left in the window is lowered to fit instead of
+    refused (Anthropic's clients ask for 32K)."""
     arrival = time.perf_counter()
     check_model(body.model, backend)
-    ids = await render_chat(prompt or ChatPrompt(_chat_dicts(body.messages)), backend)
+    ids, extras = await chat_prompt_ids(body, backend, settings)
     return _prepared(
-        "chat", body, ids, caller, backend, settings, arrival, id_prefix, max_tokens_is_ceiling
+        "chat",
+        body,
+        ids,
+        caller,
+        backend,
+        settings,
+        arrival,
+        extras,
+        id_prefix,
+        max_tokens_is_ceiling,
     )
 
 
@@ -126,6 +145,7 @@ def _prepared(
     backend: Backend,
     settings: ApiSettings,
     arrival: float,
+    extras: EngineExtras = EngineExtras(),
     id_prefix: str | None = None,
     ceiling: bool = False,
 ) -> Prepared:
@@ -159,9 +179,12 @@ def _prepared(
         tenant=caller.tenant,
         hints=hints,
         has_history=has_history(body),
+        grammar=extras.grammar,
+        stop_reason_hint=extras.stop_reason_hint,
+        tool_call_pattern=extras.tool_call_pattern,
     )
     meta = ResponseMeta(kind, request_id, backend.model_name, int(time.time()))
-    return Prepared(meta, request, stop, body.stream, body.include_usage, arrival)
+    return Prepared(meta, request, stop, body.stream, body.include_usage, arrival, extras.parser)
 
 
 def _temperature(requested: float | None) -> float:

@@ -10,15 +10,21 @@ tokens whose KV was reused instead of computed. Penelope adds
 
 and, when the request had hints, what each got (`hints`), and where the prompt
 left the session's last one (`prompt_edit_at`, in tokens) when it did.
+
+A chat reply that made tool calls has `message.tool_calls` (content null when
+there is no text) and `finish_reason: "tool_calls"`; streamed, each call's
+chunks carry its index, id and name first, then its arguments in pieces.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from deployments.hints import grants_body
+from deployments.tools.types import ArgsDelta, CallStart, ToolCall
 from penelope_engine.hints import HintGrant
 from penelope_engine.protocol import TokenUsage
 
@@ -75,22 +81,31 @@ def usage_body(report: Report) -> dict[str, Any]:
     }
 
 
-def _choice(meta: ResponseMeta, text: str, finish_reason: str | None) -> dict[str, Any]:
+def _choice(
+    meta: ResponseMeta, text: str, finish_reason: str | None, calls: Sequence[ToolCall]
+) -> dict[str, Any]:
     if meta.kind == "chat":
-        message = {"role": "assistant", "content": text}
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:  # as OpenAI: content null when the reply is only calls
+            message["content"] = text or None
+            message["tool_calls"] = [c.as_openai() for c in calls]
         return {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
     return {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
 
 
 def completion_body(
-    meta: ResponseMeta, text: str, finish_reason: str | None, usage: Report
+    meta: ResponseMeta,
+    text: str,
+    finish_reason: str | None,
+    usage: Report,
+    calls: Sequence[ToolCall] = (),
 ) -> dict[str, Any]:
     return {
         "id": meta.id,
         "object": meta.object_name,
         "created": meta.created,
         "model": meta.model,
-        "choices": [_choice(meta, text, finish_reason)],
+        "choices": [_choice(meta, text, finish_reason, calls)],
         "usage": usage_body(usage),
     }
 
@@ -115,6 +130,24 @@ def chunk_body(
         "created": meta.created,
         "model": meta.model,
         "choices": [_chunk_choice(meta, text, finish_reason, first)],
+    }
+
+
+def tool_chunk_body(meta: ResponseMeta, event: CallStart | ArgsDelta) -> dict[str, Any]:
+    """A streamed call: its id, type and name first (`CallStart`), then argument pieces."""
+    part: dict[str, Any]
+    if isinstance(event, CallStart):
+        fn = {"name": event.name, "arguments": ""}
+        part = {"index": event.index, "id": event.id, "type": "function", "function": fn}
+    else:
+        part = {"index": event.index, "function": {"arguments": event.text}}
+    choice = {"index": 0, "delta": {"tool_calls": [part]}, "finish_reason": None, "logprobs": None}
+    return {
+        "id": meta.id,
+        "object": meta.chunk_object_name,
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [choice],
     }
 
 

@@ -1,7 +1,7 @@
 """Request bodies of the OpenAI-compatible API (pydantic, at the HTTP edge only).
 
 Ranges follow OpenAI's: temperature in [0, 2], top_p in (0, 1]. Fields
-Penelope cannot honour (n > 1, logprobs, tools, echo, suffix) are rejected
+Penelope cannot honour (n > 1, logprobs, echo, suffix) are rejected
 with a 400 naming the field rather than silently ignored; unknown fields are
 ignored, as OpenAI's SDKs send a few, except inside Penelope's own objects
 (`penelope`, `cache_control`), where an unknown field is a 400 naming it.
@@ -74,11 +74,65 @@ class TextPart(_Strict):
     cache_control: CacheControl | None = None
 
 
+FunctionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class FunctionCall(_Strict):
+    name: FunctionName
+    arguments: str  # JSON text of an object, as the model wrote it
+
+
+class ToolCallPart(_Strict):
+    """An assistant message's `tool_calls[i]`."""
+
+    id: Annotated[str, Field(min_length=1, max_length=256)]
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionDef(_Strict):
+    name: FunctionName
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema; None: no arguments
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Strict):
+    name: FunctionName
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoiceField = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+class JsonSchemaFormat(_Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class ChatMessage(_Strict):
     role: Role
     content: str | list[TextPart] | None = None
     name: str | None = None
     cache_control: CacheControl | None = None
+    tool_calls: list[ToolCallPart] | None = None  # role "assistant"
+    tool_call_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None  # "tool"
 
     def text(self) -> str:
         if self.content is None:
@@ -130,17 +184,15 @@ class ChatCompletionRequest(_SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoiceField | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
 
     @field_validator("logprobs")
     @classmethod
     def _no_logprobs(cls, v: bool | None) -> bool | None:
         return _reject_if_set(v, "logprobs")
-
-    @field_validator("tools")
-    @classmethod
-    def _no_tools(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        return _reject_if_set(v, "tools")
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

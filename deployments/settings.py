@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from deployments.tools.parsers import PARSER_CHOICES
 from penelope_engine.util import require
 
 API_KEYS_ENV = "PENELOPE_API_KEYS"
@@ -39,6 +40,10 @@ class ApiSettings:
     max_stop_chars: int = 256
     request_timeout_s: float = 600.0  # from arrival; past it the request is aborted (504)
     replica_name: str = "standalone"  # `replica` label of this process's metrics
+    # The model's tool-call format (`deployments.tools.parsers`): "auto" reads the chat template.
+    tool_parser: str = "auto"
+    max_tools: int = 128  # tools one request may offer
+    max_tools_bytes: int = 256 << 10  # their JSON together (names, descriptions, schemas)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "api_keys", MappingProxyType(dict(self.api_keys)))
@@ -60,6 +65,12 @@ class ApiSettings:
             f"({self.max_tokens_limit})",
         )
         require(bool(self.replica_name), "replica_name must not be empty")
+        require(
+            self.tool_parser in PARSER_CHOICES,
+            f"tool_parser must be one of {', '.join(PARSER_CHOICES)}, got {self.tool_parser!r}",
+        )
+        require(self.max_tools > 0, "max_tools must be positive")
+        require(self.max_tools_bytes > 0, "max_tools_bytes must be positive")
 
     @property
     def auth_enabled(self) -> bool:

@@ -194,6 +194,8 @@ class AsyncEngine:
         record = None
         if self.engine.handover is not None:
             record = await asyncio.to_thread(self.engine.fetch_record, request)
+        if request.grammar is not None:  # the first grammar builds llguidance's vocabulary
+            await asyncio.to_thread(self.engine.grammars.warm)
         self._post(_Add(request, listener, accepted, record))
         try:
             await accepted  # raises the engine's InvalidRequestError / CapacityError

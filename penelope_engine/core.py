@@ -22,7 +22,7 @@ from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.config import CacheConfig, SchedulerConfig
 from penelope_engine.sched.hinted import HintQuotas
 from penelope_engine.sched.scheduler import Scheduler
-from penelope_engine.sched.sequence import BatchItem
+from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.tiers.contract import SchedulerTiers
 from penelope_engine.tiers.planner import PlannerCost
 
@@ -72,11 +72,13 @@ def build_core(
     page_cost: Callable[[int], float] | None = None,
     clock: Callable[[], float] = time.monotonic,
     policy: EvictionPolicy | None = None,
+    turn_stop: Callable[[Sequence], str | None] | None = None,
 ) -> Core:
     """The cache and scheduler of one replica over `tiers`.
 
     `page_cost(page index)` is what cost-aware policies rank by (default: the
-    planner's `cost()` at the page's position).
+    planner's `cost()` at the page's position). `turn_stop(seq)` says how a
+    finished request's turn ended (default: its `stop_reason_hint`).
     """
     ps = cache.page_size
     host_pages = cache.active_host_pages
@@ -103,5 +105,6 @@ def build_core(
         write_through=host_pages > 0 and cache.write_policy == "write_through",
         clock=clock,
         hint_quotas=HintQuotas(cache.tenant_pin_seconds, cache.tenant_pin_tokens),
+        turn_stop=turn_stop,
     )
     return Core(prefix, sched, tiers)

@@ -7,6 +7,7 @@ background thread and is what the deployments serve.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -17,6 +18,7 @@ from penelope_engine.cache.pages import PageNaming, PublicPrefixes
 from penelope_engine.config import EngineConfig
 from penelope_engine.core import CoreHooks, build_core
 from penelope_engine.errors import CapacityError, EngineError, InvalidRequestError
+from penelope_engine.grammar import GrammarMasks
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import (
     EngineStats,
@@ -33,6 +35,16 @@ from penelope_engine.tiers.planner import CalibratedCost, CostCalibrator
 from penelope_engine.util import cdiv
 
 log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise InvalidRequestError(f"tool_call_pattern is not a valid regex: {exc}") from exc
+
+
 DRAIN_DEADLINE_S = 15.0  # within Ray Serve's graceful shutdown (20 s by default)
 
 
@@ -95,6 +107,7 @@ class Engine:
             page_cost=lambda p: self.calibrator.cost.recompute_s(p * cc.page_size, cc.page_size),
             clock=hooks.clock,
             policy=hooks.policy,
+            turn_stop=self.turn_stop,
         )
         self.core, self.cache, self.scheduler = core, core.cache, core.scheduler
         self.handover = (
@@ -105,7 +118,8 @@ class Engine:
         if self.handover is not None:
             self.scheduler.records.listeners.append(self.handover.forget)
         self.step_observer = hooks.step_observer
-        self.runner = ModelRunner(self.loaded.model, self.device_pool, config.seed)
+        self.grammars = GrammarMasks(self.tokenizer, self.vocab_size)
+        self.runner = ModelRunner(self.loaded.model, self.device_pool, config.seed, self.grammars)
         self._seqs: dict[str, Sequence] = {}
 
     # -- requests --------------------------------------------------------------------
@@ -138,17 +152,30 @@ class Engine:
                 f"prompt needs {pages} pages; the device pool has {self.config.cache.device_pages}"
             )
         public = self.public.pages(req.prompt_token_ids)
+        if req.tool_call_pattern is not None:
+            _compiled(req.tool_call_pattern)
         seq = Sequence(
             req,
             self.hasher.hashes(req.prompt_token_ids, req.tenant, public),
             list(req.prompt_token_ids),
             public_pages=public,
         )
+        self.grammars.attach(seq)
         self._seqs[req.request_id] = seq
         if self.handover is not None and req.session_id is not None:
             self.handover.arrived(req.tenant, req.session_id, record)
         self.scheduler.add(seq)
         return seq
+
+    def turn_stop(self, seq: Sequence) -> str | None:
+        """How `seq`'s turn ended: its hint, else "tool_use" when its completion made a
+        tool call (`GenerateRequest.tool_call_pattern`), else "end_turn"; None when the
+        request says nothing of tools."""
+        req = seq.req
+        if req.stop_reason_hint is not None or req.tool_call_pattern is None:
+            return req.stop_reason_hint
+        text = self.tokenizer.decode(seq.tokens[seq.prompt_len :], skip_special_tokens=False)
+        return "tool_use" if _compiled(req.tool_call_pattern).search(text) else "end_turn"
 
     def abort(self, request_id: str) -> bool:
         seq = self._seqs.pop(request_id, None)

@@ -74,6 +74,12 @@ class GenerateRequest:
     # The caller knows the prompt continues earlier turns (a chat with an assistant
     # message): the miss ledger calls a session with no record here `moved_replica`.
     has_history: bool = False
+    # The output must match this grammar (llguidance's grammar text, built by
+    # `deployments.tools.constraint`); the sampler masks this request's logits with it.
+    grammar: str | None = None
+    # A regex that finds a tool call in the decoded completion: with no
+    # stop_reason_hint, the turn ends as "tool_use" when it matches, else "end_turn".
+    tool_call_pattern: str | None = None
 
     @property
     def session(self) -> str:

@@ -1,10 +1,15 @@
-"""ModelRunner: one forward pass over a batch of (sequence, query positions), then sampling."""
+"""ModelRunner: one forward pass over a batch of (sequence, query positions), then sampling.
+
+Sampling is per row: a request's grammar (`penelope_engine.grammar`) masks its own
+row before its token is chosen; rows without one are sampled as they come.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from penelope_engine.grammar import GrammarMasks
 from penelope_engine.model.attention import AttentionMetadata, build_metadata
 from penelope_engine.protocol import GREEDY_BELOW_TEMPERATURE
 from penelope_engine.sched.sequence import BatchItem
@@ -35,11 +40,16 @@ def step_inputs(
     return torch.from_numpy(np.concatenate(ids)).to(device), meta
 
 
-def sample(logits: torch.Tensor, items: list[BatchItem], seed: int) -> list[int]:
-    """One token per item from its row of `logits` (greedy, or temperature / top-p)."""
+def sample(
+    logits: torch.Tensor, items: list[BatchItem], seed: int, grammars: GrammarMasks | None = None
+) -> list[int]:
+    """One token per item from its row of `logits` (greedy, or temperature / top-p), within
+    the item's grammar when it has one."""
     out = []
     for row, it in zip(logits, items):
         sp = it.seq.req.sampling
+        if grammars is not None and it.seq.matcher is not None:
+            row = grammars.mask_row(row, it.seq)
         if sp.temperature < GREEDY_BELOW_TEMPERATURE:  # near zero, softmax(logits / t) is argmax
             out.append(int(torch.argmax(row)))
             continue
@@ -53,17 +63,27 @@ def sample(logits: torch.Tensor, items: list[BatchItem], seed: int) -> list[int]
             keep = torch.cumsum(sorted_p, 0) - sorted_p < sp.top_p
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
         out.append(int(torch.multinomial(probs, 1, generator=it.seq.generator)))  # type: ignore[arg-type]
+    if grammars is not None:
+        for it, tok in zip(items, out):
+            grammars.advance(it.seq, tok)
     return out
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, kv: KVPool, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        kv: KVPool,
+        seed: int = 0,
+        grammars: GrammarMasks | None = None,
+    ) -> None:
         prepare = getattr(model, "prepare_decode", None)
         if prepare is not None:  # the decode weight copies before serving (`model.gemm`)
             prepare()
         self.model = model
         self.kv = kv
         self.seed = seed
+        self.grammars = grammars
         self.device = kv.device
 
     def run(self, items: list[BatchItem]) -> list[int | None]:
@@ -73,7 +93,7 @@ class ModelRunner:
         wants = [i for i, it in enumerate(items) if it.wants_token]
         tokens: list[int | None] = [None] * len(items)
         if wants:
-            picked = sample(logits, [items[i] for i in wants], self.seed)
+            picked = sample(logits, [items[i] for i in wants], self.seed, self.grammars)
             for i, t in zip(wants, picked):
                 tokens[i] = t
         return tokens

@@ -123,6 +123,8 @@ def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
     from deployments.anthropic.schemas import MessagesRequest
     from deployments.anthropic.session import session_of
     from deployments.anthropic.translate import to_chat
+    from deployments.prepare import render_chat
+    from deployments.settings import ApiSettings
     from penelope_engine.model.registry import qwen3_tokenizer
 
     tokenizer = qwen3_tokenizer()
@@ -131,11 +133,11 @@ def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
     for body in bodies:
         try:
             request = MessagesRequest.model_validate(body)
-            prompt = to_chat(request, session_of(request, {}), tokenizer.chat_template).prompt
+            chat = to_chat(request, session_of(request, {})).chat
+            ids, _ = render_chat(chat, tokenizer, ApiSettings())
         except Exception:  # noqa: BLE001 (the server refused it too: no prompt to share)
             out.append(0)
             continue
-        ids = tokenizer.apply_chat_template(prompt.messages, True, **prompt.template_vars)
         out.append(max((_common(ids, p) for p in prompts), default=0))
         prompts.append(ids)
     return out

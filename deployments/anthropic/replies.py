@@ -41,7 +41,6 @@ from deployments.tools import (
     ArgsDelta,
     CallStart,
     ParsedReply,
-    ReplyParser,
     StreamEvent,
     StreamParser,
     TextDelta,
@@ -83,14 +82,13 @@ def content_of(parsed: ParsedReply) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class AnthropicReplies:
-    """A `deployments.completions.ReplyShape` for `/v1/messages`; `parser` when tools
-    may be called."""
+    """A `deployments.completions.ReplyShape` for `/v1/messages`; the reply is parsed for
+    tool calls when the prepared request has a parser (tools may be called)."""
 
     cache_control: bool
-    parser: ReplyParser | None = None
 
     def body(self, prepared: Prepared, gen: Generation, text: str) -> dict[str, Any]:
-        parsed = self.parser.parse(text) if self.parser is not None else ParsedReply(text)
+        parsed = prepared.parser.parse(text) if prepared.parser else ParsedReply(text)
         return {
             **_message(prepared, content_of(parsed)),
             "stop_reason": stop_reason(gen, bool(parsed.calls)),
@@ -107,7 +105,7 @@ class AnthropicReplies:
             yield event("message_start", {"type": "message_start", "message": start})
             yield event("ping", {"type": "ping"})
             blocks = _Blocks()
-            parser = StreamParser(self.parser) if self.parser is not None else None
+            parser = StreamParser(prepared.parser) if prepared.parser else None
             async with aclosing(timed_deltas(gen, deadline)) as deltas:
                 async for text in deltas:
                     for piece in parser.feed(text) if parser else [TextDelta(text)]:

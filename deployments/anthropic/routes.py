@@ -11,7 +11,9 @@ authenticated as on the OpenAI routes, by `x-api-key` or a bearer token;
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from fastapi import Depends, FastAPI, Request
@@ -24,8 +26,8 @@ from deployments.anthropic.session import session_of
 from deployments.anthropic.translate import to_chat
 from deployments.backend import Backend
 from deployments.completions import CompletionHandler
-from deployments.errors import BodyOf
-from deployments.prepare import Caller, check_model, prepare_chat, render_chat
+from deployments.errors import ApiError, BodyOf
+from deployments.prepare import Caller, chat_prompt_ids, check_model, prepare_chat
 from deployments.settings import ApiSettings
 
 ROUTE = "/v1/messages"
@@ -45,28 +47,42 @@ def add_anthropic_routes(
     async def messages(body: MessagesRequest, request: Request, who: Caller = who_is) -> Response:
         backend = ready_backend()
         ids = session_of(body, request.headers)
-        translated = to_chat(body, ids, _template(backend))
+        translated = to_chat(body, ids)
         named: Caller = replace(who, session_header=ids.session)
-        prepared = await prepare_chat(
-            translated.chat,
-            named,
-            backend,
-            settings,
-            translated.prompt,
-            id_prefix="msg",
-            max_tokens_is_ceiling=True,
-        )
-        replies = AnthropicReplies(translated.cache_control, translated.parser)
+        with anthropic_params():
+            prepared = await prepare_chat(
+                translated.chat, named, backend, settings, "msg", max_tokens_is_ceiling=True
+            )
+        replies = AnthropicReplies(translated.cache_control)
         return await runner.run(prepared, backend, request, replies)
 
     @app.post(f"{ROUTE}/count_tokens", dependencies=[who_is])
     async def count_tokens(body: CountTokensRequest, request: Request) -> JSONResponse:
         backend = ready_backend()
         check_model(body.model, backend)
-        translated = to_chat(body, session_of(body, request.headers), _template(backend))
-        ids = await render_chat(translated.prompt, backend)
+        translated = to_chat(body, session_of(body, request.headers))
+        with anthropic_params():
+            ids, _ = await chat_prompt_ids(translated.chat, backend, settings)
         return JSONResponse({"input_tokens": len(ids)})
 
 
-def _template(backend: Backend) -> str | None:
-    return getattr(backend.tokenizer, "chat_template", None)
+_OPENAI_PARAMS = (
+    (re.compile(r"^tools\[(\d+)\]\.function\.parameters"), r"tools[\1].input_schema"),
+    (re.compile(r"^tools\[(\d+)\]\.function\.name"), r"tools[\1].name"),
+)
+
+
+@contextmanager
+def anthropic_params() -> Iterator[None]:
+    """Errors of the shared chat path name OpenAI's fields; rename them to Anthropic's."""
+    try:
+        yield
+    except ApiError as err:
+        if err.param:
+            for pattern, name in _OPENAI_PARAMS:
+                renamed = pattern.sub(name, err.param)
+                if renamed != err.param:
+                    err.message = err.message.replace(err.param, renamed)
+                    err.param = renamed
+                    break
+        raise

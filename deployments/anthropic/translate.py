@@ -5,22 +5,23 @@
 `tool_choice` names a tool that exists; every `input_schema` is a valid JSON
 Schema; tool payloads have a bounded size), then builds:
 
-* a `ChatCompletionRequest`, the internal request both APIs share: sampling,
-  stop strings, session, the `penelope` hints and every `cache_control`
-  (on system blocks, tools and content blocks) as hints, so
-  `deployments.prepare` and `deployments.hints` treat it exactly as an
-  OpenAI request;
-* the chat-template messages and `tools`, in the Hugging Face form chat
-  templates take (`deployments.tools.render`: a template without tools gets
-  that module's fallback): `tool_use` blocks become an assistant message's
-  `tool_calls`, `tool_result` blocks become `tool` messages;
-* the model's tool-call parser, when tools may be called (not with
-  `tool_choice: none`), which reads the reply's calls back.
+a `ChatCompletionRequest`, the internal request both APIs share, so
+`deployments.prepare`, `deployments.chat_tools` and `deployments.hints`
+treat it exactly as an OpenAI request: sampling, stop strings, the session,
+the `penelope` hints, every `cache_control` (on system blocks, tools and
+content blocks) on a message part, `tools` as functions (`input_schema` ->
+`parameters`), `tool_choice` (auto -> auto, any -> required, tool -> named,
+none -> none; `disable_parallel_tool_use` -> `parallel_tool_calls: false`),
+`tool_use` blocks as the assistant message's `tool_calls` and `tool_result`
+blocks as `tool` messages (before the user's text, as Anthropic orders them).
+Claude Code's attribution block is left out of the system prompt
+(`session.system_blocks`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,16 +39,19 @@ from deployments.anthropic.schemas import (
 )
 from deployments.anthropic.session import SessionIds, system_blocks
 from deployments.errors import invalid
-from deployments.prepare import ChatPrompt
 from deployments.schemas import (
     CacheControl,
     ChatCompletionRequest,
     ChatMessage,
+    FunctionCall,
+    FunctionDef,
+    NamedFunction,
+    NamedToolChoice,
     PenelopeHints,
     TextPart,
+    Tool,
+    ToolCallPart,
 )
-from deployments.tools import ReplyParser, ToolDef, parser_for_template
-from deployments.tools.render import fallback_messages
 
 MAX_TOOL_PAYLOAD_CHARS = 1 << 20  # one tool's schema, one tool_use input, one tool_result
 
@@ -55,58 +59,73 @@ MAX_TOOL_PAYLOAD_CHARS = 1 << 20  # one tool's schema, one tool_use input, one t
 @dataclass(frozen=True)
 class Translated:
     chat: ChatCompletionRequest
-    prompt: ChatPrompt
     cache_control: bool  # some block asked for caching (usage reports cache writes then)
-    parser: ReplyParser | None  # tools may be called: the reply is parsed for calls
 
 
-def to_chat(
-    body: PromptRequest, session: SessionIds, chat_template: str | None = None
-) -> Translated:
-    """`chat_template`: the model's, which decides how tools are written (and parsed)."""
+def to_chat(body: PromptRequest, session: SessionIds) -> Translated:
     _check_tools(body)
     _check_turns(body)
+    messages: list[ChatMessage] = []
     system = system_blocks(body.system)
-    messages: list[dict[str, Any]] = []
-    internal: list[ChatMessage] = []
     if system:
-        text = "\n\n".join(b.text for b in system)
-        messages.append({"role": "system", "content": text})
-        internal.append(_internal("system", [(b.text, b.cache_control) for b in system]))
-    for tool in body.tools or ():
-        if tool.cache_control is not None:  # the tools prefix is the system turn's
-            internal.append(_internal("system", [("", tool.cache_control)]))
+        messages.append(_message("system", [(b.text, b.cache_control) for b in system]))
+    tool_controls = [("", t.cache_control) for t in body.tools or () if t.cache_control]
+    if tool_controls:  # the tools are rendered in the system turn: their marks go there
+        messages.append(_message("system", tool_controls))
     for m in body.messages:
-        rendered, parts = _message(m.role, m.blocks())
-        messages += rendered
-        internal.append(_internal(m.role, parts))
-    tools = _tool_defs(body)
-    chat = _internal_request(body, internal, session)
+        messages += _turn(m.role, m.blocks())
+    chat = _internal_request(body, messages, session)
     controls = any(p.cache_control for m in chat.messages for p in _parts(m))
-    parser = parser_for_template("auto", chat_template) if tools else None
-    if not tools:
-        prompt = ChatPrompt(messages)
-    elif "tools" in (chat_template or "tools"):
-        prompt = ChatPrompt(messages, {"tools": [t.as_openai() for t in tools]})
-    else:
-        assert parser is not None
-        prompt = ChatPrompt(fallback_messages(messages, tools, parser))
-    return Translated(chat, prompt, controls, parser)
+    return Translated(chat, controls)
 
 
-def _internal(role: str, parts: list[tuple[str, CacheControl | None]]) -> ChatMessage:
+def _message(
+    role: str, parts: Sequence[tuple[str, CacheControl | None]], **fields: Any
+) -> ChatMessage:
     content = [TextPart(type="text", text=t, cache_control=c) for t, c in parts]
-    return ChatMessage(role=role, content=content)  # type: ignore[arg-type]
+    return ChatMessage(role=role, content=content, **fields)  # type: ignore[arg-type]
 
 
 def _parts(m: ChatMessage) -> list[TextPart]:
     return m.content if isinstance(m.content, list) else []
 
 
+def _turn(role: str, blocks: list[TextBlock | ToolUseBlock | ToolResultBlock]) -> list[ChatMessage]:
+    """One Anthropic message as chat messages: tool results, then the text and calls."""
+    out: list[ChatMessage] = []
+    texts: list[tuple[str, CacheControl | None]] = []
+    calls: list[ToolCallPart] = []
+    for b in blocks:
+        if isinstance(b, ToolResultBlock):
+            content = ("Error: " if b.is_error else "") + b.text()
+            out.append(_message("tool", [(content, b.cache_control)], tool_call_id=b.tool_use_id))
+        elif isinstance(b, ToolUseBlock):
+            fn = FunctionCall(name=b.name, arguments=json.dumps(b.input, ensure_ascii=False))
+            calls.append(ToolCallPart(id=b.id, type="function", function=fn))
+            if b.cache_control is not None:
+                texts.append(("", b.cache_control))
+        else:
+            texts.append((b.text, b.cache_control))
+    if texts or calls or not out:
+        out.append(_message(role, texts or [("", None)], tool_calls=calls or None))
+    return out
+
+
 def _internal_request(
     body: PromptRequest, messages: list[ChatMessage], session: SessionIds
 ) -> ChatCompletionRequest:
     fields: dict[str, Any] = {"model": body.model, "messages": messages}
+    if body.tools:
+        fields["tools"] = [
+            Tool(
+                type="function",
+                function=FunctionDef(
+                    name=t.name, description=t.description, parameters=t.input_schema
+                ),
+            )
+            for t in body.tools
+        ]
+    fields |= _choice(body)
     hints = PenelopeHints()
     if isinstance(body, MessagesRequest):
         hints = body.penelope or hints
@@ -124,38 +143,17 @@ def _internal_request(
     return ChatCompletionRequest(session_id=session.session, **fields)
 
 
-def _message(
-    role: str, blocks: list[TextBlock | ToolUseBlock | ToolResultBlock]
-) -> tuple[list[dict[str, Any]], list[tuple[str, CacheControl | None]]]:
-    """One Anthropic message as template messages, and its parts' texts for the hints."""
-    out: list[dict[str, Any]] = []
-    texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    parts: list[tuple[str, CacheControl | None]] = []
-    for b in blocks:
-        if isinstance(b, ToolResultBlock):
-            content = ("Error: " if b.is_error else "") + b.text()
-            out.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": content})
-            parts.append((content, b.cache_control))
-        elif isinstance(b, ToolUseBlock):
-            fn = {"name": b.name, "arguments": b.input}
-            calls.append({"id": b.id, "type": "function", "function": fn})
-            parts.append((json.dumps(b.input), b.cache_control))
-        else:
-            texts.append(b.text)
-            parts.append((b.text, b.cache_control))
-    if texts or calls or not out:
-        message: dict[str, Any] = {"role": role, "content": "".join(texts)}
-        if calls:
-            message["tool_calls"] = calls
-        out.append(message)
-    return out, parts
-
-
-def _tool_defs(body: PromptRequest) -> list[ToolDef]:
-    if not body.tools or isinstance(body.tool_choice, ToolChoiceNone):
-        return []
-    return [ToolDef(t.name, t.description or "", t.input_schema) for t in body.tools]
+def _choice(body: PromptRequest) -> dict[str, Any]:
+    c = body.tool_choice
+    if c is None:
+        return {}
+    if isinstance(c, ToolChoiceNone):
+        return {"tool_choice": "none"}
+    out: dict[str, Any] = {"parallel_tool_calls": False} if c.disable_parallel_tool_use else {}
+    if isinstance(c, ToolChoiceTool):
+        named = NamedToolChoice(type="function", function=NamedFunction(name=c.name))
+        return out | {"tool_choice": named}
+    return out | {"tool_choice": "required" if c.type == "any" else "auto"}
 
 
 def _check_tools(body: PromptRequest) -> None:

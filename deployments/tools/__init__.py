@@ -24,7 +24,7 @@ The pieces, each API-neutral (an API module translates its own JSON to and from 
                  tool_call(tools, choice, parser, special_tokens), check_tool_schemas(tools);
                  an unsupported schema feature raises ToolsError naming it.
 
-How a request uses them (`deployments.tooluse.plan_tools` does this for the OpenAI API):
+How a request uses them (`deployments.chat_tools.plan_tools` does this for the OpenAI API):
 
     1. validate: tool names unique and known to tool_choice; check_tool_schemas(tools)
     2. prompt:   render_prompt(tokenizer, messages, tools, parser)

@@ -7,7 +7,8 @@
 
 Text that may begin a call's opening tag is held back until it is told apart.
 Inside a call, the id and name go out as soon as the body's `"name": "..."` is
-whole (the name first, as the formats write it); then the arguments go out as
+whole and its arguments open an object (the name first, as the formats write
+it); then the arguments go out as
 the model writes them, holding back only a tail that may be the body's closing
 brace. A body whose name does not come first is sent whole once it closes.
 
@@ -28,7 +29,7 @@ from deployments.tools.parsers import ReplyParser, _call_of, _loads
 from deployments.tools.types import ArgsDelta, CallStart, StreamEvent, TextDelta, ToolCall
 
 _NAME_FIRST = re.compile(
-    r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)+)"\s*,\s*"(?:arguments|parameters)"\s*:\s*'
+    r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)+)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)'
 )
 _HELD_TAIL = " \t\r\n}"
 _NEVER = "\0"  # an opening tag no text contains: tagless replies that are plain text

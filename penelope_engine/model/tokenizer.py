@@ -86,6 +86,11 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return int(self.backend.get_vocab_size(with_added_tokens=True))
 
+    @cached_property
+    def added_tokens(self) -> frozenset[str]:
+        """The vocabulary's added tokens (``<|im_end|>``, Qwen's ``<tool_call>``...)."""
+        return frozenset(t.content for t in self.backend.get_added_tokens_decoder().values())
+
     def encode(self, text: str) -> list[int]:
         return list(self.backend.encode(text, add_special_tokens=False).ids)
 

@@ -53,8 +53,12 @@ class Scheduler:
         write_through: bool = True,
         clock: Callable[[], float] = time.monotonic,
         hint_quotas: HintQuotas | None = None,
+        turn_stop: Callable[[Sequence], str | None] | None = None,
     ) -> None:
         self.config = config
+        # How a finished request's turn ended ("tool_use", "end_turn" or None): the
+        # request's hint by default; the engine also reads the reply (`Engine.turn_stop`).
+        self.turn_stop = turn_stop or (lambda seq: seq.req.stop_reason_hint)
         self.cache = cache
         self.hasher = hasher
         self.tiers = tiers
@@ -248,7 +252,7 @@ class Scheduler:
                 seq.first_token_at = now
             seq.finish_reason = seq.stop_for(tok, self.eos, self.max_model_len)
             if seq.finish_reason is not None:
-                self.finish(seq, seq.req.stop_reason_hint)
+                self.finish(seq, self.turn_stop(seq))
             out.append(seq)
         return out
 

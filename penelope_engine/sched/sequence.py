@@ -14,12 +14,16 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from penelope_engine.cache.prefix_cache import LockHandle
 from penelope_engine.hints import HintGrant
 from penelope_engine.protocol import FinishReason, GenerateRequest, TokenUsage
+
+if TYPE_CHECKING:
+    from llguidance import LLMatcher
 
 
 @dataclass(eq=False)
@@ -38,6 +42,7 @@ class Sequence:
     first_token_at: float | None = None
     finish_reason: FinishReason | None = None
     generator: object | None = None  # torch.Generator for sampling, made lazily
+    matcher: LLMatcher | None = None  # its grammar's state (`penelope_engine.grammar`)
     error: Exception | None = None  # set when the engine had to fail the request
     public_pages: int = 0  # leading pages named alike for every tenant
     preemptions: int = 0  # times the scheduler put it back in the queue to free pages

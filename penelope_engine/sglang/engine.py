@@ -156,6 +156,11 @@ class SGLangEngine:
     async def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
         if not request.prompt_token_ids:
             raise InvalidRequestError("prompt_token_ids must not be empty")
+        if request.grammar is not None:
+            raise InvalidRequestError(
+                "structured outputs (response_format, a forced tool_choice) are served by the "
+                "torch engine only, not the SGLang adapter"
+            )
         stream = await self._engine.async_generate(
             input_ids=list(request.prompt_token_ids),
             sampling_params=sampling_dict(request),

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from deployments.anthropic.schemas import MessagesRequest
 from deployments.anthropic.session import session_of
 from deployments.anthropic.translate import to_chat
+from deployments.prepare import render_chat
 from deployments.settings import ApiSettings
 from deployments.standalone import background_server, standalone_app
 
@@ -93,9 +94,12 @@ def _system_and_tools_tokens(app: FastAPI) -> int:
         }
     )
     tokenizer = app.state.penelope.backend.tokenizer
-    prompt = to_chat(body, session_of(body, {}), tokenizer.chat_template).prompt
-    system_only = [prompt.messages[0]]
-    return len(tokenizer.apply_chat_template(system_only, False, **prompt.template_vars))
+    chat = to_chat(body, session_of(body, {})).chat
+    system_only = chat.model_copy(
+        update={"messages": [m for m in chat.messages if m.role == "system"]}
+    )
+    ids, _ = render_chat(system_only, tokenizer, ApiSettings())
+    return len(ids) - len(tokenizer.encode("<|im_start|>assistant\n"))
 
 
 def _check_usage(usage: Any) -> None:

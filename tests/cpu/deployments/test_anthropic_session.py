@@ -61,8 +61,8 @@ def test_the_attribution_block_is_stripped_so_prompts_match() -> None:
         return [{"type": "text", "text": header}, {"type": "text", "text": "You are Claude Code."}]
 
     one, two = (to_chat(_req(system=system(h)), session_of(_req(), {})) for h in ("a1", "b2"))
-    assert one.prompt.messages == two.prompt.messages
-    assert "billing" not in json.dumps(one.prompt.messages)
+    assert one.chat.messages == two.chat.messages
+    assert "billing" not in one.chat.model_dump_json()
     as_string = system_blocks("x-anthropic-billing-header: cch=1;\nYou are Claude Code.")
     assert [b.text for b in as_string] == ["You are Claude Code."]
     kept = system_blocks("Talk about x-anthropic-billing-header: values.")

@@ -169,7 +169,7 @@ BAD_REQUESTS = [
     ({"messages": []}, 400, "messages"),
     ({"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages[0].role"),
     ({"stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
-    ({"tools": [{"type": "function"}]}, 400, "tools"),
+    ({"tools": [{"type": "function"}]}, 400, "tools[0].function"),
     ({"logprobs": True}, 400, "logprobs"),
 ]
 

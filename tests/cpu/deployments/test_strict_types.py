@@ -101,6 +101,9 @@ CHAT_ONLY = [
     ("max_completion_tokens", [2.0, "2", True, [2], OBJECT]),
     ("logprobs", ["false", 0, 1, [False], OBJECT]),
     ("tools", [{"type": "function"}, "f", 1, True]),
+    ("tool_choice", [1, True, ["auto"], "sometimes"]),
+    ("parallel_tool_calls", ["true", 0, 1, [True], OBJECT]),
+    ("response_format", ["json_object", 1, True, [OBJECT]]),
 ]
 TEXT_ONLY = [
     ("prompt", [5, 1.5, True, OBJECT]),
@@ -137,6 +140,8 @@ NESTED = [
         "stream_options.include_usage",
     ),
     (CHAT, chat_body(tools=[1]), "tools[0]"),
+    (CHAT, message(role="assistant", tool_calls=5), "messages[0].tool_calls"),
+    (CHAT, message(role="tool", tool_call_id=5), "messages[0].tool_call_id"),
     (CHAT, chat_body(tools=[["function"]]), "tools[0]"),
     (CHAT, chat_body(messages=["hi"]), "messages[0]"),
     (CHAT, chat_body(messages=[[{"role": "user"}]]), "messages[0]"),
@@ -182,7 +187,8 @@ CASES = (
     + _cases(TEXT, text_body, SHARED + TEXT_ONLY)
     + [pytest.param(*case, id=f"{case[2]}<-{case[1]}") for case in NESTED]
 )
-LITERALS = ("role", "type")  # Literal fields: any other value, of any type, is a literal_error
+# Literal fields: any other value, of any type, is a literal_error
+LITERALS = ("role", "type", "tool_choice")
 
 
 @pytest.mark.parametrize(("path", "body", "param"), CASES)
@@ -245,7 +251,7 @@ async def test_ranges_and_unsupported_fields_still_name_the_field(
         (CHAT, chat_body(n=2), "n"),
         (CHAT, chat_body(max_tokens=0), "max_tokens"),
         (CHAT, chat_body(logprobs=True), "logprobs"),
-        (CHAT, chat_body(tools=[{"type": "function"}]), "tools"),
+        (CHAT, chat_body(tools=[{"type": "function"}]), "tools[0].function"),
         (CHAT, message(role="wizard"), "messages[0].role"),
         (CHAT, parts({"type": "image_url", "text": "a"}), "messages[0].content[0].type"),
         (CHAT, parts({"type": "text"}), "messages[0].content[0].text"),
