@@ -213,3 +213,43 @@ def test_keys_bearer_or_x_api_key_and_errors_in_anthropic_shape(base_url: str) -
     good = anthropic.Anthropic(base_url=base_url, api_key=KEY, max_retries=0)
     with pytest.raises(anthropic.NotFoundError):
         good.messages.create(model="claude-x", max_tokens=1, messages=TOOL_TURN[:1])
+
+
+def test_a_forced_tool_comes_back_as_tool_use_whose_input_validates(
+    client: anthropic.Anthropic,
+) -> None:
+    """tool_choice `tool` (and `any`) is enforced by the grammar of the one chat path: the
+    reply is a tool_use block, whole or streamed as input_json_delta pieces."""
+    import jsonschema
+
+    # Bounded arguments: a random model would write a free string until max_tokens.
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string", "enum": ["t.py", "setup.py"]}},
+        "required": ["path"],
+    }
+    tools: Any = [{**TOOLS[0], "input_schema": schema}, {**TOOLS[1]}]
+    forced: Any = {"type": "tool", "name": "read_file", "disable_parallel_tool_use": True}
+    reply = client.messages.create(
+        model=MODEL, max_tokens=64, tools=tools, tool_choice=forced, messages=TOOL_TURN[:1]
+    )
+    calls = [b for b in reply.content if b.type == "tool_use"]
+    assert reply.stop_reason == "tool_use" and len(calls) == 1, reply
+    assert calls[0].name == "read_file"
+    jsonschema.validate(calls[0].input, schema)
+    pieces: list[str] = []
+    with client.messages.stream(
+        model=MODEL,
+        max_tokens=64,
+        tools=tools,
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+        messages=TOOL_TURN[:1],
+    ) as stream:
+        for ev in stream:
+            if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
+                pieces.append(ev.delta.partial_json)
+        final = stream.get_final_message()
+    streamed = [b for b in final.content if b.type == "tool_use"]
+    assert final.stop_reason == "tool_use" and streamed and pieces
+    tool = next(t for t in tools if t["name"] == streamed[0].name)
+    jsonschema.validate(streamed[0].input, tool["input_schema"])
