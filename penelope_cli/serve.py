@@ -13,6 +13,7 @@ import argparse
 from deployments.serve_config import DEFAULT_MODEL
 from deployments.settings import ApiSettings, load_api_keys
 from deployments.standalone import serve_standalone
+from deployments.tools.parsers import PARSER_CHOICES
 from penelope_cli.helpformat import parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
@@ -93,6 +94,12 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--metrics-require-auth", action="store_true", help="/metrics needs an API key too"
     )
+    ap.add_argument(
+        "--tool-parser",
+        default=a.tool_parser,
+        choices=PARSER_CHOICES,
+        help="the model's tool-call format (auto: read from its chat template)",
+    )
     ap.add_argument("--log-level", default="info", help="uvicorn log level")
 
 
@@ -129,6 +136,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         api_keys=load_api_keys(args.api_keys_file),
         max_pending=args.max_pending,
         metrics_require_auth=args.metrics_require_auth,
+        tool_parser=args.tool_parser,
     )
     return engine, settings
 

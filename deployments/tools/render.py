@@ -3,7 +3,8 @@
 Messages are Hugging Face's dicts: an assistant message may carry
 `tool_calls` ([{"id", "type": "function", "function": {"name", "arguments": dict}}],
 arguments decoded from JSON as HF templates expect) and `content` may be None;
-a tool result is {"role": "tool", "content", "tool_call_id", "name"}.
+a tool result is {"role": "tool", "content", "tool_call_id", "name"}. A None
+content is rendered as "" (templates test `in content`).
 
 A template that reads `tools` (Qwen, Hermes, Llama 3.1+) gets `tools=[...]` in
 OpenAI's function form, as `transformers.apply_chat_template(tools=...)` passes it.
@@ -50,7 +51,8 @@ def render_prompt(
     """Prompt token ids of `messages` (HF dicts) offered `tools` (none: a plain chat)."""
     if template_reads_tools(tokenizer):
         extra = {"tools": [t.as_openai() for t in tools]} if tools else {}
-        return tokenizer.apply_chat_template(list(messages), True, **extra)
+        texts = [{**m, "content": m.get("content") or ""} for m in messages]  # None: ""
+        return tokenizer.apply_chat_template(texts, True, **extra)
     return tokenizer.apply_chat_template(fallback_messages(messages, tools, parser), True)
 
 

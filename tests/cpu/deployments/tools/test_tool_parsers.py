@@ -44,7 +44,9 @@ def test_hermes_splits_text_from_its_calls() -> None:
         ("read_file", {"path": "a.py"}),
     ]
     assert reply.finish_reason == "tool_calls"
-    assert len({c.id for c in reply.calls}) == 2 and all(c.id.startswith("call_") for c in reply.calls)
+    assert len({c.id for c in reply.calls}) == 2 and all(
+        c.id.startswith("call_") for c in reply.calls
+    )
 
 
 def test_a_reply_without_calls_is_all_content() -> None:
@@ -156,7 +158,7 @@ def test_llama3_streams_the_same_calls_however_the_text_is_cut(cuts: list[int]) 
     _same(LLAMA, LLAMA_CALLS, cuts)
 
 
-BAD = "Try <tool_call>\n{\"name\": \"f\", \"arguments\": {oops}}\n</tool_call> then"
+BAD = 'Try <tool_call>\n{"name": "f", "arguments": {oops}}\n</tool_call> then'
 
 
 @settings(deadline=None)  # a shared machine
