@@ -227,8 +227,10 @@ def test_a_forced_tool_comes_back_as_tool_use_whose_input_validates(
         "type": "object",
         "properties": {"path": {"type": "string", "enum": ["t.py", "setup.py"]}},
         "required": ["path"],
+        "additionalProperties": False,  # else the grammar lets it write a key without end
     }
-    tools: Any = [{**TOOLS[0], "input_schema": schema}, {**TOOLS[1]}]
+    closed = {"type": "object", "properties": {}, "additionalProperties": False}
+    tools: Any = [{**TOOLS[0], "input_schema": schema}, {**TOOLS[1], "input_schema": closed}]
     forced: Any = {"type": "tool", "name": "read_file", "disable_parallel_tool_use": True}
     reply = client.messages.create(
         model=MODEL, max_tokens=64, tools=tools, tool_choice=forced, messages=TOOL_TURN[:1]
