@@ -338,17 +338,15 @@ async def _sse_events(
     """The SSE body; a failure or a passed deadline ends it with an error event and [DONE]."""
     meta = prepared.meta
     calls = StreamParser(prepared.parser) if prepared.parser else None
-    called = False
     try:
         yield sse(chunk_body(meta, "", first=True))
         async with aclosing(timed_deltas(gen, deadline)) as deltas:
             async for delta in deltas:
                 for body in _delta_chunks(meta, delta, calls):
-                    called = called or "tool_calls" in body["choices"][0]["delta"]
                     yield sse(body)
         for body in _delta_chunks(meta, None, calls):
-            called = called or "tool_calls" in body["choices"][0]["delta"]
             yield sse(body)
+        called = calls is not None and calls.made_call
         yield sse(chunk_body(meta, "", "tool_calls" if called else gen.finish_reason))
         if prepared.include_usage:
             yield sse(usage_chunk_body(meta, gen.final_usage))

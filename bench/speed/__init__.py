@@ -4,6 +4,7 @@ Modules:
     cli      `penelope bench speed`: the embedded engine's speed, alone or against another
              server
     client   One streamed `/v1/completions` request over token ids, timed chunk by chunk
+    constrained  What a grammar costs a decode step: every row free vs every row constrained
     config   What one `penelope bench speed` run measures, and on which servers
     cpu      CPU seconds of a server's process tree (psutil), sampled on a thread for any
              instant

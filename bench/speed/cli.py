@@ -5,7 +5,9 @@
 Starts `penelope serve` (one thread, `--model`, `--dtype`) and measures, per
 run: prefill tokens/s and TTFT of a fresh `--prompt-tokens` prompt, decode
 tokens/s of one stream and of `--batch` concurrent streams, and a
-`--turns`-turn session's per-turn TTFT and cached tokens. With `--against`
+`--turns`-turn session's per-turn TTFT and cached tokens; then, in this
+process, a decode step of `--batch` rows under a JSON grammar against a free
+one (`constrained`: `bench.speed.constrained`). With `--against`
 (any OpenAI-compatible server serving the same model; `--against-pid` its
 process, whose tree's CPU is read) the two sides run alternately, `--repeats`
 times, side order flipping each run, on the same token-id prompts (greedy).
@@ -64,6 +66,10 @@ def run_speed(cfg: SpeedConfig) -> dict[str, Any]:
     theirs = result["theirs"]
     result["ratios"] = ratios(result["ours"], theirs, cfg.batch) if theirs else None
     result["runs"] = runs
+    if cfg.constrained_steps:  # after the servers' runs: this process loads its own engine
+        from bench.speed.constrained import constrained_step_cost
+
+        result["constrained"] = constrained_step_cost(cfg)
     return result
 
 

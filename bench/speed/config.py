@@ -32,6 +32,10 @@ class SpeedConfig:
     repeats: int = field(
         default=3, metadata={"help": "alternating runs; figures are their medians"}
     )
+    constrained_steps: int = field(
+        default=32,
+        metadata={"help": "decode steps of the grammar's cost figure, in this process (0: none)"},
+    )
     device_pages: int = field(default=4096, metadata={"help": "our server's device KV pages"})
     page_size: int = field(default=16, metadata={"help": "our server's tokens per KV page"})
     seed: int = field(default=0, metadata={"help": "seed of every prompt"})

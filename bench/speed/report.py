@@ -64,5 +64,9 @@ def table(result: dict[str, Any]) -> str:
             t = result[s]["session"][i]
             row.append(f"{t['ttft_s']} / {t['cached_tokens']}")
         rows.append(row + ([""] if result.get("ratios") else []))
+    if result.get("constrained"):
+        c = result["constrained"]
+        value = f"{c['plain_step_ms']} -> {c['constrained_step_ms']} ms (x{c['ratio']})"
+        rows.append([f"decode step b{c['batch']}, free -> grammar", value, *[""] * (len(cols) - 2)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)

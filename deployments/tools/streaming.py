@@ -49,6 +49,7 @@ class StreamParser:
         self._args_sent = 0  # chars of the current call's arguments already sent
         self._started = False  # the current call's CallStart went out
         self._index = 0  # the current call's number
+        self.made_call = False  # a CallStart went out: the reply ends with "tool_calls"
 
     def feed(self, delta: str) -> list[StreamEvent]:
         self._pending += delta
@@ -57,6 +58,7 @@ class StreamParser:
             state = (self._pending, self._in_call, self._decided)
             events += self._step()
             if (self._pending, self._in_call, self._decided) == state:
+                self.made_call = self.made_call or any(isinstance(e, CallStart) for e in events)
                 return events
 
     def finish(self) -> list[StreamEvent]:
@@ -69,6 +71,7 @@ class StreamParser:
         elif self._pending:
             events.append(TextDelta(self._pending))
             self._pending = ""
+        self.made_call = self.made_call or any(isinstance(e, CallStart) for e in events)
         return events
 
     def _step(self) -> list[StreamEvent]:

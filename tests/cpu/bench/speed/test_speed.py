@@ -111,3 +111,13 @@ def test_a_prefill_the_server_had_cached_is_refused(monkeypatch) -> None:  # typ
     side = Side("theirs", "http://127.0.0.1:1", "m", CpuClock(os.getpid()))
     with pytest.raises(RuntimeError, match="another --seed"):
         prefill(side, CFG, 0)
+
+
+def test_the_grammar_s_cost_is_timed_on_steps_where_the_whole_batch_decodes() -> None:
+    from bench.speed.constrained import constrained_step_cost
+
+    cost = constrained_step_cost(dataclasses.replace(CFG, batch=3, constrained_steps=6, repeats=2))
+    # no row can close the grammar early: both sides time the same steps
+    assert cost["steps"]["plain"] == cost["steps"]["constrained"] >= 2 * 5
+    assert cost["plain_step_ms"] > 0 and cost["constrained_step_ms"] > 0
+    assert cost["ratio"] == pytest.approx(cost["constrained_step_ms"] / cost["plain_step_ms"], 0.01)
