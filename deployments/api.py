@@ -1,7 +1,8 @@
 """The OpenAI-compatible FastAPI app; it takes its backend as a factory.
 
 Routes: `/v1/chat/completions`, `/v1/completions` (SSE streaming or not),
-`/v1/models`, `/health`, `/metrics`, and SGLang's `/server_info` and
+Anthropic's `/v1/messages` and `/v1/messages/count_tokens`
+(`deployments.anthropic`), `/v1/models`, `/health`, `/metrics`, and SGLang's `/server_info` and
 `/model_info` probes for sgl-router (`deployments.sglang_probes`). The
 backend factory runs at startup (the app's lifespan), so the same app serves
 an in-process engine (standalone, tests) or Ray Serve engine replicas (the
@@ -28,6 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from cache_store import StoreStats
+from deployments.anthropic.routes import ERROR_SHAPES, add_anthropic_routes
 from deployments.auth import Authenticator
 from deployments.backend import Backend
 from deployments.completions import CompletionHandler
@@ -42,6 +44,7 @@ from deployments.sglang_probes import add_sglang_probes
 from penelope_engine.protocol import EngineStats
 
 SESSION_HEADER = "x-session-id"
+API_KEY_HEADER = "x-api-key"  # Anthropic's clients' key header, beside bearer tokens
 BackendFactory = Callable[[], Backend | Awaitable[Backend]]
 
 
@@ -79,9 +82,10 @@ def create_app(backend_factory: BackendFactory, settings: ApiSettings | None = N
 
     app = FastAPI(title="Penelope", lifespan=lifespan)
     app.state.penelope = state
-    install_handlers(app)
+    install_handlers(app, ERROR_SHAPES)
     _add_routes(app, state)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    add_anthropic_routes(app, state.ready_backend, settings, state.runner, _caller)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, shapes=ERROR_SHAPES)
     app.add_middleware(RequestCounter, metrics=state.metrics)
     return app
 
@@ -101,10 +105,17 @@ def _new_state(settings: ApiSettings) -> AppState:
 
 
 def _caller(request: Request) -> Caller:
-    """The tenant (from the API key, or a trusted gateway header) and the session header."""
+    """The tenant (from the API key, or a trusted gateway header) and the session header.
+
+    The key is a bearer token or, as Anthropic's clients send it, `x-api-key`.
+    """
     state: AppState = request.app.state.penelope
     settings = state.settings
-    tenant = state.auth.tenant(request.headers.get("authorization"))
+    authorization = request.headers.get("authorization")
+    api_key = request.headers.get(API_KEY_HEADER)
+    if not authorization and api_key:
+        authorization = f"Bearer {api_key}"
+    tenant = state.auth.tenant(authorization)
     if settings.tenant_header:
         tenant = request.headers.get(settings.tenant_header) or tenant
     session = request.headers.get(SESSION_HEADER) or None

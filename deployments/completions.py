@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import aclosing, suppress
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -98,6 +98,18 @@ class Generation:
             return Report(usage)
         return Report(usage, last.hints, last.prompt_edit_at)
 
+    @property
+    def prompt_usage(self) -> TokenUsage:
+        """Where the prompt's tokens came from, known from the first output on."""
+        if self._first is not None and self._first.output.usage.prompt_tokens:
+            return self._first.output.usage
+        return replace(self.usage, prompt_tokens=len(self._prepared.request.prompt_token_ids))
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop string that ended the text, if one did."""
+        return self._text.stop_hit
+
     async def close(self) -> None:
         aclose = getattr(self._outputs, "aclose", None)
         if aclose is not None:
@@ -149,6 +161,37 @@ class InflightSlots:
         self._metrics.pending.set(self._pending)
 
 
+ErrorOf = Callable[[Exception], ApiError]
+
+
+class ReplyShape(Protocol):
+    """How one API writes a finished reply and a stream (OpenAI's here; Anthropic's in
+    `deployments.anthropic.replies`)."""
+
+    def body(self, prepared: Prepared, gen: Generation, text: str) -> dict[str, Any]: ...
+
+    def events(
+        self, gen: Generation, prepared: Prepared, deadline: Deadline, to_error: ErrorOf
+    ) -> AsyncIterator[bytes]: ...
+
+
+class OpenAIReplies:
+    """Chat and text completions, as OpenAI writes them."""
+
+    def body(self, prepared: Prepared, gen: Generation, text: str) -> dict[str, Any]:
+        reply = prepared.parser.parse(text) if prepared.parser else ParsedReply(text)
+        finish = reply.finish_reason or gen.finish_reason
+        return completion_body(prepared.meta, reply.content, finish, gen.final_usage, reply.calls)
+
+    def events(
+        self, gen: Generation, prepared: Prepared, deadline: Deadline, to_error: ErrorOf
+    ) -> AsyncIterator[bytes]:
+        return _sse_events(gen, prepared, deadline, to_error)
+
+
+OPENAI = OpenAIReplies()
+
+
 class CompletionHandler:
     """Handles prepared requests: a slot (or a 429), then a JSON body or an SSE stream."""
 
@@ -159,7 +202,11 @@ class CompletionHandler:
         self._timeout_s = settings.request_timeout_s
 
     async def run(
-        self, prepared: Prepared, backend: Backend, http_request: Request
+        self,
+        prepared: Prepared,
+        backend: Backend,
+        http_request: Request,
+        shape: ReplyShape = OPENAI,
     ) -> JSONResponse | StreamingResponse:
         self._slots.enter()
         gen = Generation(prepared, backend, self._metrics)
@@ -173,7 +220,7 @@ class CompletionHandler:
             raise
         if prepared.stream:
             return _ClosingStream(
-                _sse_events(gen, prepared, deadline, self._error),
+                shape.events(gen, prepared, deadline, self._error),
                 on_close=lambda: self._release(gen),
                 media_type="text/event-stream",
                 headers={REPLICA_HEADER: gen.replica, "Cache-Control": "no-cache"},
@@ -184,10 +231,7 @@ class CompletionHandler:
             raise self._error(exc) from exc
         finally:
             await self._release(gen)
-        reply = prepared.parser.parse(text) if prepared.parser else ParsedReply(text)
-        finish = reply.finish_reason or gen.finish_reason
-        body = completion_body(prepared.meta, reply.content, finish, gen.final_usage, reply.calls)
-        return JSONResponse(body, headers={REPLICA_HEADER: gen.replica})
+        return JSONResponse(shape.body(prepared, gen, text), headers={REPLICA_HEADER: gen.replica})
 
     async def _release(self, gen: Generation) -> None:
         await gen.close()
@@ -260,6 +304,18 @@ class _ClosingStream(StreamingResponse):
             await self._on_close()
 
 
+async def timed_deltas(gen: Generation, deadline: Deadline) -> AsyncGenerator[str, None]:
+    """The generation's text deltas; each wait for one is bounded by the deadline."""
+    async with aclosing(gen.deltas()) as deltas:
+        while True:
+            try:
+                with deadline.enforced():
+                    delta = await anext(deltas)
+            except StopAsyncIteration:
+                return
+            yield delta
+
+
 def _delta_chunks(
     meta: ResponseMeta, delta: str | None, calls: StreamParser | None
 ) -> list[dict[str, Any]]:
@@ -284,13 +340,8 @@ async def _sse_events(
     calls = StreamParser(prepared.parser) if prepared.parser else None
     try:
         yield sse(chunk_body(meta, "", first=True))
-        async with aclosing(gen.deltas()) as deltas:
-            while True:
-                try:
-                    with deadline.enforced():
-                        delta = await anext(deltas)
-                except StopAsyncIteration:
-                    break
+        async with aclosing(timed_deltas(gen, deadline)) as deltas:
+            async for delta in deltas:
                 for body in _delta_chunks(meta, delta, calls):
                     yield sse(body)
         for body in _delta_chunks(meta, None, calls):

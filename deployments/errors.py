@@ -9,7 +9,7 @@ too large, 429 overloaded (with `Retry-After`), 500 internal, 503 not ready.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -53,8 +53,18 @@ class ApiError(Exception):
             }
         }
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def response(self, body_of: BodyOf | None = None) -> JSONResponse:
+        body = self.body() if body_of is None else body_of(self)
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+BodyOf = Callable[[ApiError], dict[str, Any]]  # an API's error shape
+ErrorShapes = Mapping[str, BodyOf]  # route path prefix -> its API's error shape
+
+
+def shape_for(path: str, shapes: ErrorShapes) -> BodyOf | None:
+    """The error shape of the route at `path`; None: OpenAI's."""
+    return next((body for prefix, body in shapes.items() if path.startswith(prefix)), None)
 
 
 def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:
@@ -84,7 +94,7 @@ def unavailable(message: str, retry_after_s: int, code: str = "engine_unavailabl
 def unauthorized() -> ApiError:
     return ApiError(
         401,
-        "Invalid or missing API key: send 'Authorization: Bearer <key>'.",
+        "Invalid or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
         code="invalid_api_key",
         headers={"WWW-Authenticate": "Bearer"},
     )
@@ -193,24 +203,29 @@ def validation_error(exc: RequestValidationError) -> ApiError:
     return invalid(f"{param}: {msg}" if param else msg, param=param)
 
 
-def install_handlers(app: FastAPI) -> None:
-    """Route every error through `ApiError` so the body shape never varies."""
+def install_handlers(app: FastAPI, shapes: ErrorShapes | None = None) -> None:
+    """Route every error through `ApiError` so the body shape never varies within an API;
+    `shapes` names the routes whose API writes errors its own way (Anthropic's)."""
+    shapes = shapes or {}
 
-    async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
+    def respond(request: Request, err: ApiError) -> JSONResponse:
+        return err.response(shape_for(request.url.path, shapes))
+
+    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return exc.response()
+        return respond(request, exc)
 
-    async def on_validation(_: Request, exc: Exception) -> JSONResponse:
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return validation_error(exc).response()
+        return respond(request, validation_error(exc))
 
-    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return ApiError(exc.status_code, str(exc.detail), code=code).response()
+        return respond(request, ApiError(exc.status_code, str(exc.detail), code=code))
 
-    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
-        return from_engine_error(exc, retry_after_s=1).response()
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return respond(request, from_engine_error(exc, retry_after_s=1))
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)

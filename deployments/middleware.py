@@ -8,11 +8,19 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from deployments.errors import ApiError
+from deployments.errors import ApiError, ErrorShapes, shape_for
 from deployments.metrics import ApiMetrics
 
 COUNTED_ROUTES = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"}
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/models",
+        "/health",
+        "/metrics",
+    }
 )
 
 
@@ -32,9 +40,10 @@ class BodySizeLimit:
     app, so an oversized chunked body is refused before any parsing.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, shapes: ErrorShapes | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.shapes = shapes or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -44,7 +53,8 @@ class BodySizeLimit:
         too_large = declared is not None and declared.isdigit() and int(declared) > self.max_bytes
         body = None if too_large else await self._read(receive)
         if body is None:
-            await BodyTooLarge(self.max_bytes).response()(scope, receive, send)
+            shape = shape_for(scope.get("path", ""), self.shapes)
+            await BodyTooLarge(self.max_bytes).response(shape)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from deployments.backend import Backend
+from deployments.backend import Backend, TokenizerLike
 from deployments.chat_tools import history_dicts, plan_tools
 from deployments.errors import ApiError, invalid
 from deployments.hints import has_history, session_hints
@@ -64,30 +64,61 @@ class EngineExtras:
     parser: ReplyParser | None = None
 
 
-async def prepare_chat(
-    body: ChatCompletionRequest, caller: Caller, backend: Backend, settings: ApiSettings
-) -> Prepared:
-    arrival = time.perf_counter()
-    _check_model(body.model, backend)
-    plan = plan_tools(body, backend.tokenizer, settings)
-    messages = history_dicts(body.messages)
-    ids = await asyncio.to_thread(
-        render_prompt, backend.tokenizer, messages, plan.tools, plan.parser
-    )
+def render_chat(
+    body: ChatCompletionRequest, tokenizer: TokenizerLike, settings: ApiSettings
+) -> tuple[list[int], EngineExtras]:
+    """The chat's prompt token ids (its tools planned and rendered) and its engine extras."""
+    plan = plan_tools(body, tokenizer, settings)
+    ids = render_prompt(tokenizer, history_dicts(body.messages), plan.tools, plan.parser)
     extras = EngineExtras(
         plan.grammar,
         plan.stop_reason_hint,
         plan.tool_call_pattern,
         plan.parser if plan.parses_calls else None,
     )
-    return _prepared("chat", body, list(ids), caller, backend, settings, arrival, extras)
+    return list(ids), extras
+
+
+async def chat_prompt_ids(
+    body: ChatCompletionRequest, backend: Backend, settings: ApiSettings
+) -> tuple[list[int], EngineExtras]:
+    """`render_chat` off the event loop."""
+    return await asyncio.to_thread(render_chat, body, backend.tokenizer, settings)
+
+
+async def prepare_chat(
+    body: ChatCompletionRequest,
+    caller: Caller,
+    backend: Backend,
+    settings: ApiSettings,
+    id_prefix: str = "chatcmpl",
+    max_tokens_is_ceiling: bool = False,
+) -> Prepared:
+    """`body`'s engine request. `max_tokens_is_ceiling` (the Anthropic API): a `max_tokens`
+    over the server's limit or the room left in the window is lowered to fit instead of
+    refused (Anthropic's clients ask for 32K)."""
+    arrival = time.perf_counter()
+    check_model(body.model, backend)
+    ids, extras = await chat_prompt_ids(body, backend, settings)
+    return _prepared(
+        "chat",
+        body,
+        ids,
+        caller,
+        backend,
+        settings,
+        arrival,
+        extras,
+        id_prefix,
+        max_tokens_is_ceiling,
+    )
 
 
 async def prepare_text(
     body: CompletionRequest, caller: Caller, backend: Backend, settings: ApiSettings
 ) -> Prepared:
     arrival = time.perf_counter()
-    _check_model(body.model, backend)
+    check_model(body.model, backend)
     prompt = body.single_prompt()
     if isinstance(prompt, str):
         ids = await asyncio.to_thread(backend.tokenizer.encode, prompt)
@@ -96,7 +127,7 @@ async def prepare_text(
     return _prepared("text", body, ids, caller, backend, settings, arrival)
 
 
-def _check_model(model: str, backend: Backend) -> None:
+def check_model(model: str, backend: Backend) -> None:
     if model != backend.model_name:
         raise ApiError(
             404,
@@ -115,11 +146,17 @@ def _prepared(
     settings: ApiSettings,
     arrival: float,
     extras: EngineExtras = EngineExtras(),
+    id_prefix: str | None = None,
+    ceiling: bool = False,
 ) -> Prepared:
     param = "messages" if kind == "chat" else "prompt"
     if not ids:
         raise invalid(f"{param} is empty after tokenization", param=param)
-    max_tokens = _max_tokens(body.requested_max_tokens(), len(ids), param, backend, settings)
+    requested = body.requested_max_tokens()
+    if ceiling and requested is not None:
+        room = max(1, backend.max_model_len - len(ids))
+        requested = min(requested, settings.max_tokens_limit, room)
+    max_tokens = _max_tokens(requested, len(ids), param, backend, settings)
     stop = _stop_strings(body.stop_list(), settings)
     hints = session_hints(body, caller.hint_headers)
     try:
@@ -132,7 +169,7 @@ def _prepared(
         )
     except InvalidRequestError as exc:
         raise invalid(str(exc)) from exc
-    prefix = "chatcmpl" if kind == "chat" else "cmpl"
+    prefix = id_prefix or ("chatcmpl" if kind == "chat" else "cmpl")
     request_id = f"{prefix}-{uuid.uuid4().hex}"
     request = GenerateRequest(
         request_id=request_id,

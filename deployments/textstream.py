@@ -26,6 +26,7 @@ class TextStream:
         self._text = ""
         self._emitted = 0
         self.stopped = False  # a stop string was found; the caller should end the request
+        self.stop_hit: str | None = None  # which one
 
     @property
     def text(self) -> str:
@@ -62,11 +63,12 @@ class TextStream:
             return text
         longest = max(len(s) for s in self._stop)
         start = max(0, self._emitted - longest + 1)
-        hits = [i for i in (text.find(s, start) for s in self._stop) if i >= 0]
+        hits = [(i, s) for s in self._stop if (i := text.find(s, start)) >= 0]
         if not hits:
             return text
         self.stopped = True
-        return text[: min(hits)]
+        at, self.stop_hit = min(hits)
+        return text[:at]
 
     def _stop_prefix_len(self) -> int:
         """Length of the longest tail of the text that begins some stop string."""

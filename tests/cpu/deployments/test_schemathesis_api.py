@@ -2,7 +2,8 @@
 
 A real server on 127.0.0.1 (the tiny Qwen3, at most 16 completion tokens)
 gets schema-valid and schema-violating requests for every operation; each
-answer must be below 500, and every error must have OpenAI's shape. The
+answer must be below 500, and every error must have its API's shape (OpenAI's,
+Anthropic's on `/v1/messages`). The
 run is bounded by `MAX_EXAMPLES` per operation.
 """
 
@@ -41,6 +42,8 @@ def api_schema(served: tuple[FastAPI, str]) -> Any:
 OPERATIONS = [
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/completions"),
+    ("POST", "/v1/messages"),  # Anthropic's (deployments/anthropic)
+    ("POST", "/v1/messages/count_tokens"),
     ("GET", "/v1/models"),
     ("GET", "/health"),
     ("GET", "/metrics"),
@@ -79,7 +82,10 @@ def test_no_input_gives_a_server_error(
             case.body["model"] = MODEL  # reach the engine, not only the unknown-model 404
         response = case.call(timeout=30)
         assert response.status_code < 500, (case.body, response.status_code, response.text[:500])
-        if response.status_code >= 400:
+        if response.status_code >= 400 and path.startswith("/v1/messages"):
+            body = response.json()  # Anthropic's shape
+            assert body["type"] == "error" and {"type", "message"} <= set(body["error"])
+        elif response.status_code >= 400:
             assert set(response.json()["error"]) == {"message", "type", "param", "code"}
 
     check()

@@ -1,0 +1,270 @@
+"""`penelope bench claude-code`: the Claude Code CLI against `penelope serve`, twice, one session.
+
+    penelope bench claude-code [--json OUT] [--claude PATH] [--timeout-s 600]
+
+Starts `penelope serve` with the tiny random-weight Qwen3 with a 64K window
+(`tiny-qwen3-64k`: the protocol and the cache are tested, not the text) on
+127.0.0.1, puts a recording proxy in front of it (`proxy`), and runs
+`claude -p PROMPT` and then `claude -p --continue PROMPT` in one scratch
+directory with `ANTHROPIC_BASE_URL` pointing at the proxy, a dummy API key,
+every model name set to the served one, and Claude Code's telemetry, error
+reports, auto-update and other non-essential traffic off (`claude_env`).
+
+The JSON: `ok`, `requests` (each `/v1/messages` request as the server saw
+it), `exit_codes`, and per request `prompt_tokens`, `cached_tokens` and
+`shared_prefix_tokens` (the longest token prefix it shares with an earlier
+request's prompt, which is what a cache could serve). `ok` means every
+request was answered 200, both runs reached the server, and the second run's
+requests were served mostly from cache (cached >= `--min-cached` of their
+prompt tokens). The random model never ends its turn, so each reply stops at
+max_tokens and Claude Code may exit 1 saying so: exit codes are reported,
+not judged.
+
+Claude Code comes from npm, pinned (`CLAUDE_CODE_VERSION`), installed into
+`.claude-code/` (git-ignored): `npm install --prefix .claude-code
+@anthropic-ai/claude-code@VERSION`. Without node or that package this says
+so and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+CLAUDE_CODE_VERSION = "2.1.332"
+INSTALL_DIR = Path(__file__).resolve().parents[2] / ".claude-code"
+MODEL = "tiny-qwen3-64k"
+PROMPTS = ("List the files in this directory.", "Now say which one is largest.")
+DUMMY_KEY = "sk-penelope-bench-dummy"
+MISSING_EXIT = 2
+
+
+def find_claude(explicit: str | None = None) -> tuple[str | None, str]:
+    """The `claude` executable, or None and why not."""
+    if explicit:
+        return (explicit, "") if Path(explicit).is_file() else (None, f"{explicit} not found")
+    if shutil.which("node") is None:
+        return None, "node is not on PATH (Claude Code needs it to install)"
+    found = INSTALL_DIR / "node_modules" / ".bin" / "claude"
+    if not found.exists():
+        return None, (
+            f"Claude Code is not installed in {INSTALL_DIR}: run `npm install --prefix "
+            f".claude-code @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}` in the repository"
+        )
+    return str(found), ""
+
+
+def claude_env(base_url: str, home: Path) -> dict[str, str]:
+    """What Claude Code needs to talk only to this server: no telemetry, a dummy key."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": DUMMY_KEY,
+        "ANTHROPIC_MODEL": MODEL,
+        "ANTHROPIC_SMALL_FAST_MODEL": MODEL,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
+        "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL,
+        "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL,
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "32",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
+        "CLAUDE_CODE_USE_BEDROCK": "0",
+        "CLAUDE_CODE_USE_VERTEX": "0",
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(url: str, server: subprocess.Popen[bytes], timeout_s: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"penelope serve exited with {server.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"penelope serve was not healthy within {timeout_s:g} s")
+
+
+def _serve(port: int, log: Path) -> subprocess.Popen[bytes]:
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "penelope_cli.cli", "serve", "--model", MODEL]
+    cmd += ["--port", str(port), "--log-level", "warning"]
+    with log.open("wb") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
+    """Per request: the longest prompt-token prefix shared with an earlier request's prompt."""
+    from deployments.anthropic.schemas import MessagesRequest
+    from deployments.anthropic.session import session_of
+    from deployments.anthropic.translate import to_chat
+    from deployments.prepare import render_chat
+    from deployments.settings import ApiSettings
+    from penelope_engine.model.registry import qwen3_tokenizer
+
+    tokenizer = qwen3_tokenizer()
+    prompts: list[list[int]] = []
+    out = []
+    for body in bodies:
+        try:
+            request = MessagesRequest.model_validate(body)
+            chat = to_chat(request, session_of(request, {})).chat
+            ids, _ = render_chat(chat, tokenizer, ApiSettings())
+        except Exception:  # noqa: BLE001 (the server refused it too: no prompt to share)
+            out.append(0)
+            continue
+        out.append(max((_common(ids, p) for p in prompts), default=0))
+        prompts.append(ids)
+    return out
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def run_bench(claude: str, timeout_s: float, min_cached: float) -> dict[str, Any]:
+    from bench.claude_code.proxy import Seen, recording_proxy
+    from deployments.standalone import background_server
+
+    started = time.monotonic()
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="penelope-claude-code-") as tmp:
+        home, work = Path(tmp) / "home", Path(tmp) / "work"
+        home.mkdir()
+        work.mkdir()
+        (work / "README.md").write_text("A scratch project for the Claude Code bench.\n")
+        server = _serve(port, Path(tmp) / "serve.log")
+        log: list[Seen] = []
+        runs: list[dict[str, Any]] = []
+        try:
+            _wait_healthy(f"http://127.0.0.1:{port}", server, min(timeout_s, 180.0))
+            with background_server(recording_proxy(f"http://127.0.0.1:{port}", log)) as url:
+                env = claude_env(url, home)
+                for i, prompt in enumerate(PROMPTS):
+                    args = [claude, "-p", *(["--continue"] if i else []), prompt]
+                    args += ["--max-turns", "2"]
+                    first = len(log)
+                    t0 = time.monotonic()
+                    try:
+                        done = subprocess.run(
+                            args, cwd=work, env=env, capture_output=True, timeout=timeout_s
+                        )
+                        code, tail = done.returncode, (done.stdout + done.stderr)[-600:]
+                    except subprocess.TimeoutExpired:
+                        code, tail = 124, b"timed out"
+                    runs.append(
+                        {
+                            "exit_code": code,
+                            "seconds": round(time.monotonic() - t0, 1),
+                            "requests": list(range(first, len(log))),
+                            "output_tail": tail.decode(errors="replace"),
+                        }
+                    )
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+            server_log = (Path(tmp) / "serve.log").read_text(errors="replace")[-2000:]
+    return _report(log, runs, min_cached, time.monotonic() - started, server_log)
+
+
+def _report(
+    log: list[Any], runs: list[dict[str, Any]], min_cached: float, seconds: float, server_log: str
+) -> dict[str, Any]:
+    prompt = [_prompt_tokens(s.usage) for s in log]
+    cached = [int(s.usage.get("cache_read_input_tokens", 0)) for s in log]
+    shared = shared_prefixes([s.body for s in log]) if log else []
+    second = runs[1]["requests"] if len(runs) > 1 else []
+    second_ratio = sum(cached[i] for i in second) / max(1, sum(prompt[i] for i in second))
+    ok = (
+        len(runs) == 2
+        and all(r["requests"] for r in runs)
+        and all(s.status == 200 for s in log)
+        and second_ratio >= min_cached
+    )
+    return {
+        "ok": ok,
+        "claude_code_version": CLAUDE_CODE_VERSION,
+        "model": MODEL,
+        "seconds": round(seconds, 1),
+        "exit_codes": [r["exit_code"] for r in runs],
+        "runs": runs,
+        "requests": [s.summary() for s in log],
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "shared_prefix_tokens": shared,
+        "second_run_cached_ratio": round(second_ratio, 4),
+        "min_cached": min_cached,
+        "server_log_tail": server_log if not ok else "",
+    }
+
+
+def _prompt_tokens(usage: dict[str, Any]) -> int:
+    keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    return sum(int(usage.get(k, 0)) for k in keys)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from penelope_cli.helpformat import parser
+
+    ap = parser("penelope bench claude-code", __doc__)
+    ap.add_argument("--json", metavar="OUT", default=None, help="write the report here")
+    ap.add_argument("--claude", default=None, help="the claude executable (default: .claude-code)")
+    ap.add_argument("--timeout-s", type=float, default=600.0, help="bound on each claude run")
+    ap.add_argument(
+        "--min-cached", type=float, default=0.8, help="share of run 2's prompt tokens cached"
+    )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    claude, why = find_claude(args.claude)
+    if claude is None:
+        print(f"penelope bench claude-code: {why}", file=sys.stderr)
+        return MISSING_EXIT
+    report = run_bench(claude, args.timeout_s, args.min_cached)
+    text = json.dumps(report, indent=2)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    summary = {k: report[k] for k in ("ok", "exit_codes", "seconds", "second_run_cached_ratio")}
+    print(json.dumps(summary), file=sys.stderr)
+    if not args.json:
+        print(text)
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
