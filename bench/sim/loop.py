@@ -86,6 +86,8 @@ class Simulator:
                     clock,
                     has_store=cfg.tiers == "gpu+cpu+store",
                     layerwise_loads=cfg.layerwise_loads,
+                    async_writes=cfg.async_writes,
+                    async_spills=cfg.async_spills,
                     fast_decode=cfg.fast_decode,
                 )
                 for i in range(cfg.replicas)
