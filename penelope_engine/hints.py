@@ -67,3 +67,11 @@ class HintGrant:
     asked: float | bool | str
     granted: float | bool | str | None
     clipped_by: ClipReason | None = None
+
+
+def refused(h: SessionHints, why: ClipReason) -> list[HintGrant]:
+    """A grant of nothing, for `why`, for each turn-end hint `h` gives (`parent_session`
+    is granted on arrival, not here)."""
+    given = {"retain_s": h.retain_s, "expected_gap_s": h.expected_gap_s}
+    given["end_session"] = h.end_session or None
+    return [HintGrant(name, asked, None, why) for name, asked in given.items() if asked is not None]

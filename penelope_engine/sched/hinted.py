@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.cache.sessions import SessionInfo
-from penelope_engine.hints import ClipReason, HintGrant, SessionHints
+from penelope_engine.hints import ClipReason, HintGrant, SessionHints, refused
 from penelope_engine.sched.agent import Retention
 from penelope_engine.sched.sequence import Sequence
 from penelope_engine.tiers.planner import PlannerCost
@@ -102,7 +102,7 @@ class HintedSessions:
         the `expected_gap_s` granted (None: none, or clipped)."""
         req, h = seq.req, seq.req.hints
         if req.session_id is None:  # it never returns: nothing to keep or to expect
-            seq.hint_grants.extend(_refused(h, "no_session"))
+            seq.hint_grants.extend(refused(h, "no_session"))
             return None
         grants, gap = self._apply(req.session, req.tenant, h, len(seq.tokens) - 1, stop, cost, now)
         seq.hint_grants.extend(grants)
@@ -116,9 +116,9 @@ class HintedSessions:
         is between turns here with a cached path, and (`tenant`) unless it is `tenant`'s."""
         info = self.cache.session_info(sid)
         if info is None or info.turn_end is None or info.leaf is None:
-            return _refused(hints, "no_session"), None
+            return refused(hints, "no_session"), None
         if info.tenant != tenant:
-            return _refused(hints, "tenant"), None
+            return refused(hints, "tenant"), None
         context = (info.leaf.start + len(info.leaf.hashes)) * self.cache.page_size
         return self._apply(sid, tenant, hints, context, info.last_stop, cost, info.turn_end)
 
@@ -219,10 +219,3 @@ class HintedSessions:
         if len(tenants) > 1 and held > self.cache.device.capacity / len(tenants):
             return "tenant_fair_share"
         return None
-
-
-def _refused(h: SessionHints, why: ClipReason) -> list[HintGrant]:
-    """A grant of nothing for each hint `h` gives (not `parent_session`: on arrival)."""
-    given = {"retain_s": h.retain_s, "expected_gap_s": h.expected_gap_s}
-    given["end_session"] = h.end_session or None
-    return [HintGrant(name, asked, None, why) for name, asked in given.items() if asked is not None]
