@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.penelope-setup
 
-.PHONY: setup test test-sglang run lint typecheck prometheus
+.PHONY: setup test test-sglang test-peers-real run lint typecheck prometheus
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -25,7 +25,7 @@ lint: setup
 typecheck: setup
 	$(PY) -m mypy penelope_engine penelope_cli cache_store router deployments bench
 
-test: setup lint typecheck test-sglang
+test: setup lint typecheck test-sglang test-peers-real
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
 # The SGLang backend's tests run on CPU against SGLang's real classes, in their own
@@ -33,6 +33,17 @@ test: setup lint typecheck test-sglang
 test-sglang:
 	bash scripts/sglang_env.sh
 	OMP_NUM_THREADS=1 .venv-sglang/bin/python -m pytest -q -c tests/sglang/pytest.ini tests/sglang
+
+# The checks against the peers' real code (Dynamo 1.6.1's SelectionService, sgl-router
+# 0.3.2's binary), which skip in .venv: they run in .venv-peers, built when missing
+# (ai-dynamo-runtime pins a pydantic older than ours). Only the modules that need them,
+# and not tests/cpu's conftest (no torch there); the Ray KV-aware pair needs Ray too and
+# skips there.
+PEERS_REAL := tests/cpu/bench/peers/test_dynamo_kv.py tests/cpu/bench/peers/test_sgl_sticky.py
+test-peers-real:
+	bash scripts/peers_env.sh
+	PYTHONPATH=$(CURDIR) OMP_NUM_THREADS=1 .venv-peers/bin/python -m pytest -q -p no:cacheprovider \
+		--confcutdir=tests/cpu/bench/peers -rs $(PEERS_REAL)
 
 # The main job: the Ray Serve application of serve_config.yaml on an embedded local
 # Ray (CPU, SmolLM2-135M, two engine replicas), bound to 127.0.0.1.

@@ -2,7 +2,9 @@
 
 Routes: `/v1/chat/completions`, `/v1/completions` (SSE streaming or not),
 Anthropic's `/v1/messages` and `/v1/messages/count_tokens`
-(`deployments.anthropic`), `/v1/models`, `/health`, `/metrics`, and SGLang's `/server_info` and
+(`deployments.anthropic`), `POST /v1/penelope/sessions/{id}` (a harness's hints after a
+turn's reply, `deployments.hints`), `/v1/models`, `/health`, `/metrics`, and SGLang's
+`/server_info` and
 `/model_info` probes for sgl-router (`deployments.sglang_probes`). The
 backend factory runs at startup (the app's lifespan), so the same app serves
 an in-process engine (standalone, tests) or Ray Serve engine replicas (the
@@ -33,18 +35,19 @@ from deployments.anthropic.routes import ERROR_SHAPES, add_anthropic_routes
 from deployments.auth import Authenticator
 from deployments.backend import Backend
 from deployments.completions import CompletionHandler
-from deployments.errors import ApiError, install_handlers, unavailable
-from deployments.hints import hint_headers
+from deployments.errors import ApiError, install_handlers, invalid, unavailable
+from deployments.hints import grants_body, hint_headers, session_endpoint_hints
 from deployments.metrics import ApiMetrics
 from deployments.middleware import BodySizeLimit, RequestCounter
 from deployments.prepare import Caller, prepare_chat, prepare_text
-from deployments.schemas import ChatCompletionRequest, CompletionRequest
+from deployments.schemas import ChatCompletionRequest, CompletionRequest, SessionHintsRequest
 from deployments.settings import ApiSettings
 from deployments.sglang_probes import add_sglang_probes
 from penelope_engine.protocol import EngineStats
 
 SESSION_HEADER = "x-session-id"
 API_KEY_HEADER = "x-api-key"  # Anthropic's clients' key header, beside bearer tokens
+MAX_SESSION_ID = 256
 BackendFactory = Callable[[], Backend | Awaitable[Backend]]
 
 
@@ -142,6 +145,17 @@ def _add_routes(app: FastAPI, state: AppState) -> None:
         backend = state.ready_backend()
         prepared = await prepare_text(body, who, backend, settings)
         return await state.runner.run(prepared, backend, request)
+
+    @app.post("/v1/penelope/sessions/{session_id}")
+    async def session_hints(
+        session_id: str, body: SessionHintsRequest, who: CallerDep
+    ) -> JSONResponse:
+        """What a harness learned once a turn's reply arrived: the session's gap, its end."""
+        if not 0 < len(session_id) <= MAX_SESSION_ID:
+            raise invalid(f"session id must have 1 to {MAX_SESSION_ID} characters", "session_id")
+        hints = session_endpoint_hints(body)
+        grants = await state.ready_backend().session_hints(session_id, who.tenant, hints)
+        return JSONResponse({"session_id": session_id, "hints": grants_body(tuple(grants))})
 
     @app.get("/v1/models", dependencies=AUTHENTICATED)
     async def models() -> JSONResponse:

@@ -25,6 +25,7 @@ import anyio
 
 from cache_store import StoreStats
 from deployments.errors import unavailable
+from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.protocol import (
     EngineProtocol,
     EngineStats,
@@ -81,6 +82,12 @@ class Backend(Protocol):
 
     def replica_stats(self) -> Mapping[str, EngineStats]: ...
 
+    async def session_hints(
+        self, session_id: str, tenant: str, hints: SessionHints
+    ) -> list[HintGrant]:
+        """Apply hints to the session on the replica that holds it."""
+        ...
+
     def store_stats(self) -> Mapping[str, StoreStats]: ...
 
     @property
@@ -119,6 +126,12 @@ class LocalBackend:
 
     def replica_stats(self) -> Mapping[str, EngineStats]:
         return {self.replica: self.engine.stats()}
+
+    async def session_hints(
+        self, session_id: str, tenant: str, hints: SessionHints
+    ) -> list[HintGrant]:
+        engine = await self._live_engine()
+        return await engine.session_hints(session_id, tenant, hints)
 
     @property
     def healthy(self) -> bool:

@@ -37,6 +37,7 @@ from deployments.serve_config import SGLangSettings
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.config import EngineConfig
+from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import EngineProtocol, EngineStats, GenerateRequest
 from router.digest import build_digest
@@ -150,6 +151,12 @@ class EngineReplica:
     async def generate(self, request: GenerateRequest) -> AsyncIterator[ReplicaOutput]:
         async for item in stream_with_abort(self._engine, request, self._replica):
             yield item
+
+    async def session_hints(
+        self, session_id: str, tenant: str, hints: SessionHints
+    ) -> list[HintGrant]:
+        """The session endpoint's hints (`POST /v1/penelope/sessions/{id}`), on this replica."""
+        return await self._engine.session_hints(session_id, tenant, hints)
 
     async def record_routing_stats(self) -> dict[str, Any]:
         # Off the event loop: the engine's lock is held for a whole forward step.

@@ -14,6 +14,12 @@ all optional; without any, a request runs exactly as before:
   unless `retain_s` is set otherwise.
 
 The engine reports what each hint got in `usage.penelope.hints` (`grants_body`).
+
+A harness learns that a turn called a tool only when the reply arrives, after
+the request went out; it then sends what it knows to the session endpoint,
+`POST /v1/penelope/sessions/{id}` with `expected_gap_s`, `end_session` or
+`retain_s` (`session_endpoint_hints`; same auth and tenant as the completions
+endpoints). The reply's `hints` is the same `grants_body`.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deployments.errors import invalid
-from deployments.schemas import ChatCompletionRequest, CompletionRequest
+from deployments.schemas import ChatCompletionRequest, CompletionRequest, SessionHintsRequest
 from penelope_engine.errors import InvalidRequestError
 from penelope_engine.hints import NO_HINTS, HintGrant, SessionHints
 
@@ -105,6 +111,18 @@ def session_hints(
         return SessionHints(**fields)
     except InvalidRequestError as exc:
         raise invalid(str(exc), param="penelope") from exc
+
+
+def session_endpoint_hints(body: SessionHintsRequest) -> SessionHints:
+    """The session endpoint's body as `SessionHints` (400 naming the field when they
+    contradict each other, or when none is given)."""
+    fields = body.model_dump(exclude_unset=True)
+    if not fields:
+        raise invalid("give expected_gap_s, end_session or retain_s", param="expected_gap_s")
+    try:
+        return SessionHints(**fields)
+    except InvalidRequestError as exc:
+        raise invalid(str(exc), param="end_session") from exc
 
 
 def has_history(body: ChatCompletionRequest | CompletionRequest) -> bool:

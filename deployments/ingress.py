@@ -42,6 +42,7 @@ from deployments.errors import overloaded, unavailable
 from deployments.replica_stats import ReplicaStatsBook, merged
 from deployments.settings import ApiSettings, load_api_keys
 from penelope_engine.cache.pages import FirstPages
+from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.protocol import EngineStats, GenerateRequest
 from router import local
 from router.schema import ROUTE_PREFIX_PAGES
@@ -65,6 +66,7 @@ class RayBackend:
         book: ReplicaStatsBook | None = None,
     ) -> None:
         self._handle = handle.options(stream=True, method_name="generate")
+        self._hints = handle.options(method_name="session_hints")
         self._retry_after_s = retry_after_s
         self._stats = book if book is not None else ReplicaStatsBook()
         self.model_name = info.model_name
@@ -105,6 +107,22 @@ class RayBackend:
         finally:
             if not finished:
                 responses.cancel()
+
+    async def session_hints(
+        self, session_id: str, tenant: str, hints: SessionHints
+    ) -> list[HintGrant]:
+        """To the replica the router sends the session to (its cache-affinity key; keyword
+        arguments, so the router reads the session and the tenant as a request's)."""
+        handle = self._hints.options(session_id=session_id)
+        try:
+            grants: list[HintGrant] = await handle.remote(
+                session_id=session_id, tenant=tenant, hints=hints
+            )
+        except BackPressureError as exc:
+            raise overloaded(f"All engine replicas are busy: {exc}", self._retry_after_s) from exc
+        except REPLICA_FAILURES as exc:
+            raise unavailable("The engine replica failed; retry.", self._retry_after_s) from exc
+        return grants
 
     def replica_stats(self) -> Mapping[str, EngineStats]:
         return merged(self._stats.live(), local.routing_stats())

@@ -68,6 +68,15 @@ class PenelopeHints(_Closed):
     parent_session: Annotated[str, Field(min_length=1, max_length=256)] | None = None
 
 
+class SessionHintsRequest(_Closed):
+    """`POST /v1/penelope/sessions/{id}`: what a harness learned once the turn's reply
+    arrived (`deployments.hints.session_endpoint_hints`); every field optional."""
+
+    expected_gap_s: Seconds | None = None
+    end_session: bool = False
+    retain_s: Seconds | None = None
+
+
 class TextPart(_Strict):
     type: Literal["text"]
     text: str

@@ -2,6 +2,14 @@
 
     penelope serve [--host 127.0.0.1] [--port 8000] [--model smollm2-135m]
 
+It runs what serve_config.yaml deploys on Ray Serve, one replica of it: the same
+model, cache (512 device pages, a host tier of 1024 written through, the Arrow
+store in ~/.cache/penelope/store with a 2 GiB budget, `return_aware` eviction),
+scheduler and agent levers (`penelope_engine.shipped`). What differs, and why:
+one process and one engine (no router, no autoscaling: there is one replica),
+and no Ray. `--store-uri none` serves without a store (and so without prefetch
+or the hand-over between replicas); `--host-pages 0` without a host tier.
+
 Options become an `EngineConfig` and `ApiSettings`; the server itself is
 `deployments.standalone.serve_standalone`.
 """
@@ -17,12 +25,22 @@ from deployments.tools.parsers import PARSER_CHOICES
 from penelope_cli.helpformat import parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from penelope_engine.shipped import SHIPPED_POLICY, shipped_scheduler
+from penelope_engine.shipped import (
+    SHIPPED_HOST_FACTOR,
+    SHIPPED_POLICY,
+    SHIPPED_STORE_BYTES,
+    SHIPPED_STORE_URI,
+    shipped_cache,
+    shipped_scheduler,
+)
+
+# serve_config.yaml's engine (a test holds them equal): one of its replicas
+DEVICE_PAGES, MAX_RUNNING, MAX_BATCH_TOKENS = 512, 16, 2048
 
 
 def add_serve_args(ap: argparse.ArgumentParser) -> None:
     """The `penelope serve` options."""
-    d, c, s = EngineConfig(), CacheConfig(), SchedulerConfig()
+    d, c = EngineConfig(), CacheConfig()
     a = ApiSettings()
     ap.add_argument("--host", default="127.0.0.1", help="bind address")
     ap.add_argument("--port", type=int, default=8000, help="TCP port")
@@ -33,12 +51,21 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--dtype", default=d.dtype, choices=("float32", "float16", "bfloat16"), help="model dtype"
     )
-    ap.add_argument("--page-size", type=int, default=c.page_size, help="tokens per KV page")
+    ap.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
+    ap.add_argument("--device-pages", type=int, default=DEVICE_PAGES, help="KV pages on the device")
     ap.add_argument(
-        "--device-pages", type=int, default=c.device_pages, help="KV pages on the device"
+        "--host-pages",
+        type=int,
+        default=None,
+        help=f"KV pages in host memory (default: {SHIPPED_HOST_FACTOR} x the device; 0: no tier)",
     )
     ap.add_argument(
-        "--host-pages", type=int, default=c.host_pages, help="KV pages in host memory (0: no tier)"
+        "--store-uri",
+        default=SHIPPED_STORE_URI,
+        help="Arrow store under the host tier: a path or s3:// URI; none: no store",
+    )
+    ap.add_argument(
+        "--store-bytes", type=int, default=SHIPPED_STORE_BYTES, help="the store's byte budget"
     )
     ap.add_argument(
         "--policy",
@@ -78,7 +105,10 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
         help="tokens one tenant's hinted pins may hold at once (default: no per-tenant quota)",
     )
     ap.add_argument(
-        "--max-running", type=int, default=s.max_running, help="most requests running at once"
+        "--max-running", type=int, default=MAX_RUNNING, help="most requests running at once"
+    )
+    ap.add_argument(
+        "--max-batch-tokens", type=int, default=MAX_BATCH_TOKENS, help="most tokens of one step"
     )
     ap.add_argument(
         "--max-pending",
@@ -111,25 +141,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSettings]:
-    cache = CacheConfig(
-        page_size=args.page_size,
-        device_pages=args.device_pages,
-        host_pages=args.host_pages,
+    host = SHIPPED_HOST_FACTOR * args.device_pages if args.host_pages is None else args.host_pages
+    store = None if args.store_uri.strip().lower() in ("", "none") else args.store_uri
+    cache = shipped_cache(
+        args.device_pages,
+        args.page_size,
+        store_uri=store,
+        store_bytes=args.store_bytes,
+        host_pages=host,
         policy=args.policy,
         session_ttl_s=args.session_ttl_s,
         max_session_records=args.max_session_records,
         tenant_pin_seconds=args.tenant_pin_seconds,
         tenant_pin_tokens=args.tenant_pin_tokens,
     )
+    tokens = args.max_batch_tokens
     engine = EngineConfig(
         model=args.model,
         device=args.device,
         dtype=args.dtype,
         cache=cache,
         scheduler=(
-            shipped_scheduler(max_running=args.max_running)
+            shipped_scheduler(tokens, args.max_running)
             if args.agent_levers == "shipped"
-            else SchedulerConfig(max_running=args.max_running)
+            else SchedulerConfig(
+                max_running=args.max_running, max_batch_tokens=tokens, prefill_chunk=tokens // 2
+            )
         ),
     )
     settings = ApiSettings(

@@ -27,6 +27,7 @@ from cache_store import ArrowSegmentStore, PathRecord, StoreStats
 from penelope_engine.config import EngineConfig
 from penelope_engine.engine import Engine, output_of
 from penelope_engine.errors import EngineError
+from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.protocol import EngineStats, GenerateRequest, RequestOutput, SessionDigest
 from penelope_engine.sched.sequence import Sequence
@@ -218,6 +219,17 @@ class AsyncEngine:
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._post(_Abort(request_id, done))
         return await done
+
+    async def session_hints(
+        self, session_id: str, tenant: str, hints: SessionHints
+    ) -> list[HintGrant]:
+        """Apply a harness's hints to an idle session, between two steps."""
+
+        def apply() -> list[HintGrant]:
+            with self._reading():
+                return self.engine.session_hints(session_id, tenant, hints)
+
+        return await asyncio.to_thread(apply)
 
     def stats(self) -> EngineStats:
         with self._reading():

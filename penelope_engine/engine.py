@@ -19,6 +19,7 @@ from penelope_engine.config import EngineConfig
 from penelope_engine.core import CoreHooks, build_core
 from penelope_engine.errors import CapacityError, EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
+from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import (
     EngineStats,
@@ -185,6 +186,13 @@ class Engine:
         if seq.finish_reason == "abort":
             self.scheduler.finish(seq, None, aborted=True)
         return True
+
+    def session_hints(self, session_id: str, tenant: str, hints: SessionHints) -> list[HintGrant]:
+        """A harness's hints for an idle session, after its turn ended (the session endpoint
+        `POST /v1/penelope/sessions/{id}`): `Scheduler.session_hints`."""
+        if hints.parent_session is not None:
+            raise InvalidRequestError("parent_session is a request's hint, not a session's")
+        return self.scheduler.session_hints(session_id, tenant, hints)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()

@@ -26,9 +26,10 @@ from penelope_engine.errors import InvalidRequestError
 # Why a hint was granted less than asked (None: granted in full).
 ClipReason = Literal[
     "tenant_pin_seconds",  # retain_s above the tenant's longest pin
-    "tenant_pin_tokens",  # the tenant's pinned tokens would pass its quota
+    "tenant_pin_tokens",  # the tenant's hinted tokens (pins, expected gaps) would pass its quota
+    "tenant_fair_share",  # the tenant's hinted pages would pass its share of the device
     "device_pin_share",  # pins would hold more of the device than `max_pinned_fraction`
-    "no_session",  # a request without a session id never returns: nothing to keep
+    "no_session",  # no session id, or (between turns) no idle session with cached pages here
     "no_cached_pages",  # the turn left no full page on the device to keep
     "tenant",  # parent_session belongs to another tenant (pages are never shared)
     "unknown_parent",  # parent_session has no record on this replica
@@ -66,3 +67,11 @@ class HintGrant:
     asked: float | bool | str
     granted: float | bool | str | None
     clipped_by: ClipReason | None = None
+
+
+def refused(h: SessionHints, why: ClipReason) -> list[HintGrant]:
+    """A grant of nothing, for `why`, for each turn-end hint `h` gives (`parent_session`
+    is granted on arrival, not here)."""
+    given = {"retain_s": h.retain_s, "expected_gap_s": h.expected_gap_s}
+    given["end_session"] = h.end_session or None
+    return [HintGrant(name, asked, None, why) for name, asked in given.items() if asked is not None]

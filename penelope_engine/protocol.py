@@ -257,6 +257,13 @@ class EngineProtocol(Protocol):
         """Abort a request, once its pages are free; False if it is not running here."""
         ...
 
+    async def session_hints(
+        self, session_id: str, tenant: str, hints: SessionHints
+    ) -> list[HintGrant]:
+        """Apply a harness's hints to an idle session of `tenant` after its turn ended
+        (`POST /v1/penelope/sessions/{id}`); what each hint was granted."""
+        ...
+
     def stats(self) -> EngineStats: ...
 
     def store_stats(self) -> StoreStats | None:

@@ -3,14 +3,17 @@ benchmarks measure (`bench.sim.setups`' `penelope`, `bench replay --caches penel
 and its entry points run (`serve_config.yaml`, `penelope serve`).
 
 One definition, so that the product deployed is the product measured
-(`tests/cpu/penelope_engine/test_shipped.py` holds serve_config.yaml to it). The
+(`tests/cpu/deployments/test_default_config.py` holds serve_config.yaml to it, and
+`tests/cpu/penelope_cli/test_serve_cli.py` holds `penelope serve` to serve_config.yaml). The
 configs' own defaults (`CacheConfig`, `AgentConfig`) stay neutral: levers off, as
 SGLang and vLLM schedule, for tests and for anyone composing an engine by hand.
 """
 
 from __future__ import annotations
 
-from penelope_engine.config import AgentConfig, EvictionPolicyName, SchedulerConfig
+from typing import Any
+
+from penelope_engine.config import AgentConfig, CacheConfig, EvictionPolicyName, SchedulerConfig
 
 # Where KV memory binds (docs/results.md 12.3, 14) `return_aware` keeps the sessions
 # that come back soonest; where it does not (host factor 2) it ties `greedydual`.
@@ -36,4 +39,33 @@ def shipped_scheduler(max_batch_tokens: int = 2048, max_running: int = 64) -> Sc
         max_running=max_running,
         prefill_chunk=max(1, max_batch_tokens // PREFILL_CHUNK_SHARE),
         agent=SHIPPED_AGENT,
+    )
+
+
+# The tiers as serve_config.yaml deploys them: a host tier twice the device, written
+# through, over a local Arrow store with a budget (`penelope serve` and the load and soak
+# benches run the same shape).
+SHIPPED_HOST_FACTOR = 2
+SHIPPED_STORE_URI = "~/.cache/penelope/store"
+SHIPPED_STORE_BYTES = 2 << 30
+
+
+def shipped_cache(
+    device_pages: int,
+    page_size: int = 16,
+    store_uri: str | None = SHIPPED_STORE_URI,
+    store_bytes: int = SHIPPED_STORE_BYTES,
+    **fields: Any,
+) -> CacheConfig:
+    """The cache Penelope ships for `device_pages` device pages: the policy, a host tier of
+    `SHIPPED_HOST_FACTOR` x the device written through, and the store (None: none)."""
+    fields.setdefault("host_pages", SHIPPED_HOST_FACTOR * device_pages)
+    fields.setdefault("policy", SHIPPED_POLICY)
+    return CacheConfig(
+        page_size=page_size,
+        device_pages=device_pages,
+        write_policy="write_through",
+        store_uri=store_uri,
+        store_bytes=store_bytes,
+        **fields,
     )

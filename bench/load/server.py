@@ -9,6 +9,7 @@ then checks that the engine is idle with no page held and no node locked.
 from __future__ import annotations
 
 import resource
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -19,6 +20,7 @@ from bench.load.client import client_deadline_s, client_main, summarize
 from bench.load.config import MODEL, LoadConfig
 from bench.sampler import Sampler
 from bench.traces import CLAUDE_BLOCK
+from penelope_engine.config import EngineConfig
 from penelope_engine.protocol import EngineProtocol
 
 
@@ -94,18 +96,32 @@ def page_report(engine: EngineProtocol) -> dict[str, Any]:
     }
 
 
+def engine_levers(engine: EngineConfig) -> dict[str, Any]:
+    """What the bench's server ran: its policy, tiers and agent levers (what ships)."""
+    c = engine.cache
+    return {
+        "policy": c.policy,
+        "device_pages": c.device_pages,
+        "host_pages": c.host_pages,
+        "store": c.store_uri is not None,
+        "prefill_chunk": engine.scheduler.prefill_chunk,
+        "agent": asdict(engine.scheduler.agent),
+    }
+
+
 def run_load(cfg: LoadConfig) -> dict[str, Any]:
     import torch
 
     from deployments.settings import ApiSettings
     from deployments.standalone import background_server, standalone_app
-    from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
+    from penelope_engine.shipped import shipped_cache, shipped_scheduler
 
     torch.set_num_threads(cfg.threads)
-    engine_config = EngineConfig(
+    store_dir = tempfile.TemporaryDirectory(prefix="penelope-load-")
+    engine_config = EngineConfig(  # what ships: host tier, store, policy and levers
         model=MODEL,
-        cache=CacheConfig(page_size=cfg.page_size, device_pages=cfg.device_pages),
-        scheduler=SchedulerConfig(max_running=64, max_batch_tokens=2048, prefill_chunk=512),
+        cache=shipped_cache(cfg.device_pages, cfg.page_size, store_uri=store_dir.name),
+        scheduler=shipped_scheduler(2048, max_running=64),
     )
     settings = ApiSettings(max_pending=4 * cfg.sessions, max_body_bytes=256 << 10)
     app = standalone_app(engine_config, settings)
@@ -118,15 +134,18 @@ def run_load(cfg: LoadConfig) -> dict[str, Any]:
         stats = backend_ref[0].engine.stats()
         return stats.pages_device_used >= 0.95 * stats.pages_device_total
 
-    with background_server(app) as url, RssSampler(pool_full=pool_full) as rss:
-        backend = app.state.penelope.backend
-        backend_ref.append(backend)
-        vocab = backend.engine.vocab_size
-        records = run_child(
-            client_main, (cfg, url, vocab), timeout_s=client_deadline_s(cfg), name="load-client"
-        )
-        idle = wait_idle(backend.engine, 60.0)
-        pages = page_report(backend.engine)
+    try:
+        with background_server(app) as url, RssSampler(pool_full=pool_full) as rss:
+            backend = app.state.penelope.backend
+            backend_ref.append(backend)
+            vocab = backend.engine.vocab_size
+            records = run_child(
+                client_main, (cfg, url, vocab), timeout_s=client_deadline_s(cfg), name="load-client"
+            )
+            idle = wait_idle(backend.engine, 60.0)
+            pages = page_report(backend.engine)
+    finally:
+        store_dir.cleanup()  # the server has stopped: its store writes are done
     requests = summarize(records)
     pages["leaked_pages"] = pages["request_pages"]
     scale = {**cfg.trace_scale.describe(CLAUDE_BLOCK), "token_stride": cfg.stride}
@@ -135,6 +154,7 @@ def run_load(cfg: LoadConfig) -> dict[str, Any]:
     return {
         "bench": "load",
         "config": {**asdict(cfg), "model": MODEL, "scale": scale},
+        "engine": engine_levers(engine_config),
         "elapsed_s": round(time.monotonic() - t0, 1),
         "requests": requests,
         "pages": {**pages, "engine_idle": idle, "engine_restarts": backend.restarts},

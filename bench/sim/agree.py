@@ -20,6 +20,13 @@ the admission order, preemptions and the times of admission, first token
 and finish; `mismatches` counts requests that differ in any of them, and
 the run fails unless it is 0 and the cases did load from the host and the
 store and recompute holes.
+
+Copies are part of it: the engine's tiers copy on the step thread, so each
+copy (demotion, write-through, load, spill) delays the next step's forward for
+every request (`bench.sim.tiers.TimedTiers`). `copies` gives, per side, the
+pages of each kind of copy and the seconds the step thread spent on them; the
+run fails unless both sides copied the same pages, charged the same seconds,
+and those seconds are more than zero (a copy did stall a step).
 """
 
 from __future__ import annotations
@@ -107,9 +114,18 @@ def scheduler_config() -> SchedulerConfig:
     return SchedulerConfig(max_batch_tokens=1024, prefill_chunk=512, max_running=8)
 
 
+COPY_FIELDS = ("d2h_pages", "h2d_pages", "spill_pages", "install_pages", "step_copy_s")
+
+
+def copies(sim: Simulator) -> dict[str, float]:
+    """The pages each kind of copy moved and the step thread's copy seconds, fleet-wide."""
+    stats = [asdict(rep.tiers.stats) for rep in sim.replicas]
+    return {f: sum(s[f] for s in stats) for f in COPY_FIELDS}
+
+
 def run_engine(
     cfg: AgreeConfig, wl: Workload, store_dir: str | None
-) -> tuple[list[RequestRecord], int]:
+) -> tuple[list[RequestRecord], int, dict[str, float]]:
     from penelope_engine.engine import Engine
     from penelope_engine.model.registry import load_model
 
@@ -131,7 +147,7 @@ def run_engine(
     sim.run()
     engine.check_integrity()
     engine.close()  # its store writes behind end before the caller removes the store
-    return sim.requests, sim.failed
+    return sim.requests, sim.failed, copies(sim)
 
 
 def sim_config(
@@ -151,12 +167,16 @@ def sim_config(
 
 def run_sim(
     cfg: AgreeConfig, wl: Workload, vocab: int, kv: int, store: bool, fast: bool
-) -> tuple[list[RequestRecord], int]:
+) -> tuple[list[RequestRecord], int, dict[str, float]]:
     sim = Simulator(wl, sim_config(cfg, vocab, store, fast), cost_model(kv), 0)
     sim.run()
     for rep in sim.replicas:
         rep.cache.check_integrity(request_pages=0)
-    return sim.requests, sim.failed
+    return sim.requests, sim.failed, copies(sim)
+
+
+def copies_agree(a: dict[str, float], b: dict[str, float]) -> bool:
+    return all(_close(a[f], b[f]) for f in COPY_FIELDS)
 
 
 def _close(a: float, b: float) -> bool:
@@ -205,10 +225,11 @@ def run_case(cfg: AgreeConfig, wl: Workload, store: bool) -> dict[str, Any]:
     mc = tiny_qwen3_config()
     kv = mc.kv_bytes_per_token(4)
     with tempfile.TemporaryDirectory(prefix="penelope-agree-") as store_dir:
-        engine, engine_failed = run_engine(cfg, wl, store_dir if store else None)
-    sim, sim_failed = run_sim(cfg, wl, mc.vocab_size, kv, store, fast=False)
-    fast, fast_failed = run_sim(cfg, wl, mc.vocab_size, kv, store, fast=True)
+        engine, engine_failed, engine_copies = run_engine(cfg, wl, store_dir if store else None)
+    sim, sim_failed, sim_copies = run_sim(cfg, wl, mc.vocab_size, kv, store, fast=False)
+    fast, fast_failed, fast_copies = run_sim(cfg, wl, mc.vocab_size, kv, store, fast=True)
     diffs, diffs_fast = compare(engine, sim), compare(engine, fast)
+    copies_ok = copies_agree(engine_copies, sim_copies) and copies_agree(engine_copies, fast_copies)
     return {
         "tiers": "device+host+store" if store else "device+host",
         "requests": len(engine),
@@ -218,6 +239,8 @@ def run_case(cfg: AgreeConfig, wl: Workload, store: bool) -> dict[str, Any]:
         "examples": diffs[:5],
         "examples_fast_decode": diffs_fast[:5],
         "totals": {"engine": totals(engine), "sim": totals(sim), "sim_fast": totals(fast)},
+        "copies": {"engine": engine_copies, "sim": sim_copies, "sim_fast": fast_copies},
+        "copies_agree": copies_ok,
     }
 
 
@@ -228,6 +251,8 @@ def run_agree(cfg: AgreeConfig) -> dict[str, Any]:
     cases = [run_case(cfg, wl, store=True), run_case(cfg, wl, store=False)]
     seen = {f: sum(c["totals"]["engine"][f] for c in cases) for f in SOURCES}
     exercised = all(seen[f] > 0 for f in ("host_tokens", "store_tokens", "recomputed_tokens"))
+    copied = all(c["copies_agree"] for c in cases)
+    stalled = all(c["copies"]["engine"]["step_copy_s"] > 0 for c in cases)
     mismatches = sum(c["mismatches"] for c in cases)
     fast = sum(c["mismatches_fast_decode"] for c in cases)
     kv = tiny_qwen3_config().kv_bytes_per_token(4)
@@ -238,8 +263,10 @@ def run_agree(cfg: AgreeConfig) -> dict[str, Any]:
         "mismatches": mismatches,
         "mismatches_fast_decode": fast,
         "exercised_every_tier": exercised,
+        "copies_agree": copied,
+        "copies_stalled_steps": stalled,
         "cases": cases,
-        "ok": mismatches == 0 and fast == 0 and exercised,
+        "ok": mismatches == 0 and fast == 0 and exercised and copied and stalled,
     }
 
 
@@ -250,10 +277,16 @@ def table(r: dict[str, Any]) -> str:
             parts = " / ".join(str(t[f]) for f in SOURCES)
             key = f"{case['tiers']}, {side}: device/host/store/recomputed/new"
             rows.append((key, f"{parts}, {t['preemptions']} preempted"))
+        for side, c in case["copies"].items():
+            key = f"{case['tiers']}, {side}: copied pages d2h/h2d/spill/install, thread s"
+            pages = " / ".join(str(int(c[f])) for f in COPY_FIELDS[:-1])
+            rows.append((key, f"{pages}, {c['step_copy_s']:.4f} s"))
     rows += [
         ("mismatches (engine vs sim)", str(r["mismatches"])),
         ("mismatches (engine vs sim, fast decode)", str(r["mismatches_fast_decode"])),
         ("every tier exercised", str(r["exercised_every_tier"])),
+        ("copies agree (pages, step-thread seconds)", str(r["copies_agree"])),
+        ("copies stalled steps", str(r["copies_stalled_steps"])),
         ("verdict", "ok" if r["ok"] else "FAILED"),
     ]
     width = max(len(k) for k, _ in rows)

@@ -27,6 +27,10 @@ class SimConfig:
     # loads from the host and the store stream layer by layer, overlapped with the forward
     # (SGLang HiCache); False: whole pages before it (Penelope's tiers, vLLM with LMCache)
     layerwise_loads: bool = False
+    # device-to-host copies on a stream of their own, stalling no step (SGLang HiCache's
+    # write-through); False: every copy is on the step thread (`bench.sim.tiers`)
+    async_writes: bool = False
+    async_spills: bool = False  # host pages written to the store off the step thread
     device_budget_tokens: int = 200_000
     host_budget_tokens: int = 0  # used (and required) with a host tier
     replicas: int = 1

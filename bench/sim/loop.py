@@ -11,8 +11,9 @@ pulls `record_routing_stats`). Each replica runs the engine's scheduling core
 
 The oracle policy is told, at the end of each turn, when that session's next
 turn will arrive (at any replica), or that it never will. In hint mode
-(`SimConfig.hints`) each request carries the hints a harness would send,
-made from the same truth (`bench.sim.hints`).
+(`SimConfig.hints`) a harness sends, at the end of each turn, the hints it can
+know then (`bench.sim.hints`: a noised gap after a tool call, the end after
+the last reply) to the replica that ran it, as the session endpoint does.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from bench.sim.tiers import FreeCopies
 from bench.sim.turns import SessionState, SimRequest, make_request
 from bench.tokens import TokenMap
 from bench.workload import Workload
-from penelope_engine.hints import NO_HINTS
 from router.digest import build_digest, decode_digest
 from router.schema import ROUTE_PREFIX_PAGES, ReplicaView, RouterConfig, RouteRequest
 
@@ -86,6 +86,8 @@ class Simulator:
                     clock,
                     has_store=cfg.tiers == "gpu+cpu+store",
                     layerwise_loads=cfg.layerwise_loads,
+                    async_writes=cfg.async_writes,
+                    async_spills=cfg.async_spills,
                     fast_decode=cfg.fast_decode,
                 )
                 for i in range(cfg.replicas)
@@ -236,8 +238,7 @@ class Simulator:
         return tuple(self.hasher.hashes(np.concatenate([prompt[:start], prompt[end:]])).tolist())
 
     def _request(self, st: SessionState, k: int) -> SimRequest:
-        hints = self.hints.for_turn(st.session, k) if self.hints is not None else NO_HINTS
-        return make_request(st, k, self.now, self.tokens, self.hasher, self.cfg.page_size, hints)
+        return make_request(st, k, self.now, self.tokens, self.hasher, self.cfg.page_size)
 
     # -- a step ends ----------------------------------------------------------------------
     def _step_done(self, data: tuple[Replica, Step]) -> None:
@@ -247,12 +248,16 @@ class Simulator:
         rep.busy = False
         rep.current = None
         for req in rep.commit(step):
-            self._record(req)
             st = self.states[req.session_id]
             assert req.seq is not None
             assert st.raw is not None
             st.last = (st.raw, req.seq.token_array(len(req.seq.tokens)))
             rep.cache.set_next_arrival(req.session_id, self.now + next_gap(st.session, req.turn))
+            hints = self.hints.after_turn(st.session, req.turn) if self.hints else None
+            if hints is not None:  # the harness, once the reply is in (the session endpoint)
+                grants = rep.scheduler.session_hints(req.session_id, req.seq.req.tenant, hints)
+                req.seq.hint_grants.extend(grants)  # reported with the turn they follow
+            self._record(req)
             self._turn_over(st, req.turn)
         self._kick(rep)
 

@@ -88,6 +88,8 @@ def sim_config(
         router=setup.router,
         page_size=64,
         layerwise_loads=spec.layerwise_loads,
+        async_writes=spec.async_writes,
+        async_spills=spec.async_spills,
         hints=spec.hints,
         hint_noise=hint_noise,
         free_copies=spec.free_copies,

@@ -8,11 +8,13 @@ engine's), the tokens (the trace's, scripted, instead of a model's), and the
 time copies take. Admission, load-or-recompute, chunking, decode pages,
 preemption, usage accounting, insert and release are the engine's code.
 
-Where the tiers load layer by layer (`layerwise_loads`), a
-request's prefill starts once the first layer of its loads is in, and the step
-that runs its first chunk overlaps the rest of the copy: it ends when its
-compute does, or when the last layer's copy is in and that layer's share of
-the compute has run after it, whichever is later.
+Copies are charged as the engine makes them (`bench.sim.tiers.TimedTiers`):
+each copy on the step thread delays the forward of the next step, for every
+request in it. Where the tiers load layer by layer (`layerwise_loads`), a
+step's loads stream under its forward instead: the forward of layer i waits
+for layer i's copy, so the step ends when its compute does after the first
+layer is in, or when the last layer is in and that layer's share of the
+compute has run after it, whichever is later.
 """
 
 from __future__ import annotations
@@ -102,16 +104,20 @@ class Replica:
         *,
         has_store: bool = False,
         layerwise_loads: bool = False,
+        async_writes: bool = False,
+        async_spills: bool = False,
         fast_decode: bool = True,
     ) -> Replica:
         """A replica without a model: the core from `build_core` over `NullTiers`, timed.
 
         `policy` names an eviction policy the simulator runs (the oracle included);
         `has_store`: host evictions spill to a store without a byte budget;
-        `layerwise_loads`: loads stream layer by layer over the cost model's layers."""
+        `layerwise_loads`: loads stream layer by layer over the cost model's layers;
+        `async_writes`: device-to-host copies on a stream of their own (HiCache);
+        `async_spills`: writes to the store on a thread of their own (the peers')."""
         ps = cache.page_size
         layers = num_layers(cost) if layerwise_loads else 1
-        tiers = TimedTiers(NullTiers(), cost, ps, clock, layers)
+        tiers = TimedTiers(NullTiers(), cost, ps, clock, layers, async_writes, async_spills)
         core = build_core(
             cache,
             sched,
@@ -196,7 +202,8 @@ class Replica:
             return None
         load = step_load(items)
         if self.runner is not None:  # the model runs the step now; its tokens land at the end
-            return Step(now, self._end(now, items, load), items, tokens=self.runner(items))
+            start, end = self._span(now, load)
+            return Step(start, end, items, tokens=self.runner(items))
         if (
             self.fast_decode
             and len(items) == len(sched.running)
@@ -206,24 +213,27 @@ class Replica:
             ends = np.cumsum(decode_run(self.cost, load, most))
             want = min(most, int(np.searchsorted(ends, horizon - now)) + 1)
             steps = extend_decodes(sched, items, want)
-            return Step(now, now + float(ends[steps - 1]), items, steps, ends=ends[:steps])
-        return Step(now, self._end(now, items, load), items)
+            start = self.tiers.step_start(now)  # after the copies its decode pages made
+            self.tiers.take_streamed()  # a decode step loads nothing
+            return Step(start, start + float(ends[steps - 1]), items, steps, ends=ends[:steps])
+        start, end = self._span(now, load)
+        return Step(start, end, items)
 
-    def _end(self, now: float, items: list[BatchItem], load: StepLoad) -> float:
-        """When a step of `items` starting now ends: after its compute, and, where its
-        tiers load layer by layer, not before the last layer of a first chunk's loads is
-        in and that layer's share of the compute has run (the forward of layer i waits
-        for layer i's copy; the copy, a `layers`-th per layer, is ahead of it)."""
+    def _span(self, now: float, load: StepLoad) -> tuple[float, float]:
+        """When a step planned at `now` starts its forward and when it ends.
+
+        It starts once the step thread's copies are done (`TimedTiers.step_start`:
+        demotions, write-through, loads, spills, installs, whichever request they
+        were for). Loads streamed layer by layer (`layers` > 1) run under the
+        forward: the forward of layer i waits for layer i's copy, a `layers`-th of
+        the loads each, so the step ends after the first layer's copy and the
+        whole compute, or after every copy and the last layer's compute."""
         compute = self.cost.step_time(load)
-        end = now + compute
-        if self.tiers.layers == 1:
-            return end
-        for it in items:
-            seq = it.seq
-            if seq.in_prefill and seq.cursor == 0:  # the admission's first chunk
-                done = self.tiers.copies_done(seq.ready_at)
-                end = max(end, done + compute / self.tiers.layers)
-        return end
+        start = self.tiers.step_start(now)
+        loads, n = self.tiers.take_streamed(), self.tiers.layers
+        if loads <= 0:
+            return start, start + compute
+        return start, start + max(compute + loads / n, loads + compute / n)
 
     def truncate(self, now: float) -> Step | None:
         """A request arrived here at `now` during a decode run: end the run with the step

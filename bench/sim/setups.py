@@ -13,11 +13,15 @@ llm-d's default scorers. Engine caches:
 * `sglang-hicache`: SGLang HiCache, a host tier written through, LRU, hits in
   the host loaded back layer by layer, overlapped with the forward (its load
   stream records an event per layer and the forward of layer i waits only for
-  layer i: `layerwise_loads`).
+  layer i: `layerwise_loads`); its write-through runs on a write stream of its
+  own and stalls no step (`async_writes`), as do its writes to a storage
+  backend (`async_spills`).
 * `continuum`: Continuum (arXiv 2511.02230, a vLLM fork) with host offload:
   program-level FCFS and a TTL pin after each tool call, LRU. Its offload is
   vLLM's LMCacheConnectorV1 at LMCache's defaults (`use_layerwise` off), which
-  loads a request's KV whole before the forward: no `layerwise_loads`.
+  loads a request's KV whole before the forward and saves it before the step
+  ends: no `layerwise_loads`, no `async_writes`; LMCache's disk backend writes on
+  a thread of its own (`async_spills`).
 
 Penelope is `affinity` over its own cache, what ships (`penelope_engine.shipped`):
 return-aware eviction with holes (the session expected back last goes first, its
@@ -27,9 +31,10 @@ the host) and a prefill chunk cap of a quarter of the step's token budget, so
 a long prefill shares each step with turns that arrive behind it instead of
 taking the whole step (the peers chunk at the whole budget, as SGLang's
 `--chunked-prefill-size` and vLLM's `max_num_batched_tokens` do by default).
-Its tiers copy whole pages before the forward (`penelope_engine.tiers.copies`),
-so it has no `layerwise_loads` either. `ablations` switches each lever off in
-turn.
+Its tiers copy whole pages on the step thread before the forward
+(`penelope_engine.tiers.copies`), so every copy stalls the step: no
+`layerwise_loads`, no `async_writes`, no `async_spills` (`bench.sim.tiers`).
+`ablations` switches each lever off in turn.
 
 `penelope+hints` is Penelope in hint mode (`bench.sim.hints`: its requests carry
 the harness's hints from the trace); `hinted` puts any set-up over an engine with
@@ -74,6 +79,8 @@ class CacheSpec:
     prefill_chunk: int = STEP_TOKENS  # most tokens of one request's prefill in one step
     step_tokens: int = STEP_TOKENS  # most tokens of one step, prefill and decode
     layerwise_loads: bool = False  # loads stream layer by layer, overlapped with the forward
+    async_writes: bool = False  # device-to-host copies on a stream of their own (no stall)
+    async_spills: bool = False  # host pages written to the store off the step thread
     hints: bool = False  # hint mode: requests carry a harness's hints (`bench.sim.hints`)
     kv_scale: int = 1  # device and host budgets x this (`unbounded`: a ceiling, not a product)
     free_copies: bool = False  # copies between tiers take no time (`free_copies`: a what-if)
@@ -85,8 +92,12 @@ class CacheSpec:
 
 CACHES: dict[str, CacheSpec] = {
     "sglang-radix": CacheSpec("lru", "gpu"),
-    "sglang-hicache": CacheSpec("lru", "gpu+cpu", layerwise_loads=True),
-    "continuum": CacheSpec("lru", "gpu+cpu", AgentConfig(admission="program", retention="ttl")),
+    "sglang-hicache": CacheSpec(
+        "lru", "gpu+cpu", layerwise_loads=True, async_writes=True, async_spills=True
+    ),
+    "continuum": CacheSpec(
+        "lru", "gpu+cpu", AgentConfig(admission="program", retention="ttl"), async_spills=True
+    ),
     "penelope": CacheSpec(SHIPPED_POLICY, "gpu+cpu", SHIPPED_AGENT, PENELOPE_CHUNK),
 }
 # Every router a user can put in front of these engines today: Ray's pow2 and the peer
@@ -147,6 +158,8 @@ class Setup:
             "prefill_chunk": self.spec.prefill_chunk,
             "step_tokens": self.spec.step_tokens,
             "layerwise_loads": self.spec.layerwise_loads,
+            "async_writes": self.spec.async_writes,
+            "async_spills": self.spec.async_spills,
             "hints": self.spec.hints,
             "kv_scale": self.spec.kv_scale,
             "free_copies": self.spec.free_copies,

@@ -4,8 +4,9 @@
 `make_request` turns its k-th turn into a `SimRequest`: the trace's token ids
 (each earlier answer repeated as it was run, `bench.tokens.repeat_answer`),
 the prompt's page ids, the leading pages it shares with the session's
-previous sequence (the most any cache could reuse), the shared prefix's pages,
-and in hint mode the hints a harness sends with it (`bench.sim.hints`).
+previous sequence (the most any cache could reuse) and the shared prefix's
+pages. The engine gets the stop reason the served path has (`served_stop`);
+hint mode's hints come after the turn, not with it (`bench.sim.hints`).
 `SimRequest.sequence` is the engine's `Sequence` for it, `SimRequest.record`
 what the run reports of it once it finished.
 """
@@ -25,6 +26,12 @@ from penelope_engine.protocol import GenerateRequest, SamplingParams, TokenUsage
 from penelope_engine.sched.sequence import Sequence
 
 
+def served_stop(stop_reason: str) -> str:
+    """The stop reason the served path records for a reply: `tool_use` when it ended in
+    tool calls, else `end_turn` (whatever else the trace says, or nothing)."""
+    return "tool_use" if stop_reason == "tool_use" else "end_turn"
+
+
 @dataclass(eq=False)
 class SimRequest:
     session_id: str
@@ -36,8 +43,8 @@ class SimRequest:
     hashes: np.ndarray  # page ids of the prompt's full pages (tenant "default")
     reusable_pages: int  # leading pages equal to the session's previous sequence
     shared_pages: int  # leading pages of the common prefix
-    stop_reason: str
-    hints: SessionHints = NO_HINTS  # hint mode: what the harness sends (`bench.sim.hints`)
+    stop_reason: str  # the trace's; the engine gets `served_stop` of it
+    hints: SessionHints = NO_HINTS  # what the request carries (hint mode sends none on it)
     seq: Sequence | None = None
     finished_at: float | None = None
     replica: int = -1
@@ -68,7 +75,7 @@ class SimRequest:
             tuple(ids),
             SamplingParams(max_tokens=self.output_len, ignore_eos=True),
             session_id=self.session_id,
-            stop_reason_hint=self.stop_reason or None,
+            stop_reason_hint=served_stop(self.stop_reason),
             hints=self.hints,
             has_history=self.turn > 0,  # the miss ledger's moved_replica, not new
         )

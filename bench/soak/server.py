@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from bench.child import run_child
-from bench.load.server import page_report, wait_idle
+from bench.load.server import engine_levers, page_report, wait_idle
 from bench.sampler import Sampler
 from bench.soak.client import client_deadline_s, client_main
 from bench.soak.config import MODEL, SoakConfig
@@ -154,24 +154,23 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
 
     from deployments.settings import ApiSettings
     from deployments.standalone import background_server, standalone_app
-    from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
+    from penelope_engine.config import EngineConfig
+    from penelope_engine.shipped import shipped_cache, shipped_scheduler
 
     torch.set_num_threads(cfg.threads)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="penelope-soak-") as tmp:
-        cache = CacheConfig(
-            page_size=cfg.page_size,
-            device_pages=cfg.device_pages,
-            host_pages=cfg.host_pages,
+        cache = shipped_cache(  # what ships, at the soak's sizes
+            cfg.device_pages,
+            cfg.page_size,
             store_uri=tmp,
             store_bytes=cfg.store_mib << 20,
+            host_pages=cfg.host_pages,
             session_ttl_s=cfg.session_ttl_s,
             store_record_ttl_s=cfg.store_record_ttl_s,
         )
         engine_config = EngineConfig(
-            model=MODEL,
-            cache=cache,
-            scheduler=SchedulerConfig(max_running=64, max_batch_tokens=2048, prefill_chunk=512),
+            model=MODEL, cache=cache, scheduler=shipped_scheduler(2048, max_running=64)
         )
         app = standalone_app(engine_config, ApiSettings(max_pending=4 * cfg.concurrency))
         with background_server(app) as url:
@@ -188,6 +187,7 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
     return {
         "bench": "soak",
         "config": {**asdict(cfg), "model": MODEL},
+        "engine": engine_levers(engine_config),
         "cpu": cpu_info(),
         "elapsed_s": round(time.monotonic() - t0, 1),
         "requests": requests,

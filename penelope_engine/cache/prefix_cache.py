@@ -250,6 +250,12 @@ class PrefixCache:
         leaf = self.session(sid).leaf
         return self.placement.release_private(leaf, sid) if leaf is not None else 0
 
+    def set_expected_gap(self, sid: str, gap: float | None) -> None:
+        """A harness's `expected_gap_s` for the session's current gap (None: none)."""
+        info = self.session(sid)
+        info.expected_gap = gap
+        self.heaps.touch_path(info.leaf)
+
     def set_next_arrival(self, sid: str, t: float | None) -> None:
         info = self.session(sid)
         info.next_arrival = t

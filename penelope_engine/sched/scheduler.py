@@ -29,6 +29,7 @@ from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import CapacityError
+from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sched.admission import admit, insert_path, release_lock
 from penelope_engine.sched.agent import Retention, WaitingQueue, prefill_estimate_s, queue_key
@@ -78,6 +79,7 @@ class Scheduler:
         self.hinted = HintedSessions(hint_quotas or HintQuotas(), cache, self.retention)
         self.prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, tiers)
         self.records.listeners.append(self.prefetch.forget)
+        self.records.listeners.append(self.hinted.forget)
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -273,12 +275,22 @@ class Scheduler:
             release_lock(seq, self.cache, self.write_through)
         self.cache.free(seq.page_table[seq.owned])
         seq.owned[:] = False
-        gap, info = seq.req.hints.expected_gap_s, self.cache.session(seq.req.session)
-        self.cache.on_turn_end(seq.req.session, stop_reason, gap=gap)
-        self.prefetch.turn_ended(seq.req.session, info.turn_end, gap)
-        if not aborted:  # pins (learned and hinted), the harness's other hints
-            self.hinted.turn_ended(seq, stop_reason, self.cost, now)
+        info = self.cache.session(seq.req.session)
+        self.cache.on_turn_end(seq.req.session, stop_reason)
+        if not aborted:  # pins (learned and hinted), the harness's hints within its quotas
+            gap = self.hinted.turn_ended(seq, stop_reason, self.cost, now)
+            self.prefetch.turn_ended(seq.req.session, info.turn_end, gap)
         self.records.finished(seq, self._live_sessions)
+
+    def session_hints(self, sid: str, tenant: str, hints: SessionHints) -> list[HintGrant]:
+        """A harness's hints for `sid` after its turn ended (the session endpoint): applied
+        to its record as if that turn had carried them, within the tenant's quotas."""
+        grants, gap = self.hinted.between_turns(sid, tenant, hints, self.cost)
+        if gap is not None:
+            self.prefetch.turn_ended(sid, self.cache.session(sid).turn_end, gap)
+        if hints.end_session or hints.retain_s is not None:
+            self._released += 1  # a pin or pages may have gone: the queue may fit now
+        return grants
 
     def _live_sessions(self) -> set[str]:
         """Sessions with a request queued or running, or a pin: their records stay."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from penelope_engine.errors import ConfigError, InvalidRequestError
+from penelope_engine.hints import HintGrant, SessionHints, refused
 from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import (
     EngineStats,
@@ -199,6 +200,12 @@ class SGLangEngine:
         """Abort a request in SGLang's scheduler (its pages are released there)."""
         self._engine.tokenizer_manager.abort_request(rid=request_id)
         return True
+
+    async def session_hints(
+        self, session_id: str, tenant: str, hints: SessionHints
+    ) -> list[HintGrant]:
+        """SGLang's scheduler keeps no session records: every hint is refused (`no_session`)."""
+        return refused(hints, "no_session")
 
     def _account(self, meta: dict[str, Any]) -> None:
         usage = usage_of(meta, 0)

@@ -242,6 +242,13 @@ def test_hints_and_the_miss_ledger_through_the_proxy(base_url: str) -> None:
     assert p["hints"]["retain_s"]["granted"] < 3600  # the tenant's longest pin (600 s)
     assert p["hints"]["retain_s"]["clipped_by"] == "tenant_pin_seconds"
     assert sum(p["miss_tokens"].values()) == p["recomputed_tokens"] + p["new_tokens"] > 0
+    # after the reply: the session endpoint reaches the replica that holds the session (on
+    # another it would be `no_session`)
+    late = httpx.post(
+        f"{base_url}/v1/penelope/sessions/{sid}", json={"expected_gap_s": 9}, timeout=60
+    )
+    assert late.status_code == 200, late.text
+    assert late.json()["hints"]["expected_gap_s"] == {"asked": 9, "granted": 9, "clipped_by": None}
     bad = httpx.post(
         f"{base_url}/v1/chat/completions",
         json=body,

@@ -6,14 +6,18 @@ import argparse
 from pathlib import Path
 
 import pytest
+import yaml
 
 from deployments.auth import Authenticator
 from deployments.errors import ApiError
+from deployments.serve_config import parse_serve_config
 from deployments.settings import ApiSettings, load_api_keys, parse_api_keys
 from penelope_cli.serve import add_serve_args, config_from_args
 from penelope_engine.config import AgentConfig, SchedulerConfig
 from penelope_engine.errors import ConfigError
 from penelope_engine.shipped import SHIPPED_POLICY, shipped_scheduler
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -29,10 +33,24 @@ def test_defaults_bind_loopback_and_serve_the_default_model() -> None:
     assert engine.model == "smollm2-135m" and not settings.auth_enabled
     # what ships and is measured (penelope_engine.shipped), unless the levers are turned off
     assert engine.cache.policy == SHIPPED_POLICY
-    assert engine.scheduler == shipped_scheduler(max_running=args.max_running)
+    assert engine.scheduler == shipped_scheduler(2048, args.max_running)
     assert engine.scheduler.prefill_chunk == engine.scheduler.max_batch_tokens // 4
     off = config_from_args(parse("--agent-levers", "off"))[0].scheduler
     assert off == SchedulerConfig(max_running=args.max_running) and off.agent == AgentConfig()
+
+
+def test_the_defaults_are_what_serve_config_yaml_deploys() -> None:
+    """`penelope serve` runs one replica of serve_config.yaml's engine: the same model,
+    cache (host tier and store included), scheduler and levers."""
+    doc = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    deployed = parse_serve_config(doc["applications"][0]["args"]).engine
+    engine, _ = config_from_args(parse())
+    assert engine == deployed
+    assert engine.cache.host_pages == 2 * engine.cache.device_pages
+    assert engine.cache.store_uri == "~/.cache/penelope/store"
+    assert engine.scheduler.agent.prefetch_lead_s > 0  # with a store, prefetch runs
+    bare = config_from_args(parse("--store-uri", "none", "--host-pages", "0"))[0].cache
+    assert bare.store_uri is None and bare.host_pages == 0
 
 
 def test_flags_reach_the_engine_and_api_configs(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from bench.load.client import summarize
 from bench.load.config import LoadConfig
 from bench.load.server import page_report, run_load
 from penelope_cli.cli import main
+from penelope_engine.shipped import SHIPPED_AGENT, SHIPPED_POLICY
 
 
 def test_a_short_run_has_no_server_error_no_leak_and_refuses_every_malformed_request(
@@ -38,6 +39,9 @@ def test_a_short_run_has_no_server_error_no_leak_and_refuses_every_malformed_req
     assert pages["request_pages"] == pages["locked_nodes"] == 0
     assert pages["hit_ratio"] > 0  # later turns of a session reuse its pages
     assert r["config"]["scale"]["token_stride"] == 4
+    ran = r["engine"]  # what ships: the policy, a host tier, a store, the agent levers
+    assert ran["policy"] == SHIPPED_POLICY and ran["host_pages"] == 2 * ran["device_pages"]
+    assert ran["store"] and ran["agent"]["retention"] == SHIPPED_AGENT.retention
     assert r["memory"]["samples"] > 1
 
 

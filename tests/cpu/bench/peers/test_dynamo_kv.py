@@ -11,7 +11,9 @@ defaults from the 1.6.1 wheels (``kv_router_args.py``, ``_core.pyi``).
 The last tests run the 1.6.1 binary itself (``dynamo.llm.SelectionService`` from the
 ``ai-dynamo-runtime`` wheel, fed vLLM KV events over ZMQ and bookings) and compare its
 picks, loads and softmax draws with the model's; they skip where ``dynamo.llm``, ``zmq``
-or ``msgpack`` is not importable (the project's environment has none of them).
+or ``msgpack`` is not importable: the project's venv has none of them (ai-dynamo-runtime
+pins an older pydantic), so `make test` runs this module again in ``.venv-peers``
+(``scripts/peers_env.sh``, built when missing), where they run.
 """
 
 from __future__ import annotations

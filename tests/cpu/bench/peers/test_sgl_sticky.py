@@ -9,7 +9,8 @@ max_idle_secs 14400, eviction_interval_secs 60).
 
 The last test runs the 0.3.2 binary itself (``python -m sglang_router.launch_router
 --policy manual`` over stub workers) and checks the same rules on it; it skips where
-``sglang_router`` is not importable (the project's environment does not have it).
+``sglang_router`` is not importable (the project's venv), and `make test` runs this
+module again in ``.venv-peers`` (``scripts/peers_env.sh``), where it runs.
 """
 
 from __future__ import annotations

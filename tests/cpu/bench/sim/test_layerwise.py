@@ -101,11 +101,9 @@ def test_layerwise_loads_start_the_prefill_earlier_and_overlap_the_copy(new: int
     # without: the prefill waits for the whole copy, then computes
     assert whole_steps[0].start == pytest.approx(t0 + copy)
     assert whole.first_token_at == pytest.approx(t0 + copy + prefill)
-    # with: it starts once the first layer is in, a layers-th of the copy ...
-    assert layered_steps[0].start == pytest.approx(t0 + copy / layers)
-    assert whole_steps[0].start - layered_steps[0].start == pytest.approx(
-        copy * (layers - 1) / layers
-    )
+    # with: its forward starts at once, layer 0 waiting a layers-th of the copy ...
+    assert layered_steps[0].start == pytest.approx(t0)
+    assert whole_steps[0].start - layered_steps[0].start == pytest.approx(copy)
     # ... and its step lasts until the last layer's copy is in and that layer has run
     end = max(t0 + copy / layers + prefill, t0 + copy + prefill / layers)
     assert layered.first_token_at == pytest.approx(end)
@@ -117,23 +115,24 @@ def test_layerwise_loads_start_the_prefill_earlier_and_overlap_the_copy(new: int
     assert [s.end - s.start for s in layered_steps[1:]] == pytest.approx(rest)
 
 
-def test_timed_tiers_stream_one_admission_layer_by_layer_behind_the_channel() -> None:
+def test_streamed_loads_stall_no_thread_and_whole_ones_stall_the_step() -> None:
     clock = _Clock()
-    tiers = TimedTiers(NullTiers(), COST, PS, lambda: clock.now, layers=4)
+    layered = TimedTiers(NullTiers(), COST, PS, lambda: clock.now, layers=4)
+    whole = TimedTiers(NullTiers(), COST, PS, lambda: clock.now)
     pages = np.arange(10)
-    tiers.begin()
-    tiers.host_to_device(pages, pages)
     a = COST.load_time(10 * PS, Tier.HOST)
-    ready = tiers.ready_at(0.0)
-    assert ready == pytest.approx(a / 4) and tiers.copies_done(ready) == pytest.approx(a)
-    tiers.begin()  # the next admission queues behind it on the channel
-    tiers.host_to_device(pages[:4], pages[:4])
+    for tiers in (layered, whole):
+        tiers.begin()
+        tiers.host_to_device(pages, pages)
+        assert tiers.ready_at(0.0) == 0.0  # done before the step's forward, not later
+    assert layered.step_start(0.0) == 0.0 and layered.take_streamed() == pytest.approx(a)
+    assert layered.take_streamed() == 0.0  # each step streams its own loads
+    assert whole.step_start(0.0) == pytest.approx(a) and whole.take_streamed() == 0.0
+    whole.host_to_device(pages[:4], pages[:4])  # the next copy queues behind it on the thread
     b = COST.load_time(4 * PS, Tier.HOST)
-    second = tiers.ready_at(0.0)
-    assert second == pytest.approx(a + b / 4) and tiers.copies_done(second) == pytest.approx(a + b)
-    assert tiers.copies_done(ready) == pytest.approx(a)
-    tiers.begin()  # no loads: ready now, as whole copies are
-    assert tiers.ready_at(0.5) == tiers.copies_done(0.5) == 0.5
+    assert whole.step_start(0.0) == pytest.approx(a + b)
+    assert whole.stats.step_copy_s == pytest.approx(a + b) and whole.stats.h2d_pages == 14
+    assert whole.step_start(10.0) == 10.0  # copies long done
 
 
 def test_only_sglang_hicache_streams_its_loads() -> None:

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sim_testkit import growing_session, growing_workload
 
@@ -17,6 +18,7 @@ from bench.sim.loop import Simulator
 from bench.sim.metrics import RunMetrics
 from bench.sim.peers import sim_config
 from bench.sim.setups import hinted, setups
+from bench.sim.turns import SimRequest, served_stop
 from penelope_engine.protocol import MISS_CAUSES
 
 # Slow prefill and copies, so that pins pay for some gaps and not others: the pin a gap
@@ -64,28 +66,53 @@ def test_the_miss_causes_sum_to_the_computed_tokens_of_every_request(
     assert sum(ratios.values()) == pytest.approx(computed / m.prompt_tokens)
 
 
-def test_trace_hints_are_the_next_gap_with_seeded_noise_and_end_the_session() -> None:
+def test_trace_hints_follow_tool_calls_only_with_seeded_noise_and_end_after_the_last() -> None:
     s = growing_session(3)
     exact = TraceHints(0.0, seed=0)
     for k in range(len(s.turns) - 1):
-        h = exact.for_turn(s, k)
-        assert h.expected_gap_s == next_gap(s, k) == s.turns[k + 1].think_time_s
-        assert not h.end_session
-    last = exact.for_turn(s, len(s.turns) - 1)
-    assert last.end_session and last.expected_gap_s is None
+        h = exact.after_turn(s, k)
+        if s.turns[k].stop_reason == "tool_use":  # a harness knows the tool call then
+            assert h is not None and not h.end_session
+            assert h.expected_gap_s == next_gap(s, k) == s.turns[k + 1].think_time_s
+        else:  # a person answers: nobody knows when
+            assert h is None
+    last = exact.after_turn(s, len(s.turns) - 1)
+    assert last is not None and last.end_session and last.expected_gap_s is None
     assert math.isinf(next_gap(s, len(s.turns) - 1))
-    noisy = [TraceHints(0.5, seed).for_turn(s, 1).expected_gap_s for seed in (0, 0, 1)]
-    assert noisy[0] == noisy[1] != noisy[2] and noisy[0] != exact.for_turn(s, 1).expected_gap_s
+    noisy = [TraceHints(0.5, seed).after_turn(s, 1) for seed in (0, 0, 1)]
+    gaps = [h.expected_gap_s for h in noisy if h is not None]
+    exact_gap = exact.after_turn(s, 1)
+    assert exact_gap is not None
+    assert gaps[0] == gaps[1] != gaps[2] and gaps[0] != exact_gap.expected_gap_s
+    user = dataclasses.replace(
+        s, turns=[dataclasses.replace(t, stop_reason="end_turn") for t in s.turns]
+    )
+    assert [exact.after_turn(user, k) for k in range(len(s.turns) - 1)] == [None] * (
+        len(s.turns) - 1
+    )
     with pytest.raises(ValueError):
         TraceHints(-1.0, 0)
+
+
+def test_the_engine_gets_only_the_served_stop_reasons() -> None:
+    assert served_stop("tool_use") == "tool_use"
+    assert served_stop("end_turn") == served_stop("") == served_stop("max_tokens") == "end_turn"
+    tokens = np.arange(40, dtype=np.int64)
+    for trace, served in (("tool_use", "tool_use"), ("", "end_turn"), ("max_tokens", "end_turn")):
+        req = SimRequest("s", 0, 0.0, 32, 8, tokens, np.zeros(2, np.uint64), 0, 0, trace)
+        assert req.sequence(0.0).req.stop_reason_hint == served
 
 
 def test_hint_mode_reaches_the_scheduler_and_changes_the_run() -> None:
     base_sim, base = _run("penelope")
     sim, m = _run("penelope+hints", hint_noise=0.0)
     assert base.hint_grants == {}
-    # every turn but a session's last sent expected_gap_s; every last turn end_session
-    assert m.hint_grants == {"end_session": m.sessions, "expected_gap_s": m.requests - m.sessions}
+    # after each tool call but a session's last turn: expected_gap_s; after its last reply:
+    # end_session; the requests themselves carry none
+    tools = sum(
+        t.stop_reason == "tool_use" for s in sim.workload.all_sessions for t in s.turns[:-1]
+    )
+    assert m.hint_grants == {"end_session": m.sessions, "expected_gap_s": tools}
     assert _figures(m) != _figures(base)
     assert _figures(_run("penelope+hints", hint_noise=0.0)[1]) == _figures(m)  # repeatable
     noisy = _run("penelope+hints", hint_noise=0.25)[1]

@@ -49,7 +49,8 @@ def test_hinted_returns_load_less_from_the_store_with_a_lead() -> None:
     assert store_tokens(base) > 0
     assert store_tokens(sim) < store_tokens(base)
     tiers = sim.replicas[0].tiers
-    assert tiers.read_ahead_pages == stats.pages_read
+    assert tiers.stats.read_ahead_pages == stats.pages_read
+    assert tiers.stats.install_pages == stats.pages_installed  # each a copy on the thread
 
 
 def test_without_hints_nothing_is_read_ahead() -> None:
@@ -67,12 +68,12 @@ def test_a_read_ahead_takes_the_stores_channel_and_a_later_load_waits_for_it() -
     read = tiers.read_ahead(np.arange(8, dtype=np.uint64), np.zeros((8, 16), np.int64), "t")
     assert read is not None
     took = SLOW.load_time(8 * 16, Tier.STORE)
-    assert tiers.store_free == took and tiers.h2d_free == 0.0  # host memory, not PCIe
+    assert tiers.store_free == took and tiers.step_start(0.0) == 0.0  # off the step thread
     assert not read.done(took / 2) and read.done(took)
     assert list(read.found()) == [True] * 8
     tiers.begin()
     tiers.load_store(np.arange(2, dtype=np.uint64), np.zeros((2, 16)), "t", np.arange(2))
-    assert tiers.ready_at(0.0) == took + SLOW.load_time(2 * 16, Tier.STORE)
+    assert tiers.step_start(0.0) == took + SLOW.load_time(2 * 16, Tier.STORE)
 
 
 def test_null_tiers_find_only_what_was_spilled() -> None:
