@@ -80,21 +80,27 @@ def kv_capacity(url: str, log: Path | None) -> dict[str, Any]:
         text = httpx.get(f"{url}/metrics", timeout=10).text
     except httpx.HTTPError:
         text = ""
+    return vllm_metrics_capacity(text) or log_capacity(log)
+
+
+def vllm_metrics_capacity(text: str) -> dict[str, Any] | None:
+    """From vLLM's `/metrics` text: its `vllm:cache_config_info` gauge's labels."""
     m = _VLLM_INFO.search(text)
-    if m:
-        labels = dict(_LABEL.findall(m.group("labels")))
-        blocks, size = labels.get("num_gpu_blocks"), labels.get("block_size")
-        if blocks and blocks != "None" and size:
-            return {
-                "tokens": int(blocks) * int(size),
-                "block_tokens": int(size),
-                "blocks": int(blocks),
-                "source": "/metrics vllm:cache_config_info",
-            }
-    return _from_log(log)
+    if not m:
+        return None
+    labels = dict(_LABEL.findall(m.group("labels")))
+    blocks, size = labels.get("num_gpu_blocks"), labels.get("block_size")
+    if not blocks or blocks == "None" or not size:
+        return None
+    return {
+        "tokens": int(blocks) * int(size),
+        "block_tokens": int(size),
+        "blocks": int(blocks),
+        "source": "/metrics vllm:cache_config_info",
+    }
 
 
-def _from_log(log: Path | None) -> dict[str, Any]:
+def log_capacity(log: Path | None) -> dict[str, Any]:
     text = log.read_text(errors="replace") if log is not None and log.exists() else ""
     tokens = _LOG_TOKENS.findall(text)
     blocks = _LOG_BLOCKS.findall(text)
