@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from bench.net import free_port
+from bench.sim.costmodel import CpuCostModel
 from bench.versus.cli import main
 from bench.versus.config import ServerSpec, VersusConfig
 from bench.versus.plan import make_plan
+from bench.versus.predict import predict
 from bench.versus.servers import log_capacity, vllm_metrics_capacity
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -113,3 +115,10 @@ def test_a_replay_against_two_penelope_servers_writes_every_figure(tmp_path: Pat
     shipped, lru = (r["summary"] for r in doc["runs"])
     assert ratio["mean_ttft_s"] == pytest.approx(shipped["mean_ttft_s"] / lru["mean_ttft_s"])
     assert set(doc["raw_prefill_ttft_s"]) == {"shipped", "lru"}
+
+    # the simulator on the same workload: one row per (capacity, seed), the measured ratio
+    cost = CpuCostModel(0.002, 2e-4, 1e-8, 1e-4, kv_bytes_per_token=4096, c_row=1e-3)
+    (row,) = predict(doc, cost, "shipped", "lru")
+    assert row["kv_tokens"] == kv and row["sim_ratio"] > 0
+    assert row["measured_ratio"] == pytest.approx(ratio["mean_ttft_s"])
+    assert row["error"] == pytest.approx(row["sim_ratio"] / row["measured_ratio"] - 1)
