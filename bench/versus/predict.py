@@ -75,7 +75,8 @@ def fit_here(model: str, page_size: int) -> CpuCostModel:
 
 def _config(doc: dict[str, Any]) -> VersusConfig:
     c = doc["config"]
-    fields = {f.name for f in dataclasses.fields(VersusConfig)} - {"servers", "trace", "out_dir"}
+    skip = {"servers", "trace", "out_dir", "kv_tokens"}  # the workload's settings only
+    fields = {f.name for f in dataclasses.fields(VersusConfig)} - skip
     kw: dict[str, Any] = {
         k: (tuple(v) if isinstance(v, list) else v) for k, v in c.items() if k in fields
     }
