@@ -44,7 +44,10 @@ from bench.versus.plan import workload
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.shipped import SHIPPED_POLICY, shipped_scheduler
 
-VLLM_CPU_BATCHED_TOKENS = 4096  # vLLM's CPU default max_num_batched_tokens (its log states it)
+# vLLM 0.32's OpenAI server on a CPU: max_num_batched_tokens 2048, max_num_seqs 128
+# (`vllm/engine/arg_utils.py`, `get_batch_defaults`, `current_platform.is_cpu()`)
+VLLM_CPU_BATCHED_TOKENS = 2048
+VLLM_CPU_MAX_SEQS = 128
 
 
 def scaled(cost: CpuCostModel, factor: float) -> CpuCostModel:
@@ -98,8 +101,9 @@ def predict(doc: dict[str, Any], cost: CpuCostModel, ours: str, peer: str) -> li
         pen = SimConfig(SHIPPED_POLICY, "gpu", device_budget_tokens=r["kv_capacity"]["tokens"],
                         page_size=page, scheduler=shipped_scheduler())  # fmt: skip
         step = VLLM_CPU_BATCHED_TOKENS
+        fcfs = SchedulerConfig(step, VLLM_CPU_MAX_SEQS, step)
         vll = SimConfig("lru", "gpu", device_budget_tokens=p["kv_capacity"]["tokens"],
-                        page_size=page, scheduler=SchedulerConfig(step, 256, step))  # fmt: skip
+                        page_size=page, scheduler=fcfs)  # fmt: skip
         s_ours = simulate(wl, pen, cost, seed)
         s_peer = simulate(wl, vll, scaled(cost, factor), seed)
         sim = s_ours.mean_ttft_s / s_peer.mean_ttft_s
