@@ -46,6 +46,7 @@ BENCHES = {
     ),
     "side": ("bench.side.cli", "real routers side by side through the HTTP API, on this machine"),
     "speed": ("bench.speed.cli", "the embedded engine's speed, alone or against another server"),
+    "versus": ("bench.versus.cli", "agent traces over HTTP against real servers, side by side"),
     "cluster": ("bench.cluster.cli", "the Ray app on two nodes here: faults and autoscaling"),
     "claude-code": ("bench.claude_code.cli", "the Claude Code CLI against penelope serve, twice"),
 }

@@ -1,0 +1,188 @@
+"""`penelope bench versus`: an agent-trace replay over HTTP against OpenAI-compatible servers.
+
+    penelope bench versus --server penelope=http://127.0.0.1:8001 \\
+        --server vllm=http://127.0.0.1:8002 [--start NAME=CMD ...] [--kv-tokens 8192,4096]
+
+Replays the Claude Code sessions of data/traces (lengths x 1/S, tool gaps
+x 1/G and capped, Poisson starts; a session ends at its first request past
+`--window-tokens`) as `/v1/completions` requests over token ids, streamed
+with usage, against each server alone, the order flipping per seed
+(`bench.versus.runs`). `--start NAME=CMD` starts that server cold for every
+run and stops it after; CMD may name {port}, {kv_tokens} and {kv_blocks}
+(`--kv-tokens` sweeps the capacity). Each run reads back the KV capacity the
+server really got and times a cold `--raw-prompt-tokens` prefill beside the
+replay. JSON: per request TTFT, E2E, prompt and cached tokens; per run mean,
+p50, p90 TTFT and E2E, hit ratio, wall time, errors; ratios to `--baseline`
+per seed; the CPU. Also a table (stdout) and a plot (TTFT CDF, TTFT per turn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.versus.config import ServerSpec, VersusConfig
+
+
+def _pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from penelope_cli.helpformat import parser
+
+    d = VersusConfig((ServerSpec("x", "http://x"),))
+    ap = parser("penelope bench versus", __doc__)
+    ap.add_argument(
+        "--server",
+        type=_pair,
+        action="append",
+        required=True,
+        metavar="NAME=URL",
+        help="a server to replay against (repeat)",
+    )
+    ap.add_argument(
+        "--start",
+        type=_pair,
+        action="append",
+        default=[],
+        metavar="NAME=CMD",
+        help="shell command that starts server NAME ({port}, {kv_tokens}, {kv_blocks})",
+    )
+    ap.add_argument("--baseline", default="", help="ratios are to this server (default: the last)")
+    ap.add_argument("--trace", type=Path, default=d.trace, help="Claude Code trace")
+    ap.add_argument("--sessions", type=int, default=d.sessions, help="sessions per seed")
+    ap.add_argument("--seeds", type=_ints, default=d.seeds, help="comma list of seeds")
+    ap.add_argument(
+        "--length-divisor", type=float, default=d.length_divisor, help="S: trace lengths x 1/S"
+    )
+    ap.add_argument("--time-divisor", type=float, default=d.time_divisor, help="G: tool gaps x 1/G")
+    ap.add_argument("--max-gap-s", type=float, default=d.max_gap_s, help="scaled gaps cap")
+    ap.add_argument(
+        "--mean-interarrival-s",
+        type=float,
+        default=d.mean_interarrival_s,
+        help="mean gap between Poisson session starts",
+    )
+    ap.add_argument(
+        "--window-tokens",
+        type=int,
+        default=d.window_tokens,
+        help="a session ends at its first request past this",
+    )
+    ap.add_argument("--max-turns", type=int, default=d.max_turns, help="turns per session")
+    ap.add_argument(
+        "--max-output-tokens", type=int, default=d.max_output_tokens, help="each turn's output cap"
+    )
+    ap.add_argument(
+        "--kv-tokens",
+        type=_ints,
+        default=d.kv_tokens,
+        help="comma list of KV capacities to sweep (needs --start for each server)",
+    )
+    ap.add_argument(
+        "--block-tokens",
+        type=int,
+        default=d.block_tokens,
+        help="tokens per KV block / page ({kv_blocks} = kv_tokens / this)",
+    )
+    ap.add_argument(
+        "--raw-prompt-tokens",
+        type=int,
+        default=d.raw_prompt_tokens,
+        help="the cold prefill of the raw-speed figure",
+    )
+    ap.add_argument("--raw-repeats", type=int, default=d.raw_repeats, help="cold prefills per run")
+    ap.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=d.request_timeout_s,
+        help="each request must finish within this",
+    )
+    ap.add_argument(
+        "--startup-timeout-s",
+        type=float,
+        default=d.startup_timeout_s,
+        help="a server must answer /health within this",
+    )
+    ap.add_argument("--out-dir", type=Path, default=d.out_dir, help="logs, JSON and plot go here")
+    ap.add_argument("--json", type=Path, default=None, help="JSON (default: OUT_DIR/versus.json)")
+    ap.add_argument("--plot", type=Path, default=None, help="PNG (default: OUT_DIR/versus.png)")
+    ap.add_argument("--no-records", action="store_true", help="no per-request records in the JSON")
+    return ap  # fmt: skip
+
+
+def config_from(args: argparse.Namespace) -> VersusConfig:
+    starts = dict(args.start)
+    names = [n for n, _ in args.server]
+    unknown = set(starts) - set(names)
+    if unknown:
+        raise SystemExit(f"--start names no --server: {sorted(unknown)}")
+    fields = {f.name for f in dataclasses.fields(VersusConfig)} - {"servers"}
+    return VersusConfig(
+        servers=tuple(ServerSpec(n, u, starts.get(n, "")) for n, u in args.server),
+        **{k: v for k, v in vars(args).items() if k in fields},
+    )
+
+
+def document(cfg: VersusConfig, baseline: str, runs: list[dict[str, Any]], plans: list) -> dict:
+    from bench.versus.report import grouped, ratios
+    from bench.versus.runs import cpu_info
+
+    rats = ratios(runs, baseline)
+    raw: dict[str, list[float]] = {}
+    for r in runs:
+        if r["raw_prefill"]["ttft_s"] is not None:
+            raw.setdefault(r["server"], []).append(r["raw_prefill"]["ttft_s"])
+    conf = dataclasses.asdict(cfg)
+    return {
+        "bench": "versus",
+        "config": json.loads(json.dumps(conf, default=str)),
+        "baseline": baseline,
+        "cpu": cpu_info(),
+        "machine_note": "shared machine: other processes ran beside the servers",
+        "plans": plans,
+        "raw_prefill_ttft_s": {k: statistics.median(v) for k, v in raw.items()},
+        "rows": grouped(runs, rats),
+        "ratios": rats,
+        "runs": runs,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.versus.report import plot, table
+    from bench.versus.runs import run_all
+
+    args = build_parser().parse_args(argv)
+    cfg = config_from(args)
+    baseline = args.baseline or cfg.servers[-1].name
+    if baseline not in {s.name for s in cfg.servers}:
+        raise SystemExit(f"--baseline {baseline!r} names no --server")
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    runs, plans = run_all(cfg)
+    doc = document(cfg, baseline, runs, plans)
+    print(table(doc["rows"], doc["raw_prefill_ttft_s"]))
+    out = args.json or cfg.out_dir / "versus.json"
+    title = f"{cfg.sessions} sessions, seeds {list(cfg.seeds)}, S={cfg.length_divisor:g}"
+    png = plot(args.plot or cfg.out_dir / "versus.png", runs, title)
+    if args.no_records:
+        for r in doc["runs"]:
+            r.pop("records")
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out} and {png}")
+    return 0 if not any(r["summary"]["errors"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

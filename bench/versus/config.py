@@ -1,0 +1,73 @@
+"""What one `penelope bench versus` run replays, and against which servers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.traces import DEFAULT_TRACE
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One server: a name, its base URL, and optionally the shell command that starts it.
+
+    The command may name `{port}` (the URL's), `{kv_tokens}` and `{kv_blocks}`
+    (`kv_tokens // block_tokens`): the run's KV capacity."""
+
+    name: str
+    url: str
+    start: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"a server needs a name and an http(s) URL, got {self}")
+
+    def command(self, kv_tokens: int, block_tokens: int) -> str:
+        from urllib.parse import urlparse
+
+        port = urlparse(self.url).port or 80
+        return self.start.format(
+            port=port, kv_tokens=kv_tokens, kv_blocks=kv_tokens // block_tokens
+        )
+
+
+@dataclass(frozen=True)
+class VersusConfig:
+    servers: tuple[ServerSpec, ...]
+    trace: Path = DEFAULT_TRACE
+    sessions: int = 6  # top-level Claude Code sessions per seed
+    seeds: tuple[int, ...] = (0,)
+    length_divisor: float = 64.0  # S: lengths x 1/S
+    time_divisor: float = 64.0  # G: tool gaps x 1/G
+    max_gap_s: float = 4.0  # scaled tool gaps are capped at this
+    mean_interarrival_s: float = 1.0  # Poisson session starts
+    window_tokens: int = 4096  # a session ends at its first request past this
+    max_turns: int = 12  # each session's first turns only
+    max_output_tokens: int = 16  # each turn's output, capped
+    kv_tokens: tuple[int, ...] = ()  # KV capacities to sweep (needs --start); () = as running
+    block_tokens: int = 16  # tokens per KV block / page, on every server
+    raw_prompt_tokens: int = 2048  # the cold prefill of the raw-speed figure
+    raw_repeats: int = 2
+    vocab_low: int = 200
+    vocab_high: int = 40000
+    request_timeout_s: float = 600.0
+    startup_timeout_s: float = 600.0
+    out_dir: Path = field(default_factory=lambda: Path("versus-out"))
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise ValueError("name at least one --server NAME=URL")
+        names = [s.name for s in self.servers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"server names must differ, got {names}")
+        if self.kv_tokens and not all(s.start for s in self.servers):
+            raise ValueError("--kv-tokens sweeps need --start NAME=CMD for every server")
+        if min(self.length_divisor, self.time_divisor) <= 0 or self.max_gap_s < 0:
+            raise ValueError("length_divisor and time_divisor must be > 0, max_gap_s >= 0")
+        if self.sessions < 1 or self.window_tokens < 2 or self.max_turns < 1:
+            raise ValueError("sessions, window_tokens and max_turns must be positive")
+        if self.max_output_tokens < 1 or self.block_tokens < 1 or self.raw_prompt_tokens < 2:
+            raise ValueError("max_output_tokens, block_tokens, raw_prompt_tokens too small")
+        if not 0 <= self.vocab_low < self.vocab_high:
+            raise ValueError("need 0 <= vocab_low < vocab_high")

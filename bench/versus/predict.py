@@ -1,0 +1,155 @@
+"""Our model of the peer, checked: the simulator predicts a `bench versus` run's ratio.
+
+    python -m bench.versus.predict VERSUS.json [--cost-model COST.json] [--json OUT]
+
+For each capacity and seed of the run it simulates (`bench.sim.loop`) the same
+workload (`bench.versus.plan.workload`, the run's settings) on one replica
+with the KV capacity each server read back:
+
+* Penelope: the shipped policy and scheduler (`penelope_engine.shipped`), no
+  host tier, as `penelope serve --host-pages 0` runs;
+* vLLM 0.32: `lru` over the device only, FCFS. vLLM frees a finished
+  request's blocks in reverse (`vllm/v1/core/single_type_kv_cache_manager.py`,
+  `free`: "tail blocks are freed first"), and `BlockPool.free_blocks`
+  (`vllm/v1/core/block_pool.py`) appends hashed blocks to the tail of the
+  free queue and prepends unhashed ones; `get_new_blocks` pops from its head,
+  dropping a cached block's hash only then, and `touch` takes a hit block out
+  of the queue. So the block evicted first is the least recently released,
+  tail first within one request: the simulator's `lru` (leaves, key
+  (last access, -start), tail first, `penelope_engine.cache.eviction.LruPolicy`).
+  It hits at most `prompt - 1` tokens, full blocks only, as the simulator does.
+
+The cost model is the CPU one `bench replay --calibrate` fits (`CpuCostModel`,
+here from `--cost-model` or fitted now by `bench.replay.calibrate`'s timing
+sweep on the run's model); vLLM's step costs are that model's times the
+measured ratio of the two servers' cold-prefill TTFT (the raw-speed figure
+of the same run), so the simulation differs between the two only in the
+cache, the scheduler and that one speed factor. Reported: simulated and
+measured mean TTFT ratio (Penelope / vLLM) and the error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.sim.config import SimConfig
+from bench.sim.costmodel import CpuCostModel
+from bench.sim.loop import simulate
+from bench.versus.config import ServerSpec, VersusConfig
+from bench.versus.plan import workload
+from penelope_engine.config import SchedulerConfig
+from penelope_engine.shipped import SHIPPED_POLICY, shipped_scheduler
+
+# vLLM 0.32's OpenAI server on a CPU: max_num_batched_tokens 2048, max_num_seqs 128
+# (`vllm/engine/arg_utils.py`, `get_batch_defaults`, `current_platform.is_cpu()`)
+VLLM_CPU_BATCHED_TOKENS = 2048
+VLLM_CPU_MAX_SEQS = 128
+
+
+def scaled(cost: CpuCostModel, factor: float) -> CpuCostModel:
+    return dataclasses.replace(
+        cost,
+        c_step=cost.c_step * factor,
+        c_lin=cost.c_lin * factor,
+        c_attn=cost.c_attn * factor,
+        c_seq=cost.c_seq * factor,
+        c_row=cost.c_row * factor,
+        row_costs=tuple(c * factor for c in cost.row_costs),
+    )
+
+
+def fit_here(model: str, page_size: int) -> CpuCostModel:
+    """`bench replay --calibrate`'s fit, on this machine, for `model` (a small sweep)."""
+    from bench.replay.calibrate import SweepConfig, fit_cpu_cost, timing_sweep
+    from penelope_engine.model.registry import load_model
+
+    lm = load_model(model)
+    sweep = SweepConfig(offsets=(0, 512), chunks=(16, 256), decode_contexts=(256,),
+                        decode_batches=(1, 2, 4), repeats=1)  # fmt: skip
+    samples = timing_sweep(lm, page_size, shipped_scheduler(), sweep)
+    c = lm.config
+    kv_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
+    return fit_cpu_cost(samples, kv_bytes)
+
+
+def _config(doc: dict[str, Any]) -> VersusConfig:
+    c = doc["config"]
+    skip = {"servers", "trace", "out_dir", "kv_tokens"}  # the workload's settings only
+    fields = {f.name for f in dataclasses.fields(VersusConfig)} - skip
+    kw: dict[str, Any] = {
+        k: (tuple(v) if isinstance(v, list) else v) for k, v in c.items() if k in fields
+    }
+    return VersusConfig((ServerSpec("x", "http://x"),), trace=Path(c["trace"]), **kw)
+
+
+def predict(doc: dict[str, Any], cost: CpuCostModel, ours: str, peer: str) -> list[dict[str, Any]]:
+    cfg = _config(doc)
+    raw = doc["raw_prefill_ttft_s"]
+    factor = raw[peer] / raw[ours]
+    runs = {(r["server"], r["kv_tokens"], r["seed"]): r for r in doc["runs"]}
+    out = []
+    for (name, kv, seed), r in runs.items():
+        if name != ours or (peer, kv, seed) not in runs:
+            continue
+        p = runs[peer, kv, seed]
+        wl, _ = workload(cfg, seed)
+        page = cfg.block_tokens
+        pen = SimConfig(SHIPPED_POLICY, "gpu", device_budget_tokens=r["kv_capacity"]["tokens"],
+                        page_size=page, scheduler=shipped_scheduler())  # fmt: skip
+        step = VLLM_CPU_BATCHED_TOKENS
+        fcfs = SchedulerConfig(step, VLLM_CPU_MAX_SEQS, step)
+        vll = SimConfig("lru", "gpu", device_budget_tokens=p["kv_capacity"]["tokens"],
+                        page_size=page, scheduler=fcfs)  # fmt: skip
+        s_ours = simulate(wl, pen, cost, seed)
+        s_peer = simulate(wl, vll, scaled(cost, factor), seed)
+        sim = s_ours.mean_ttft_s / s_peer.mean_ttft_s
+        meas = r["summary"]["mean_ttft_s"] / p["summary"]["mean_ttft_s"]
+        out.append({
+            "kv_tokens": kv, "seed": seed, "speed_factor": factor,
+            "sim_mean_ttft_s": {ours: s_ours.mean_ttft_s, peer: s_peer.mean_ttft_s},
+            "sim_hit_ratio": {ours: s_ours.hit_ratio, peer: s_peer.hit_ratio},
+            "measured_mean_ttft_s": {ours: r["summary"]["mean_ttft_s"],
+                                     peer: p["summary"]["mean_ttft_s"]},
+            "sim_ratio": sim, "measured_ratio": meas, "error": sim / meas - 1,
+        })  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from penelope_cli.helpformat import parser
+
+    ap = parser("python -m bench.versus.predict", __doc__)
+    ap.add_argument("versus", type=Path, help="a `bench versus` JSON")
+    ap.add_argument(
+        "--cost-model",
+        type=Path,
+        default=None,
+        help="CpuCostModel JSON (describe()); default: fit it here now",
+    )
+    ap.add_argument("--model", default="smollm2-135m", help="the model to fit the cost on")
+    ap.add_argument("--ours", default="penelope", help="our server's name in the run")
+    ap.add_argument("--peer", default="vllm", help="the peer's name in the run")
+    ap.add_argument("--json", type=Path, default=None, help="write the result here")
+    args = ap.parse_args(argv)  # fmt: skip
+    doc = json.loads(args.versus.read_text())
+    if args.cost_model is not None:
+        cost = CpuCostModel.from_dict(json.loads(args.cost_model.read_text()))
+    else:
+        cost = fit_here(args.model, doc["config"]["block_tokens"])
+    rows = predict(doc, cost, args.ours, args.peer)
+    for r in rows:
+        print(f"kv {r['kv_tokens']} seed {r['seed']}: simulated {r['sim_ratio']:.2f}x, "
+              f"measured {r['measured_ratio']:.2f}x, error {100 * r['error']:+.0f} %")  # fmt: skip
+    if rows:
+        print(f"mean |error| {100 * statistics.mean(abs(r['error']) for r in rows):.0f} %")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"cost_model": cost.describe(), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

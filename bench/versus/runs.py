@@ -1,0 +1,93 @@
+"""The runs of a `bench versus`: per capacity and seed, each server cold and alone.
+
+For every KV capacity (or once, as the servers run, without a sweep) and
+every seed, each server in turn (the order flips from one seed to the next)
+is started cold by its `--start` command, answers a short warm-up, replays
+the seed's plan alone, has its cold prefill timed (the raw-speed figure),
+and is stopped. A server without a command must already be up: its cache is
+then not cold, which the run records.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.versus import client, servers
+from bench.versus.config import ServerSpec, VersusConfig
+from bench.versus.plan import Plan, describe, make_plan
+from bench.versus.report import summarize
+
+
+def cpu_info() -> dict[str, Any]:
+    """The CPU model and flags (the first processor's, /proc/cpuinfo)."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    flags = fields.get("flags", "").split()
+    vector = [f for f in flags if f.startswith(("avx", "amx", "fma", "sse4", "f16c"))]
+    return {"model": fields.get("model name"), "vector_flags": vector, "flags": flags}
+
+
+def run_one(
+    cfg: VersusConfig, spec: ServerSpec, plan: Plan, kv: int | None, log: Path
+) -> dict[str, Any]:
+    """One server, one seed's plan, one capacity: records, summary, capacity, raw speed."""
+    t_start = time.monotonic()
+    with servers.running(spec, kv or 0, cfg.block_tokens, log, cfg.startup_timeout_s) as got:
+        startup_s = time.monotonic() - t_start
+        model = client.first_model(spec.url)
+        capacity = servers.kv_capacity(spec.url, got)
+        warm = client.raw_prefill(
+            spec.url, model, 32, 1, plan.seed + 101, cfg.vocab_low, cfg.vocab_high, 120.0
+        )
+        records, wall = client.replay(spec.url, model, plan, cfg.request_timeout_s)
+        raw = client.raw_prefill(
+            spec.url, model, cfg.raw_prompt_tokens, cfg.raw_repeats, plan.seed,
+            cfg.vocab_low, cfg.vocab_high, cfg.request_timeout_s,
+        )  # fmt: skip
+    rows = [r.as_dict() for r in records]
+    return {
+        "server": spec.name,
+        "url": spec.url,
+        "seed": plan.seed,
+        "kv_tokens": kv,
+        "cold_start": bool(spec.start),
+        "startup_s": startup_s,
+        "model": model,
+        "kv_capacity": capacity,
+        "working_set_tokens": plan.working_set_tokens,
+        "warm_up_errors": warm["errors"],
+        "summary": summarize(rows, wall),
+        "raw_prefill": raw,
+        "records": rows,
+    }
+
+
+def run_all(cfg: VersusConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every capacity x seed x server; the runs and each seed's plan description."""
+    plans = {s: make_plan(cfg, s) for s in cfg.seeds}
+    runs = []
+    for kv in cfg.kv_tokens or (None,):
+        for i, seed in enumerate(cfg.seeds):
+            order = cfg.servers if i % 2 == 0 else cfg.servers[::-1]
+            for spec in order:
+                log = cfg.out_dir / "logs" / f"{spec.name}-kv{kv or 0}-seed{seed}.log"
+                r = run_one(cfg, spec, plans[seed], kv, log)
+                s = {k: (v if v is not None else float("nan")) for k, v in r["summary"].items()}
+                print(
+                    f"[kv {kv or '-'} seed {seed}] {spec.name}: ttft mean {s['mean_ttft_s']:.3f} "
+                    f"p90 {s['p90_ttft_s']:.3f} e2e {s['mean_e2e_s']:.3f} hit {s['hit_ratio']:.2f} "
+                    f"err {s['errors']} wall {s['wall_s']:.0f}s kv read back "
+                    f"{r['kv_capacity'].get('tokens')} raw {r['raw_prefill']['ttft_s']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                runs.append(r)
+    return runs, [describe(p) for p in plans.values()]

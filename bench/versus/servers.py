@@ -1,0 +1,113 @@
+"""The servers of a run: started cold by their `--start` command (or already up), stopped
+after, and asked what KV capacity they really got.
+
+A started server runs in its own process group (its shell command's whole
+tree), logs to a file in the run's directory and must answer `/health`
+within the deadline. Capacity is read back over HTTP where the server says
+it, else from its log:
+
+* Penelope: `/server_info`'s `max_total_num_tokens` (device pages x page size,
+  `deployments.sglang_probes`), as SGLang reports it.
+* vLLM: `/metrics`' `vllm:cache_config_info` labels (`num_gpu_blocks` x
+  `block_size`; on the CPU build `num_gpu_blocks` counts the CPU KV blocks),
+  else its log's "KV cache size: N tokens" line.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.child import stop_group
+from bench.net import ServerExited, wait_http
+from bench.versus.config import ServerSpec
+
+STOP_GRACE_S = 15.0
+_VLLM_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.M)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+_LOG_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+_LOG_BLOCKS = re.compile(r"#\s*(?:cpu|gpu) blocks:\s*(\d+)", re.I)
+
+
+@contextmanager
+def running(
+    spec: ServerSpec, kv_tokens: int, block_tokens: int, log: Path, timeout_s: float
+) -> Iterator[Path | None]:
+    """`spec` up for the block: started by its command (yields its log) or already up."""
+    if not spec.start:
+        wait_http(f"{spec.url}/health", timeout_s)
+        yield None
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            spec.command(kv_tokens, block_tokens), shell=True, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        try:
+            wait_http(f"{spec.url}/health", timeout_s, alive=lambda: proc.poll() is None)
+        except (TimeoutError, ServerExited) as exc:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            why = f"server {spec.name} did not come up; end of its log:\n{tail}"
+            raise RuntimeError(why) from exc
+        yield log
+    finally:
+        stop_group(proc, STOP_GRACE_S)
+
+
+def kv_capacity(url: str, log: Path | None) -> dict[str, Any]:
+    """The KV capacity the server really got: tokens, blocks, block size, and where from."""
+    try:
+        info = httpx.get(f"{url}/server_info", timeout=10)
+        if info.status_code == 200 and info.json().get("max_total_num_tokens"):
+            d = info.json()
+            return {
+                "tokens": int(d["max_total_num_tokens"]),
+                "block_tokens": d.get("page_size"),
+                "blocks": int(d["max_total_num_tokens"]) // int(d.get("page_size") or 1),
+                "source": "/server_info max_total_num_tokens",
+            }
+    except (httpx.HTTPError, ValueError):
+        pass
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        text = ""
+    return vllm_metrics_capacity(text) or log_capacity(log)
+
+
+def vllm_metrics_capacity(text: str) -> dict[str, Any] | None:
+    """From vLLM's `/metrics` text: its `vllm:cache_config_info` gauge's labels."""
+    m = _VLLM_INFO.search(text)
+    if not m:
+        return None
+    labels = dict(_LABEL.findall(m.group("labels")))
+    blocks, size = labels.get("num_gpu_blocks"), labels.get("block_size")
+    if not blocks or blocks == "None" or not size:
+        return None
+    return {
+        "tokens": int(blocks) * int(size),
+        "block_tokens": int(size),
+        "blocks": int(blocks),
+        "source": "/metrics vllm:cache_config_info",
+    }
+
+
+def log_capacity(log: Path | None) -> dict[str, Any]:
+    text = log.read_text(errors="replace") if log is not None and log.exists() else ""
+    tokens = _LOG_TOKENS.findall(text)
+    blocks = _LOG_BLOCKS.findall(text)
+    if tokens:
+        return {
+            "tokens": int(tokens[-1].replace(",", "")),
+            "blocks": int(blocks[-1]) if blocks else None,
+            "source": "log: KV cache size",
+        }
+    return {"tokens": None, "source": "not reported"}

@@ -1,0 +1,124 @@
+"""`penelope bench versus` against `penelope serve` alone (no vLLM): two Penelope servers
+(shipped and `--policy lru`) started cold by `--start`, a small workload, the JSON read back;
+and the plan and the capacity read-back on their own."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.net import free_port
+from bench.sim.costmodel import CpuCostModel
+from bench.versus.cli import main
+from bench.versus.config import ServerSpec, VersusConfig
+from bench.versus.plan import make_plan
+from bench.versus.predict import predict
+from bench.versus.servers import log_capacity, vllm_metrics_capacity
+
+ROOT = Path(__file__).resolve().parents[4]
+SMALL = VersusConfig(
+    (ServerSpec("a", "http://127.0.0.1:1"),),
+    sessions=3,
+    max_turns=3,
+    max_output_tokens=2,
+    window_tokens=768,
+    mean_interarrival_s=0.2,
+    max_gap_s=0.3,
+)
+
+
+def serve_cmd(policy: str) -> str:
+    return (
+        f"cd {ROOT} && PYTHONPATH={ROOT} OMP_NUM_THREADS=1 {sys.executable} -m penelope_cli.cli "
+        f"serve --model tiny-qwen3 --port {{port}} --device-pages {{kv_blocks}} --host-pages 0 "
+        f"--page-size 16 --policy {policy} --log-level warning"
+    )
+
+
+def test_each_later_turn_extends_the_last_and_sessions_share_their_prefix() -> None:
+    plan = make_plan(SMALL, 0)
+    assert plan.sessions and plan.requests == sum(len(s.turns) for s in plan.sessions)
+    wl = {s.id: s for s in plan.workload.sessions}
+    for s in plan.sessions:
+        assert all(len(t.prompt) + t.max_tokens <= SMALL.window_tokens for t in s.turns)
+        for k, (a, b) in enumerate(zip(s.turns, s.turns[1:])):
+            # turn k+1 = turn k's prompt, then the stand-in reply, then new ids
+            if wl[s.id].turns[k + 1].input_tokens >= len(a.prompt) + a.max_tokens:
+                assert b.prompt[: len(a.prompt)] == a.prompt
+    firsts = [(wl[s.id].prefix_blocks, s.turns[0].prompt) for s in plan.sessions]
+    for (pa, a), (pb, b) in zip(firsts, firsts[1:]):
+        if pa and pb and pa[0] == pb[0]:  # the same system prompt: the same ids
+            n = pa[0].tokens
+            assert a[:n] == b[:n]
+    assert make_plan(SMALL, 0) == plan  # deterministic
+
+
+def test_capacity_is_read_from_vllm_metrics_or_its_log(tmp_path: Path) -> None:
+    text = (
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",'
+        'num_gpu_blocks="96",num_cpu_blocks="None"} 1.0\n'
+    )
+    assert vllm_metrics_capacity(text) == {
+        "tokens": 1536, "block_tokens": 16, "blocks": 96,
+        "source": "/metrics vllm:cache_config_info",
+    }  # fmt: skip
+    assert vllm_metrics_capacity("penelope_pages 3\n") is None
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO ... GPU KV cache size: 12,288 tokens\n")
+    assert log_capacity(log)["tokens"] == 12288
+    assert log_capacity(None)["tokens"] is None
+
+
+@pytest.mark.timeout(300)
+def test_a_replay_against_two_penelope_servers_writes_every_figure(tmp_path: Path) -> None:
+    ports = [free_port(), free_port()]
+    plan = make_plan(SMALL, 0)
+    kv = 1024
+    args = [
+        "--server", f"shipped=http://127.0.0.1:{ports[0]}",
+        "--server", f"lru=http://127.0.0.1:{ports[1]}",
+        "--start", f"shipped={serve_cmd('penelope')}",
+        "--start", f"lru={serve_cmd('lru')}",
+        "--kv-tokens", str(kv), "--seeds", "0",
+        "--sessions", "3", "--max-turns", "3", "--max-output-tokens", "2",
+        "--window-tokens", "768", "--mean-interarrival-s", "0.2", "--max-gap-s", "0.3",
+        "--raw-prompt-tokens", "256", "--raw-repeats", "1",
+        "--startup-timeout-s", "120", "--out-dir", str(tmp_path),
+    ]  # fmt: skip
+    assert main(args) == 0
+    doc = json.loads((tmp_path / "versus.json").read_text())
+    assert (tmp_path / "versus.png").stat().st_size > 0
+    assert doc["cpu"]["model"] and doc["baseline"] == "lru"
+    assert [r["server"] for r in doc["runs"]] == ["shipped", "lru"]
+    for run in doc["runs"]:
+        assert run["cold_start"] and run["kv_capacity"]["tokens"] == kv
+        assert run["kv_capacity"]["block_tokens"] == 16
+        recs = run["records"]
+        assert len(recs) == plan.requests and not any(r["error"] for r in recs)
+        for r in recs:
+            assert 0 < r["ttft_s"] <= r["e2e_s"]
+            assert r["prompt_tokens"] == r["prompt_len"] and r["completion_tokens"] == 2
+        later = [r for r in recs if r["turn"] > 0]
+        assert later and sum(r["cached_tokens"] for r in later) > 0  # the cache was used
+        s = run["summary"]
+        assert s["errors"] == 0 and s["requests"] == plan.requests
+        assert s["p50_ttft_s"] <= s["p90_ttft_s"] and 0 < s["hit_ratio"] < 1
+        assert s["hit_ratio"] == pytest.approx(
+            sum(r["cached_tokens"] for r in recs) / sum(r["prompt_tokens"] for r in recs)
+        )
+        assert run["raw_prefill"]["ttft_s"] > 0
+    (ratio,) = doc["ratios"]
+    shipped, lru = (r["summary"] for r in doc["runs"])
+    assert ratio["mean_ttft_s"] == pytest.approx(shipped["mean_ttft_s"] / lru["mean_ttft_s"])
+    assert set(doc["raw_prefill_ttft_s"]) == {"shipped", "lru"}
+
+    # the simulator on the same workload: one row per (capacity, seed), the measured ratio
+    cost = CpuCostModel(0.002, 2e-4, 1e-8, 1e-4, kv_bytes_per_token=4096, c_row=1e-3)
+    (row,) = predict(doc, cost, "shipped", "lru")
+    assert row["kv_tokens"] == kv and row["sim_ratio"] > 0
+    assert row["measured_ratio"] == pytest.approx(ratio["mean_ttft_s"])
+    assert row["error"] == pytest.approx(row["sim_ratio"] / row["measured_ratio"] - 1)
