@@ -202,7 +202,7 @@ class Engine:
                 self.scheduler.finish(seq, None, aborted=True)
             except Exception:  # the failed step may have left this request half-updated
                 log.exception("could not release request %s", seq.request_id)
-                self.scheduler.running = [s for s in self.scheduler.running if s is not seq]
+                self.scheduler.discard(seq)
         return failed
 
     def generate_sync(self, req: GenerateRequest) -> RequestOutput:
@@ -231,8 +231,8 @@ class Engine:
             queue_length=len(self.scheduler.waiting),
             running=len(self.scheduler.running),
             request_pages=self.scheduler.request_pages(),
-            locked_nodes=c.tree.locked_nodes(),
-            tree_nodes=c.tree.size,
+            locked_nodes=c.locked_nodes(),
+            tree_nodes=c.tree_nodes,
             session_records=len(c.sessions),
             misses=t.misses,
         )

@@ -276,6 +276,11 @@ class Scheduler:
             self.hinted.turn_ended(seq, stop_reason, self.cost, now)
         self.records.finished(seq, self._live_sessions)
 
+    def discard(self, seq: Sequence) -> None:
+        """Take `seq` off the running list without releasing it (a failed step left it
+        half-updated, so `finish` raised)."""
+        self.running = [s for s in self.running if s is not seq]
+
     def _live_sessions(self) -> set[str]:
         """Sessions with a request queued or running, or a pin: their records stay."""
         live = {s.req.session for s in (*self.waiting, *self.running)}
