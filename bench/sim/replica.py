@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.sim.costmodel import CostModel, StepLoad, decode_run, num_layers, page_cost_fn, step_load
+from bench.sim.costmodel import CostModel, StepLoad, decode_run, num_layers, step_load
 from bench.sim.oracle import make_sim_policy
 from bench.sim.tiers import NullTiers, TimedTiers
 from bench.sim.turns import SimRequest
@@ -112,29 +112,28 @@ class Replica:
         ps = cache.page_size
         layers = num_layers(cost) if layerwise_loads else 1
         tiers = TimedTiers(NullTiers(), cost, ps, clock, layers)
+        hooks = CoreHooks(clock=clock, cost=cost, policy=make_sim_policy(policy))
         core = build_core(
             cache,
             sched,
             tiers,
             PageHasher(ps, SIM_NAMESPACE),
-            lambda: cost,
+            hooks,
             has_store=has_store,
             max_model_len=MAX_MODEL_LEN,
-            page_cost=page_cost_fn(cost, ps),
-            clock=clock,
-            policy=make_sim_policy(policy),
         )
         return cls(index, core.scheduler, tiers, cost, None, fast_decode)
 
     @staticmethod
     def engine_hooks(cost: CostModel, clock: Callable[[], float], page_size: int) -> CoreHooks:
         """What a real engine's core needs to run on the simulated clock: its copies
-        charged to `TimedTiers` (the bytes still move through its tiers) and the
-        planner asking `cost` itself, exactly as in `Replica.simulated`."""
+        charged to `TimedTiers` (the bytes still move through its tiers) and both the
+        planner and the policies' page cost asking `cost` itself, exactly as in
+        `Replica.simulated`."""
         return CoreHooks(
             clock=clock,
             wrap_tiers=lambda real: TimedTiers(real, cost, page_size, clock),
-            cost=lambda: cost,
+            cost=cost,
         )
 
     @classmethod

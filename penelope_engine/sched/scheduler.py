@@ -73,7 +73,6 @@ class Scheduler:
         self.records = SessionRecords(cache, self.retention)
         self.hinted = HintedSessions(hint_quotas or HintQuotas(), cache, self.retention)
         self.prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, tiers)
-        self.records.listeners.append(self.prefetch.forget)
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
