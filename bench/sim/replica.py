@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bench.peers.base import CachedRun
 from bench.sim.costmodel import CostModel, StepLoad, decode_run, num_layers, step_load
 from bench.sim.oracle import make_sim_policy
 from bench.sim.tiers import NullTiers, TimedTiers
@@ -37,7 +38,6 @@ from penelope_engine.sched.fastpath import commit_decoded, extend_decodes
 from penelope_engine.sched.scheduler import Scheduler
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.util import cdiv
-from router.schema import CachedRun
 
 if TYPE_CHECKING:
     from penelope_engine.engine import Engine
