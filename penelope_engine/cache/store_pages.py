@@ -17,17 +17,31 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from penelope_engine.cache.allocator import PageAllocator
+from penelope_engine.cache.evict_heap import EvictionHeaps
 from penelope_engine.cache.eviction import owner
+from penelope_engine.cache.placement import Placement
 from penelope_engine.cache.sessions import SessionInfo, expected_return
 from penelope_engine.cache.tier import Tier
-from penelope_engine.cache.tree import Node
+from penelope_engine.cache.tree import Node, PageTree
 
-if TYPE_CHECKING:
-    from penelope_engine.cache.prefix_cache import PrefixCache
+
+class PrefixCache(Protocol):
+    """The parts of `prefix_cache.PrefixCache` these functions use."""
+
+    sessions: dict[str, SessionInfo]
+    host: PageAllocator
+    heaps: EvictionHeaps
+    tree: PageTree
+    placement: Placement
+
+    def session_info(self, sid: str) -> SessionInfo | None: ...
+
+    def allocate_host(self, n: int) -> np.ndarray | None: ...
 
 # Copies read pages (indices into the read) into host slots; False: they were not copied.
 CopyIn = Callable[[np.ndarray, np.ndarray], bool]
