@@ -25,12 +25,12 @@ from typing import Any
 
 from cache_store import ArrowSegmentStore, PathRecord, StoreStats
 from penelope_engine.config import EngineConfig
-from penelope_engine.engine import Engine, output_of
+from penelope_engine.engine import Engine
 from penelope_engine.errors import EngineError
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.protocol import EngineStats, GenerateRequest, RequestOutput, SessionDigest
-from penelope_engine.sched.sequence import Sequence
+from penelope_engine.sched.sequence import Sequence, output_of
 
 log = logging.getLogger(__name__)
 SHUTDOWN_TIMEOUT_S = 5.0  # a step is milliseconds to seconds; past this the loop is stuck

@@ -11,17 +11,18 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from cache_store.location import StoreLocation
-from penelope_engine.errors import ConfigError, UnknownNameError
+from penelope_engine.cache.eviction import EVICTION_POLICIES
+from penelope_engine.errors import ConfigError
 from penelope_engine.util import require
 
 # The string options, each listed once: mypy checks the Literal, and the validation
 # of configs read from YAML or the command line takes its values (`get_args`).
-EvictionPolicyName = Literal["lru", "penelope", "greedydual", "return_aware"]
+# Eviction policies are strategies: their names are `EVICTION_POLICIES`'s, checked there.
+EvictionPolicyName = str
 WritePolicy = Literal["off", "write_through", "write_back"]
 AdmissionOrder = Literal["fcfs", "program", "aged"]
 RetentionMode = Literal["none", "ttl", "return_aware"]
 
-EVICTION_POLICY_NAMES: tuple[EvictionPolicyName, ...] = get_args(EvictionPolicyName)
 WRITE_POLICIES: tuple[WritePolicy, ...] = get_args(WritePolicy)
 ADMISSION_ORDERS: tuple[AdmissionOrder, ...] = get_args(AdmissionOrder)
 RETENTIONS: tuple[RetentionMode, ...] = get_args(RetentionMode)
@@ -47,15 +48,6 @@ def one_of(allowed: tuple[_Option, ...], value: str, what: str) -> _Option:
         if value == option:
             return option
     raise ConfigError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
-
-
-def as_eviction_policy(name: str) -> EvictionPolicyName:
-    """`name` checked as an eviction policy; `UnknownNameError` lists the valid ones."""
-    for option in EVICTION_POLICY_NAMES:
-        if name == option:
-            return option
-    valid = ", ".join(EVICTION_POLICY_NAMES)
-    raise UnknownNameError(f"unknown eviction policy {name!r}; valid: {valid}")
 
 
 def as_write_policy(value: str) -> WritePolicy:
@@ -186,7 +178,7 @@ class CacheConfig:
             location is not None or not (self.store_endpoint or self.store_region),
             "store_endpoint and store_region need a store_uri (s3://bucket/prefix)",
         )
-        as_eviction_policy(self.policy)
+        EVICTION_POLICIES.check(self.policy)  # UnknownNameError lists the valid ones
 
     @property
     def active_host_pages(self) -> int:

@@ -1,17 +1,22 @@
 """The one place that assembles the scheduling core: cache, scheduler and their tiers.
 
 `build_core` wires a `PrefixCache` and a `Scheduler` over the given tiers from
-the configs plus what the caller injects (`CoreHooks`): the clock, a wrapper
-around the tiers (the simulator times every copy), the planner's cost model and
-a policy object in place of the configured name. The engine (`Engine`), the
-simulator (`bench.sim.replica.Replica`) and the replay all build their core
-here; nothing rewires a built core. No torch.
+the configs plus everything the caller injects, as one `CoreHooks`: the clock,
+a wrapper around the tiers (the simulator times every copy), a fixed cost
+model and a policy object in place of the configured name. Both costs the core
+reads, the planner's and the page cost the cost-aware policies rank by, come
+from one model (`core_costs`): the hooked one, or the engine's calibrated one.
+It also wires every listener of dropped session records (the prefetcher's and
+the caller's). The engine (`Engine`), the simulator (`bench.sim.replica.Replica`)
+and the replay all build their core here; nothing rewires a built core. The
+hooks' `step_observer` is the engine's to call (`Core.hooks`). No torch.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,9 +27,10 @@ from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.config import CacheConfig, SchedulerConfig
 from penelope_engine.sched.hinted import HintQuotas
 from penelope_engine.sched.scheduler import Scheduler
-from penelope_engine.sched.sequence import BatchItem, Sequence
+from penelope_engine.sched.sequence import BatchItem
+from penelope_engine.sched.sequence import Sequence as Request
 from penelope_engine.tiers.contract import SchedulerTiers
-from penelope_engine.tiers.planner import PlannerCost
+from penelope_engine.tiers.planner import CalibratedCost, PlannerCost
 
 
 class CoreTiers(TierIO, SchedulerTiers, Protocol):
@@ -38,7 +44,8 @@ class CoreHooks:
     - `clock`: the time the cache and the scheduler read (the simulator's, in a run);
     - `wrap_tiers`: wraps the engine's tiers before the core sees them (the
       simulator charges each copy to a PCIe channel on its clock);
-    - `cost`: the planner's cost model (None: the engine's calibrated constants);
+    - `cost`: a fixed cost model for the planner and the policies' page cost (None:
+      the engine's calibrated one, refined as it runs);
     - `step_observer`: called with each batch before the model runs it (the
       replay pairs batches with step times);
     - `policy`: an eviction policy object in place of `CacheConfig.policy`
@@ -47,7 +54,7 @@ class CoreHooks:
 
     clock: Callable[[], float] = time.monotonic
     wrap_tiers: Callable[[CoreTiers], CoreTiers] | None = None
-    cost: Callable[[], PlannerCost] | None = None
+    cost: PlannerCost | None = None
     step_observer: Callable[[list[BatchItem]], None] | None = None
     policy: EvictionPolicy | None = None
 
@@ -57,6 +64,7 @@ class Core:
     cache: PrefixCache
     scheduler: Scheduler
     tiers: CoreTiers
+    hooks: CoreHooks
 
 
 def build_core(
@@ -64,33 +72,35 @@ def build_core(
     scheduler: SchedulerConfig,
     tiers: CoreTiers,
     hasher: PageHasher,
-    cost: Callable[[], PlannerCost],
+    hooks: CoreHooks = CoreHooks(),
     *,
+    calibrated: Callable[[], PlannerCost] = CalibratedCost,
     has_store: bool,
     max_model_len: int,
     eos_token_ids: tuple[int, ...] = (),
-    page_cost: Callable[[int], float] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    policy: EvictionPolicy | None = None,
-    turn_stop: Callable[[Sequence], str | None] | None = None,
+    on_forget: Sequence[Callable[[list[str]], None]] = (),
+    turn_stop: Callable[[Request], str | None] | None = None,
 ) -> Core:
-    """The cache and scheduler of one replica over `tiers`.
+    """The cache and scheduler of one replica over `tiers` (wrapped by `hooks.wrap_tiers`).
 
-    `page_cost(page index)` is what cost-aware policies rank by (default: the
-    planner's `cost()` at the page's position). `turn_stop(seq)` says how a
-    finished request's turn ended (default: its `stop_reason_hint`).
+    `calibrated()` is the engine's current cost model, used when `hooks.cost` is None;
+    `on_forget` are called with the session ids whose records were dropped;
+    `turn_stop(request)` says how a finished request's turn ended (default: its
+    `stop_reason_hint`; the engine also reads the reply, `Engine.turn_stop`).
     """
     ps = cache.page_size
     host_pages = cache.active_host_pages
+    core_tiers = hooks.wrap_tiers(tiers) if hooks.wrap_tiers is not None else tiers
+    cost, page_cost = core_costs(hooks.cost, calibrated, ps)
     prefix = PrefixCache(
         ps,
         cache.device_pages,
         host_pages,
-        policy if policy is not None else make_eviction_policy(cache.policy),
-        io=tiers,
+        hooks.policy if hooks.policy is not None else make_eviction_policy(cache.policy),
+        io=core_tiers,
         has_store=has_store,
-        time_fn=clock,
-        page_cost=page_cost or (lambda p: cost().recompute_s(p * ps, ps)),
+        time_fn=hooks.clock,
+        page_cost=page_cost,
         session_ttl_s=cache.session_ttl_s,
         max_session_records=cache.max_session_records,
     )
@@ -98,13 +108,28 @@ def build_core(
         scheduler,
         prefix,
         hasher,
-        tiers,
+        core_tiers,
         cost,
         eos_token_ids,
         max_model_len,
         write_through=host_pages > 0 and cache.write_policy == "write_through",
-        clock=clock,
+        clock=hooks.clock,
         hint_quotas=HintQuotas(cache.tenant_pin_seconds, cache.tenant_pin_tokens),
         turn_stop=turn_stop,
     )
-    return Core(prefix, sched, tiers)
+    for forget in (sched.prefetch.forget, sched.hinted.forget, *on_forget):
+        sched.records.listen(forget)
+    return Core(prefix, sched, core_tiers, hooks)
+
+
+def core_costs(
+    fixed: PlannerCost | None, calibrated: Callable[[], PlannerCost], page_size: int
+) -> tuple[Callable[[], PlannerCost], Callable[[int], float]]:
+    """The planner's cost model and the page cost (seconds to recompute the page at a page
+    index) from one model: `fixed` (a page's cost then never changes: cached), or the
+    calibrated one as it stands when asked."""
+    ps = page_size
+    if fixed is not None:
+        model = fixed
+        return (lambda: model), functools.cache(lambda p: model.recompute_s(p * ps, ps))
+    return calibrated, lambda p: calibrated().recompute_s(p * ps, ps)

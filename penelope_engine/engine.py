@@ -11,7 +11,6 @@ import functools
 import logging
 import re
 import time
-from dataclasses import replace
 
 from cache_store import ArrowSegmentStore, PathRecord, StoreStats
 from penelope_engine.cache.pages import PageNaming, PublicPrefixes
@@ -28,7 +27,7 @@ from penelope_engine.protocol import (
     SessionDigest,
 )
 from penelope_engine.runner import ModelRunner
-from penelope_engine.sched.sequence import BatchItem, Sequence
+from penelope_engine.sched.sequence import BatchItem, Sequence, output_of
 from penelope_engine.tiers.copies import TorchTiers
 from penelope_engine.tiers.handover import SessionHandover
 from penelope_engine.tiers.kv_pool import DTYPES, KVPool
@@ -58,14 +57,48 @@ class Engine:
         hooks: CoreHooks | None = None,
     ) -> None:
         """`hooks`: what a benchmark injects into the core (`CoreHooks`); None: serving."""
-        hooks = hooks or CoreHooks()
         self.config = config
+        self._load(loaded)
+        fingerprint = self._pools()
+        self.store = store if store is not None else self._open_store(fingerprint)
+        self._name_pages(fingerprint)
+        self._tiers()
+        self.core = build_core(
+            config.cache,
+            config.scheduler,
+            self.tiers,
+            self.hasher,
+            hooks or CoreHooks(),
+            calibrated=lambda: self.calibrator.cost,
+            has_store=self.store is not None,
+            max_model_len=self.max_model_len,
+            eos_token_ids=tuple(self.tokenizer.eos_token_ids),
+            on_forget=(self._forget,),
+            turn_stop=self.turn_stop,
+        )
+        self.cache, self.scheduler = self.core.cache, self.core.scheduler
+        self.handover = (
+            SessionHandover(self.store, self.tiers, self.cache, config.cache.write_behind_bytes)
+            if self.store is not None
+            else None
+        )
+        self.grammars = GrammarMasks(self.tokenizer, self.vocab_size)
+        self.runner = ModelRunner(self.loaded.model, self.device_pool, config.seed, self.grammars)
+        self._seqs: dict[str, Sequence] = {}
+
+    def _load(self, loaded: LoadedModel | None) -> None:
+        """The model, its tokenizer and its limits."""
+        config = self.config
         self.loaded = loaded or load_model(config.model, config.dtype, config.device)
-        mc, cc = self.loaded.config, config.cache
+        mc = self.loaded.config
         self.model_name = mc.name if config.model.startswith("/") else config.model
         self.tokenizer = self.loaded.tokenizer
         self.max_model_len = mc.max_position
         self.vocab_size = mc.vocab_size
+
+    def _pools(self) -> str:
+        """The device pool and the pinned host pool; returns the KV's fingerprint."""
+        config, mc, cc = self.config, self.loaded.config, self.config.cache
         dtype = DTYPES[config.dtype]
         self.host_pages = cc.active_host_pages
         self.device_pool = KVPool(mc, cc.device_pages, cc.page_size, dtype, config.device)
@@ -74,54 +107,43 @@ class Engine:
             if self.host_pages
             else None
         )
-        fingerprint = re.sub(
-            r"[^A-Za-z0-9._-]+", "_", f"{cc.namespace}-{self.model_name}-{config.dtype}"
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{cc.namespace}-{self.model_name}-{config.dtype}")
+
+    def _open_store(self, fingerprint: str) -> ArrowSegmentStore | None:
+        """The configured Arrow store, or None without a location."""
+        cc = self.config.cache
+        where, ttl = cc.store_location(), cc.store_record_ttl_s
+        return (
+            ArrowSegmentStore(where, cc.store_bytes, fingerprint, record_ttl_s=ttl)
+            if where
+            else None
         )
-        location = cc.store_location()
-        if store is None and location is not None:
-            store = ArrowSegmentStore(
-                location, cc.store_bytes, fingerprint, record_ttl_s=cc.store_record_ttl_s
-            )
-        self.store = store
+
+    def _name_pages(self, fingerprint: str) -> None:
+        """Page identity: the hasher and the declared public prefixes."""
+        cc = self.config.cache
         self.page_naming = PageNaming(cc.page_size, fingerprint, cc.public_prefixes)
         self.hasher = self.page_naming.hasher()
         self.public = PublicPrefixes(self.hasher, cc.public_prefixes)
+
+    def _tiers(self) -> None:
+        """The torch tiers, feeding each copy's time to the cost calibrator."""
+        itemsize = DTYPES[self.config.dtype].itemsize
         self.calibrator = CostCalibrator(
-            CalibratedCost(kv_bytes_per_token=mc.kv_bytes_per_token(dtype.itemsize))
+            CalibratedCost(kv_bytes_per_token=self.loaded.config.kv_bytes_per_token(itemsize))
         )
         self.tiers = TorchTiers(
             self.device_pool,
             self.host_pool,
-            store,
+            self.store,
             on_copy=self.calibrator.observe_copy,
             public_hashes=self.public.hashes,
         )
-        core = build_core(
-            cc,
-            config.scheduler,
-            hooks.wrap_tiers(self.tiers) if hooks.wrap_tiers else self.tiers,
-            self.hasher,
-            hooks.cost or (lambda: self.calibrator.cost),
-            has_store=store is not None,
-            max_model_len=self.max_model_len,
-            eos_token_ids=tuple(self.tokenizer.eos_token_ids),
-            page_cost=lambda p: self.calibrator.cost.recompute_s(p * cc.page_size, cc.page_size),
-            clock=hooks.clock,
-            policy=hooks.policy,
-            turn_stop=self.turn_stop,
-        )
-        self.core, self.cache, self.scheduler = core, core.cache, core.scheduler
-        self.handover = (
-            SessionHandover(store, self.tiers, self.cache, cc.write_behind_bytes)
-            if store is not None
-            else None
-        )
+
+    def _forget(self, sids: list[str]) -> None:
+        """Dropped session records: the handover forgets them too."""
         if self.handover is not None:
-            self.scheduler.records.listeners.append(self.handover.forget)
-        self.step_observer = hooks.step_observer
-        self.grammars = GrammarMasks(self.tokenizer, self.vocab_size)
-        self.runner = ModelRunner(self.loaded.model, self.device_pool, config.seed, self.grammars)
-        self._seqs: dict[str, Sequence] = {}
+            self.handover.forget(sids)
 
     # -- requests --------------------------------------------------------------------
     def fetch_record(self, req: GenerateRequest) -> PathRecord | None:
@@ -206,8 +228,8 @@ class Engine:
                 self._seqs.pop(failed.request_id, None)
             return [failed] if failed is not None else []
         t0 = time.perf_counter()
-        if self.step_observer is not None:
-            self.step_observer(items)
+        if self.core.hooks.step_observer is not None:
+            self.core.hooks.step_observer(items)
         tokens = self.runner.run(items)
         self._observe(items, time.perf_counter() - t0)
         out = self.scheduler.commit(items, tokens)
@@ -237,7 +259,7 @@ class Engine:
                 self.scheduler.finish(seq, None, aborted=True)
             except Exception:  # the failed step may have left this request half-updated
                 log.exception("could not release request %s", seq.request_id)
-                self.scheduler.running = [s for s in self.scheduler.running if s is not seq]
+                self.scheduler.discard(seq)
         return failed
 
     def generate_sync(self, req: GenerateRequest) -> RequestOutput:
@@ -266,8 +288,8 @@ class Engine:
             queue_length=len(self.scheduler.waiting),
             running=len(self.scheduler.running),
             request_pages=self.scheduler.request_pages(),
-            locked_nodes=c.tree.locked_nodes(),
-            tree_nodes=c.tree.size,
+            locked_nodes=c.locked_nodes(),
+            tree_nodes=c.tree_nodes,
             session_records=len(c.sessions),
             misses=t.misses,
         )
@@ -310,19 +332,3 @@ class Engine:
         the read-ahead thread (reads not started stay in the store)."""
         self.tiers.close()
         return self.handover is None or self.handover.close(timeout_s)
-
-
-def output_of(seq: Sequence, emitted: int) -> RequestOutput:
-    usage = replace(seq.usage, completion_tokens=seq.num_generated)
-    ttft = seq.first_token_at - seq.arrival if seq.first_token_at is not None else None
-    finished = seq.finish_reason is not None
-    return RequestOutput(
-        seq.request_id,
-        tuple(seq.tokens[emitted:]),
-        finished=finished,
-        finish_reason=seq.finish_reason,
-        usage=usage,
-        ttft_s=ttft,
-        hints=tuple(seq.hint_grants) if finished else (),
-        prompt_edit_at=seq.prompt_edit_at,
-    )

@@ -52,8 +52,6 @@ class AffinityRouter:
     """Cache-affinity routing (see the module docstring). One event loop; not thread-safe."""
 
     name = "affinity"
-    reads_prompt = False
-    reads_kv_state = False
 
     def __init__(
         self, config: RouterConfig | None = None, clock: Callable[[], float] = time.monotonic

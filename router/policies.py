@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 from penelope_engine.registry import Registry
 from router.core import AffinityRouter
@@ -28,8 +28,6 @@ from router.schema import (
 
 class RoutingPolicy(Protocol):
     name: str
-    reads_prompt: bool  # needs RouteRequest.prompt_pages (every page of the prompt)
-    reads_kv_state: bool  # needs ReplicaView's KV fields (usage, active pages, cached runs)
 
     def rank(self, views: Sequence[ReplicaView], request: RouteRequest) -> RouteDecision: ...
 
@@ -49,8 +47,6 @@ class Pow2Router:
     """Ray Serve's power of two choices: a random pair, the less loaded wins."""
 
     name = "pow2"
-    reads_prompt = False
-    reads_kv_state = False
 
     def __init__(
         self, config: RouterConfig | None = None, clock: Callable[[], float] = time.monotonic
@@ -88,16 +84,3 @@ def make_routing_policy(
 ) -> RoutingPolicy:
     """The routing policy registered as ``name`` (in ``registry``, the product's by default)."""
     return registry.get(name)(config if config is not None else RouterConfig(), clock)
-
-
-def with_options(cls: Any, name: str, options: object) -> RouterFactory:
-    """A factory of router class `cls` built with `options` and named `name` (a variant
-    registered beside the class's defaults, e.g. a peer at a documented threshold)."""
-
-    def make(config: RouterConfig, clock: Callable[[], float] = time.monotonic) -> RoutingPolicy:
-        router = cls(config, clock, options)
-        router.name = name
-        return cast(RoutingPolicy, router)
-
-    make.__name__ = make.__qualname__ = name
-    return make

@@ -8,7 +8,7 @@ Ray Serve's request router does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
@@ -78,38 +78,17 @@ class RouterConfig:
 ROUTE_PREFIX_PAGES = 8  # leading page ids a request shows the router (`prefix_hashes`)
 
 
-class CachedRun(NamedTuple):
-    """Leading pages of a page sequence a replica holds, up to its first miss, by tier."""
-
-    device: int = 0
-    host: int = 0
-    store: int = 0
-
-    @property
-    def pages(self) -> int:
-        return self.device + self.host + self.store
-
-
 @dataclass(frozen=True)
 class ReplicaView:
-    """What the router knows of one replica when it routes.
+    """What the router knows of one replica when it routes: its queue and its digest.
 
-    The last four are what KV-event routers (Dynamo's, llm-d's precise prefix
-    scorer, Ray's KV-aware router) learn from a replica's KV events and load
-    reports; Penelope's own policies read only the queue and the digest. Where a
-    caller has none, they say "nothing cached, nothing running".
+    (The peers' KV-event routers read more: `bench.peers.base.PeerView`.)
     """
 
     replica_id: str
     queue_len: int
     max_ongoing: int
     digest: ReplicaDigest = EMPTY_DIGEST
-    kv_usage: float = 0.0  # device pages running requests hold / device pages (vLLM's usage)
-    active_pages: int = 0  # device pages held by the requests running there
-    waiting_tokens: int = 0  # prompt tokens of requests queued there, not yet admitted
-    waiting_requests: int = 0  # requests queued there, not yet admitted
-    cached: Callable[[Sequence[int]], CachedRun] | None = None  # a prompt's cached run
-    page_size: int = 16  # tokens per page (a KV block) on this replica
 
     @property
     def full(self) -> bool:
@@ -124,7 +103,6 @@ class RouteRequest:
     prefix_hashes: tuple[int, ...] = ()  # hashes of its first full pages, in order
     tenant: str = "default"
     request_id: str = ""
-    prompt_pages: tuple[int, ...] = ()  # every full page's hash (the prompt-tree peers read it)
 
 
 @dataclass(frozen=True)
@@ -143,14 +121,6 @@ class Choice(NamedTuple):
 
 
 NO_REPLICAS = RouteDecision((), "no_replicas")
-
-
-def first_ranked(decision: RouteDecision) -> Choice:
-    """The decision's first-ranked replica, full or not: what a router that sends each
-    request to its single pick does (Dynamo, sgl-router's manual policy, llm-d)."""
-    if not decision.ranks:
-        raise ValueError("cannot pick a replica: there are none")
-    return Choice(decision.ranks[0][0], decision)
 
 
 def pick_replica(ranks: Sequence[Sequence[str]], views: Mapping[str, ReplicaView]) -> str:

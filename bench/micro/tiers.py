@@ -21,7 +21,7 @@ from bench.sessions import Scale
 from bench.tokens import TokenMap
 from bench.traces import DEFAULT_TRACE, load_claude_code
 from penelope_cli.helpformat import parser
-from penelope_engine.config import CacheConfig, EngineConfig, EvictionPolicyName, as_eviction_policy
+from penelope_engine.config import CacheConfig, EngineConfig, EvictionPolicyName
 from penelope_engine.engine import Engine
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest, SamplingParams
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         args.sessions,
         args.turns,
         args.length_scale,
-        policy=as_eviction_policy(args.policy),
+        policy=args.policy,
     )
     print(json.dumps(r))
     if not args.json:

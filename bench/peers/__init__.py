@@ -5,6 +5,7 @@ code runs here, choice by choice against it. `SIM_ROUTERS` is the product's
 routing registry (`router.policies.ROUTING_POLICIES`) plus these.
 
 Modules:
+    base             the peers' contract: `PeerView`, `PeerRequest`, the `PeerRouter` skeleton
     dynamo_kv        NVIDIA Dynamo's KV router (default cost, temperature 0): ``dynamo_kv``
     engine_routers   the engine-side routers of the grid (sgl-router / SMG, Dynamo, llm-d)
     llm_d            llm-d's inference scheduler, its default scheduling profile: ``llm_d``

@@ -36,20 +36,20 @@ host-tier blocks do count, at 0.75 each, when the engine publishes them (vLLM's
 CPU offloading, KVBM); the binary check indexes ``CPU`` and ``DISK`` runs so. In
 the simulator the worker's state is the replica's, exact and current:
 
-    device / host / disk blocks ── ``ReplicaView.cached(prompt_pages)``: the leading
+    device / host / disk blocks ── ``PeerView.cached(prompt_pages)``: the leading
                                    run's device, host and store pages (the store is
                                    a replica's own lower tier, as KVBM's G3 disk)
-    active prefill tokens ──────── ``ReplicaView.waiting_tokens`` (prompts queued there)
-    active blocks ──────────────── ``ReplicaView.active_pages`` (pages of running
+    active prefill tokens ──────── ``PeerView.waiting_tokens`` (prompts queued there)
+    active blocks ──────────────── ``PeerView.active_pages`` (pages of running
                                    requests) + ``waiting_tokens / page_size`` (queued
                                    prompts, which Dynamo books when it routes them)
-    active requests ────────────── ``ReplicaView.queue_len``
+    active requests ────────────── ``PeerView.queue_len``
 
 Where the model differs from Dynamo:
 
 - Tokens are pages: the prompt is ``len(prompt_pages)`` blocks; Dynamo's prompt
   tokens include the sub-page tail (a fraction of a block, the same on every
-  worker). A block is the replica's page (``ReplicaView.page_size``).
+  worker). A block is the replica's page (``PeerView.page_size``).
 - Dynamo's load is its own bookkeeping of what it routed: each request's
   uncached prompt tokens until its first token, its prompt blocks until it ends
   (output blocks are not tracked by default). The view has the queued prompts'
@@ -74,21 +74,14 @@ Where the model differs from Dynamo:
 from __future__ import annotations
 
 import math
-import random
-import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bench.peers.base import CachedRun, PeerRequest, PeerRouter, PeerView
 from penelope_engine.util import require
 from router.schema import (
     NO_REPLICAS,
-    CachedRun,
-    Choice,
-    ReplicaView,
     RouteDecision,
-    RouterConfig,
-    RouteRequest,
-    first_ranked,
 )
 
 
@@ -121,29 +114,20 @@ class DynamoKvConfig:
             require(0.0 <= value <= 1.0, f"{name} must be in [0, 1], got {value}")
 
 
-class DynamoKvRouter:
+class DynamoKvRouter(PeerRouter[DynamoKvConfig]):
     """Dynamo's default KV worker selector (see the module docstring)."""
 
     name = "dynamo_kv"
+    make_options = DynamoKvConfig
     reads_prompt = True
     reads_kv_state = True
 
-    def __init__(
-        self,
-        config: RouterConfig | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        options: DynamoKvConfig | None = None,
-    ) -> None:
-        self.config = config if config is not None else RouterConfig()
-        self.options = options if options is not None else DynamoKvConfig()
-        self._rng = random.Random(self.config.seed)
-
-    def costs(self, views: Sequence[ReplicaView], pages: Sequence[int]) -> list[float]:
+    def costs(self, views: Sequence[PeerView], pages: Sequence[int]) -> list[float]:
         """``worker_logit`` of every worker, in view order."""
         floor = min(v.waiting_tokens for v in views) if views else 0  # min_active_prefill_tokens
         return [self.cost(v, pages, floor) for v in views]
 
-    def cost(self, view: ReplicaView, pages: Sequence[int], floor_tokens: int = 0) -> float:
+    def cost(self, view: PeerView, pages: Sequence[int], floor_tokens: int = 0) -> float:
         """One worker's ``worker_logit``; `floor_tokens` is the least active prefill of
         any worker (it matters only with ``overlap_score_credit_decay``)."""
         opts = self.options
@@ -167,23 +151,12 @@ class DynamoKvRouter:
             + opts.decode_active_request_weight * view.queue_len
         )
 
-    def rank(self, views: Sequence[ReplicaView], request: RouteRequest) -> RouteDecision:
+    def rank(self, views: Sequence[PeerView], request: PeerRequest) -> RouteDecision:
         """The one worker the selector picks, as the only rank."""
         if not views:
             return NO_REPLICAS
         costs = self.costs(views, request.prompt_pages)
         return RouteDecision(((views[self._pick(costs)].replica_id,),), "kv")
-
-    def choose(self, views: Sequence[ReplicaView], request: RouteRequest) -> Choice:
-        """The pick, full or not: Dynamo routes to it."""
-        return first_ranked(self.rank(views, request))
-
-    def remember(self, session_id: str, replica_id: str, reported: bool = False) -> None:
-        """Dynamo keeps no session memory by default (session affinity is off)."""
-
-    def sync_replicas(self, live_ids: Collection[str]) -> list[str]:
-        """Workers follow the live replicas through the views; no sessions to move."""
-        return []
 
     def _pick(self, costs: Sequence[float]) -> int:
         """``minimum_cost_index`` at temperature 0, else ``softmax_sample_index``."""

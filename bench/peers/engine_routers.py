@@ -20,11 +20,12 @@ Each router's ``name`` is its name here.
 
 from __future__ import annotations
 
+from bench.peers.base import peer_factory, with_options
 from bench.peers.dynamo_kv import DynamoKvRouter
 from bench.peers.llm_d import LlmdRouter
 from bench.peers.sgl_cache_aware import SglCacheAwareConfig, SglCacheAwareRouter
 from bench.peers.sgl_sticky import SglStickyRouter
-from router.policies import RouterFactory, with_options
+from router.policies import RouterFactory
 
 SGL_ABS_THRESHOLDS = (4, 8, 16, 32)  # balance_abs_threshold of the sgl_cache_aware_abs<N> variants
 
@@ -40,9 +41,9 @@ def sgl_cache_aware_with_abs(threshold: int) -> RouterFactory:
 
 
 ENGINE_ROUTERS: dict[str, RouterFactory] = {
-    SglCacheAwareRouter.name: SglCacheAwareRouter,
+    SglCacheAwareRouter.name: peer_factory(SglCacheAwareRouter),
     **{f"sgl_cache_aware_abs{t}": sgl_cache_aware_with_abs(t) for t in SGL_ABS_THRESHOLDS},
-    SglStickyRouter.name: SglStickyRouter,
-    DynamoKvRouter.name: DynamoKvRouter,
-    LlmdRouter.name: LlmdRouter,
+    SglStickyRouter.name: peer_factory(SglStickyRouter),
+    DynamoKvRouter.name: peer_factory(DynamoKvRouter),
+    LlmdRouter.name: peer_factory(LlmdRouter),
 }

@@ -35,11 +35,11 @@ Per request (``SchedulerProfile.runScorerPlugins``, ``MaxScorePicker.Pick``)::
                 ``lru_capacity_per_server`` hashes (its oldest drop out); every
                 2 minutes endpoints no longer in the pool leave the index
 
-In the simulator one page of ``RouteRequest.prompt_pages`` is one block (the
+In the simulator one page of ``PeerRequest.prompt_pages`` is one block (the
 block size is auto-tuned to the engine's, 16 tokens, as the page), and:
 
-    waiting ──── ``ReplicaView.waiting_requests``
-    KV usage ─── ``ReplicaView.kv_usage``
+    waiting ──── ``PeerView.waiting_requests``
+    KV usage ─── ``PeerView.kv_usage``
 
 Where the model differs from llm-d:
 
@@ -64,21 +64,17 @@ on the package index, so no choice here was compared with the real scheduler.
 
 from __future__ import annotations
 
-import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from bench.peers.base import PeerRequest, PeerRouter, PeerView
 from penelope_engine.util import require
 from router.schema import (
     NO_REPLICAS,
-    Choice,
-    ReplicaView,
     RouteDecision,
     RouterConfig,
-    RouteRequest,
-    first_ranked,
 )
 
 
@@ -158,10 +154,11 @@ class ApproxPrefixIndex:
                 del self.hash_to_pods[h]
 
 
-class LlmdRouter:
+class LlmdRouter(PeerRouter[LlmdConfig]):
     """llm-d's EPP with GIE's default profile (see the module docstring). Not thread-safe."""
 
     name = "llm_d"
+    make_options = LlmdConfig
     reads_prompt = True
     reads_kv_state = True
 
@@ -171,14 +168,11 @@ class LlmdRouter:
         clock: Callable[[], float] = time.monotonic,
         options: LlmdConfig | None = None,
     ) -> None:
-        self.config = config if config is not None else RouterConfig()
-        self.options = options if options is not None else LlmdConfig()
+        super().__init__(config, clock, options)
         self.index = ApproxPrefixIndex(self.options.lru_capacity_per_server)
-        self._clock = clock
-        self._rng = random.Random(self.config.seed)
         self._next_check = clock() + self.options.pod_check_interval_s
 
-    def scores(self, views: Sequence[ReplicaView], pages: Sequence[int]) -> list[float]:
+    def scores(self, views: Sequence[PeerView], pages: Sequence[int]) -> list[float]:
         """The weighted sum of the three scorers for every endpoint, in view order."""
         opts = self.options
         hashes = pages[: opts.max_prefix_blocks]
@@ -197,7 +191,7 @@ class LlmdRouter:
             )
         return out
 
-    def rank(self, views: Sequence[ReplicaView], request: RouteRequest) -> RouteDecision:
+    def rank(self, views: Sequence[PeerView], request: PeerRequest) -> RouteDecision:
         """The endpoint the max-score picker takes; the index learns the prompt there."""
         if not views:
             return NO_REPLICAS
@@ -209,20 +203,13 @@ class LlmdRouter:
         self.index.add(request.prompt_pages[: self.options.max_prefix_blocks], pick)  # PreRequest
         return RouteDecision(((pick,),), "max_score")
 
-    def choose(self, views: Sequence[ReplicaView], request: RouteRequest) -> Choice:
-        """The pick, full or not: the EPP sends it there."""
-        return first_ranked(self.rank(views, request))
-
-    def remember(self, session_id: str, replica_id: str, reported: bool = False) -> None:
-        """The EPP keeps no session memory: the prefix index is all it has."""
-
     def sync_replicas(self, live_ids: Collection[str]) -> list[str]:
         """``CleanUpInactivePods``: endpoints that left drop out of the index; none move."""
         for pod in [p for p in self.index.pod_lru if p not in live_ids]:
             self.index.remove_pod(pod)
         return []
 
-    def _sweep_if_due(self, views: Sequence[ReplicaView]) -> None:
+    def _sweep_if_due(self, views: Sequence[PeerView]) -> None:
         interval = self.options.pod_check_interval_s
         now = self._clock()
         if interval <= 0 or now < self._next_check:

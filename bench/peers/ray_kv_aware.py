@@ -28,10 +28,10 @@ the router's own bookings plus each replica's lifecycle events (first token:
 prefill done; end: freed) give each worker's active prefill tokens and active
 blocks. In the simulator these are the replica's exact current state:
 
-    device / host blocks ─── ``ReplicaView.cached(prompt_pages)``: the leading run's
+    device / host blocks ─── ``PeerView.cached(prompt_pages)``: the leading run's
                              device pages and host pages
-    active prefill tokens ── ``ReplicaView.waiting_tokens`` (prompts queued there)
-    active blocks ────────── ``ReplicaView.active_pages`` (pages of running requests)
+    active prefill tokens ── ``PeerView.waiting_tokens`` (prompts queued there)
+    active blocks ────────── ``PeerView.active_pages`` (pages of running requests)
                              + ``waiting_tokens / page_size`` (queued prompts,
                              which Dynamo books at selection)
 
@@ -40,7 +40,7 @@ Where the model differs from Ray and Dynamo:
 - Tokens are pages: the prompt is ``len(prompt_pages)`` blocks; the sub-page tail
   Dynamo counts as a fraction of a block is not seen (it adds the same amount to
   every replica's prefill term). A block is the replica's page
-  (``ReplicaView.page_size``): queued prompts, counted in tokens, become blocks
+  (``PeerView.page_size``): queued prompts, counted in tokens, become blocks
   with it.
 - ``CachedRun`` gives the run's pages per tier, not their order: device pages are
   credited as Dynamo's device prefix and host pages as its host extension (the
@@ -69,8 +69,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from bench.peers.base import PeerView
 from bench.peers.dynamo_kv import DynamoKvConfig, DynamoKvRouter
-from router.schema import ReplicaView, RouterConfig
+from router.schema import RouterConfig
 
 # Ray feeds Dynamo GPU and vLLM-native CPU-offload events only: no disk blocks.
 RAY_DYNAMO_CONFIG = DynamoKvConfig(disk_cache_hit_weight=0.0)
@@ -90,6 +91,6 @@ class RayKvAwareRouter(DynamoKvRouter):
     ) -> None:
         super().__init__(config, clock, options if options is not None else RAY_DYNAMO_CONFIG)
 
-    def logit(self, view: ReplicaView, pages: Sequence[int]) -> float:
+    def logit(self, view: PeerView, pages: Sequence[int]) -> float:
         """Dynamo's ``worker_logit`` for one replica (no credit decay: the floor drops out)."""
         return self.cost(view, pages)

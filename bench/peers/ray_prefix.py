@@ -25,7 +25,7 @@ the group, standing for the wait.
 
 Where the model differs from Ray:
 
-- One page hash of ``RouteRequest.prompt_pages`` is one character of Ray's text
+- One page hash of ``PeerRequest.prompt_pages`` is one character of Ray's text
   tree: a match of k pages stands for a match of k characters, so the match
   rate is over full pages, and the eviction bounds (Ray's 400,000 / 360,000
   characters, kept as numbers) count pages. Ray's text is the chat messages'
@@ -50,21 +50,19 @@ Where the model differs from Ray:
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 # router.policies imports this module to register it: read pow2_pair at call time.
 import router.policies as policies
+from bench.peers.base import PeerRequest, PeerRouter, PeerView
 from penelope_engine.util import require
 from router.schema import (
     NO_REPLICAS,
     Choice,
-    ReplicaView,
     RouteDecision,
     RouterConfig,
-    RouteRequest,
     pick_replica,
 )
 
@@ -185,12 +183,12 @@ class RayPrefixTree:
         return 1
 
 
-class RayPrefixAffinityRouter:
+class RayPrefixAffinityRouter(PeerRouter[RayPrefixConfig]):
     """Ray Serve LLM's prefix-cache affinity routing (see the module docstring)."""
 
     name = "ray_prefix"
+    make_options = RayPrefixConfig
     reads_prompt = True
-    reads_kv_state = False
 
     def __init__(
         self,
@@ -198,14 +196,11 @@ class RayPrefixAffinityRouter:
         clock: Callable[[], float] = time.monotonic,
         options: RayPrefixConfig | None = None,
     ) -> None:
-        self.config = config if config is not None else RouterConfig()
-        self.options = options if options is not None else RayPrefixConfig()
-        self._clock = clock
-        self._rng = random.Random(self.config.seed)
+        super().__init__(config, clock, options)
         self.tree = RayPrefixTree()
         self._next_eviction: float | None = None
 
-    def rank(self, views: Sequence[ReplicaView], request: RouteRequest) -> RouteDecision:
+    def rank(self, views: Sequence[PeerView], request: PeerRequest) -> RouteDecision:
         """Ray's ``choose_replicas``: one group (the pow2 pair or the prefix choice)."""
         if not views:
             return NO_REPLICAS
@@ -227,7 +222,7 @@ class RayPrefixAffinityRouter:
             return RouteDecision((tuple(r for r in ids if counts[r] == least),), "least_cached")
         return RouteDecision((tuple(owners),), "prefix") if owners else fallback
 
-    def choose(self, views: Sequence[ReplicaView], request: RouteRequest) -> Choice:
+    def choose(self, views: Sequence[PeerView], request: PeerRequest) -> Choice:
         """Rank, take the least loaded replica of the group, and insert the prompt there."""
         by_id = {v.replica_id: v for v in views}
         decision = self.rank(views, request)
@@ -238,12 +233,9 @@ class RayPrefixAffinityRouter:
         self.record_route(request, replica_id)
         return Choice(replica_id, decision)
 
-    def record_route(self, request: RouteRequest, replica_id: str) -> None:
+    def record_route(self, request: PeerRequest, replica_id: str) -> None:
         """Ray's ``on_request_routed``: the whole prompt now belongs to ``replica_id``."""
         self.tree.insert(request.prompt_pages, replica_id, self._clock())
-
-    def remember(self, session_id: str, replica_id: str, reported: bool = False) -> None:
-        """Ray's router keeps no session memory (``record_route`` carries the prompt)."""
 
     def sync_replicas(self, live_ids: Collection[str]) -> list[str]:
         """Ray's ``update_replicas``: tenants follow the live set; no sessions move."""

@@ -16,10 +16,11 @@ Each router's ``name`` is its name here.
 
 from __future__ import annotations
 
+from bench.peers.base import peer_factory, with_options
 from bench.peers.ray_kv_aware import RayKvAwareRouter
 from bench.peers.ray_prefix import RayPrefixAffinityRouter, RayPrefixConfig
 from bench.peers.ray_session_hash import RaySessionHashRouter
-from router.policies import RouterFactory, with_options
+from router.policies import RouterFactory
 
 PREFIX_THRESHOLDS = (5, 10, 20)  # imbalanced_threshold of the ray_prefix_t<N> variants
 
@@ -35,8 +36,8 @@ def ray_prefix_with_threshold(threshold: float) -> RouterFactory:
 
 
 RAY_ROUTERS: dict[str, RouterFactory] = {
-    RaySessionHashRouter.name: RaySessionHashRouter,
-    RayPrefixAffinityRouter.name: RayPrefixAffinityRouter,
+    RaySessionHashRouter.name: peer_factory(RaySessionHashRouter),
+    RayPrefixAffinityRouter.name: peer_factory(RayPrefixAffinityRouter),
     **{f.__name__: f for f in map(ray_prefix_with_threshold, PREFIX_THRESHOLDS)},
-    RayKvAwareRouter.name: RayKvAwareRouter,
+    RayKvAwareRouter.name: peer_factory(RayKvAwareRouter),
 }

@@ -24,13 +24,13 @@ of sessions, and never reads load except the full/not-full check.
 
 Where the model differs from Ray:
 
-- A replica is keyed by ``ReplicaView.replica_id`` where Ray uses the replica's
+- A replica is keyed by ``PeerView.replica_id`` where Ray uses the replica's
   ``unique_id`` (a random string), so the ring's layout differs from a real
   deployment's, not its rules: sessions still land on replicas uniformly with
   the same variance for the same vnode count.
 - The ring follows the replica set of each ranking's views (Ray rebuilds it in
   ``update_replicas``, called with the same live set), and ``sync_replicas``.
-- A request without a session id hashes ``RouteRequest.request_id`` (one per
+- A request without a session id hashes ``PeerRequest.request_id`` (one per
   request, as Ray's ``internal_request_id``), or, if it has none, a fresh id
   drawn from ``random.Random(config.seed)``.
 - All ranked replicas full: ``choose`` returns the least loaded of them (the
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import random
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -50,14 +49,13 @@ from dataclasses import dataclass
 
 import mmh3
 
+from bench.peers.base import PeerRequest, PeerRouter, PeerView
 from penelope_engine.util import require
 from router.schema import (
     NO_REPLICAS,
     Choice,
-    ReplicaView,
     RouteDecision,
     RouterConfig,
-    RouteRequest,
 )
 
 CONSISTENT_HASH_SEED = 0xF9B4CA77  # Ray's fixed seed: a change remaps every session
@@ -119,12 +117,11 @@ class HashRing:
         return ranked
 
 
-class RaySessionHashRouter:
+class RaySessionHashRouter(PeerRouter[RaySessionHashConfig]):
     """Ray Serve's ``ConsistentHashRouter`` keyed on the session (see the module docstring)."""
 
     name = "ray_session_hash"
-    reads_prompt = False
-    reads_kv_state = False
+    make_options = RaySessionHashConfig
 
     def __init__(
         self,
@@ -132,12 +129,10 @@ class RaySessionHashRouter:
         clock: Callable[[], float] = time.monotonic,
         options: RaySessionHashConfig | None = None,
     ) -> None:
-        self.config = config if config is not None else RouterConfig()
-        self.options = options if options is not None else RaySessionHashConfig()
-        self._rng = random.Random(self.config.seed)
+        super().__init__(config, clock, options)
         self.ring = HashRing((), self.options.num_virtual_nodes)
 
-    def routing_key(self, request: RouteRequest) -> str:
+    def routing_key(self, request: PeerRequest) -> str:
         """Ray's ``_routing_key``: the session id, else the request's own id."""
         if request.session_id:
             return request.session_id
@@ -145,7 +140,7 @@ class RaySessionHashRouter:
             return request.request_id
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
-    def rank(self, views: Sequence[ReplicaView], request: RouteRequest) -> RouteDecision:
+    def rank(self, views: Sequence[PeerView], request: PeerRequest) -> RouteDecision:
         """Ray's ``choose_replicas``: the primary, then each fallback, one replica a rank."""
         if not views:
             return NO_REPLICAS
@@ -153,7 +148,7 @@ class RaySessionHashRouter:
         ranked = self.ring.ranked(self.routing_key(request), 1 + self.options.num_fallback_replicas)
         return RouteDecision(tuple((rid,) for rid in ranked), "hash")
 
-    def choose(self, views: Sequence[ReplicaView], request: RouteRequest) -> Choice:
+    def choose(self, views: Sequence[PeerView], request: PeerRequest) -> Choice:
         """The first ranked replica that is not full; all full: Ray waits for them."""
         decision = self.rank(views, request)
         if not decision.ranks:
@@ -165,9 +160,6 @@ class RaySessionHashRouter:
             chosen = min(ranked, key=lambda rid: by_id[rid].queue_len)
         overloaded = by_id[ranked[0]].full
         return Choice(chosen, dataclasses.replace(decision, overloaded=overloaded))
-
-    def remember(self, session_id: str, replica_id: str, reported: bool = False) -> None:
-        """The ring alone decides: nothing to remember."""
 
     def sync_replicas(self, live_ids: Collection[str]) -> list[str]:
         """Ray's ``update_replicas``: rebuild the ring if the set changed; no table to re-home."""

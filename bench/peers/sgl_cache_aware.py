@@ -24,7 +24,7 @@ the pages of the nodes it is on. Every ``eviction_interval_s`` the least
 recently used leaves of each tenant over ``max_tree_size`` are dropped until it
 fits. Load is the router's count of requests in flight per worker (raised when
 a request is sent, lowered when its response body ends, router.rs:294 and
-worker.rs:1099-1127); here it is ``ReplicaView.queue_len``.
+worker.rs:1099-1127); here it is ``PeerView.queue_len``.
 
 Where the model differs from the source: a character of the source's text
 (message contents joined by spaces, not the chat template) is one full KV page
@@ -46,14 +46,13 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from bench.peers.base import PeerRequest, PeerRouter, PeerView
 from penelope_engine.util import require
 from router.schema import (
     NO_REPLICAS,
     Choice,
-    ReplicaView,
     RouteDecision,
     RouterConfig,
-    RouteRequest,
 )
 
 NO_TENANT = "empty"  # what tree.rs:583 names the tenant of a node that has none
@@ -227,12 +226,12 @@ class ApproxTree:
         return [t for t in node.tenants if not cls._below(node, t)]
 
 
-class SglCacheAwareRouter:
+class SglCacheAwareRouter(PeerRouter[SglCacheAwareConfig]):
     """sgl-router's ``cache_aware`` (see the module docstring). Not thread-safe."""
 
     name = "sgl_cache_aware"
+    make_options = SglCacheAwareConfig
     reads_prompt = True
-    reads_kv_state = False
 
     def __init__(
         self,
@@ -240,13 +239,11 @@ class SglCacheAwareRouter:
         clock: Callable[[], float] = time.monotonic,
         options: SglCacheAwareConfig | None = None,
     ) -> None:
-        self.config = config if config is not None else RouterConfig()
-        self.options = options if options is not None else SglCacheAwareConfig()
+        super().__init__(config, clock, options)
         self.tree = ApproxTree()
-        self._clock = clock
         self._next_eviction = clock() + self.options.eviction_interval_s  # PeriodicTask
 
-    def rank(self, views: Sequence[ReplicaView], request: RouteRequest) -> RouteDecision:
+    def rank(self, views: Sequence[PeerView], request: PeerRequest) -> RouteDecision:
         """The one worker ``select_worker`` picks; the tree learns the prompt as it does."""
         if not views:
             return NO_REPLICAS
@@ -257,13 +254,10 @@ class SglCacheAwareRouter:
         replica_id, reason = self._select(views, request.prompt_pages)
         return RouteDecision(((replica_id,),), reason)
 
-    def choose(self, views: Sequence[ReplicaView], request: RouteRequest) -> Choice:
+    def choose(self, views: Sequence[PeerView], request: PeerRequest) -> Choice:
         """The source's pick, full or not: sgl-router does not hold requests back."""
         decision = self.rank(views, request)
         return Choice(decision.ranks[0][0], decision)
-
-    def remember(self, session_id: str, replica_id: str, reported: bool = False) -> None:
-        """cache_aware keeps no session memory: the prompt tree is all it has."""
 
     def sync_replicas(self, live_ids: Collection[str]) -> list[str]:
         """Workers that left are removed from the tree (``remove_worker``); no sessions move."""
@@ -271,7 +265,7 @@ class SglCacheAwareRouter:
             self.tree.remove_tenant(tenant)
         return []
 
-    def _select(self, views: Sequence[ReplicaView], pages: tuple[int, ...]) -> tuple[str, str]:
+    def _select(self, views: Sequence[PeerView], pages: tuple[int, ...]) -> tuple[str, str]:
         opts = self.options
         loads = [v.queue_len for v in views]
         low, high = min(loads), max(loads)

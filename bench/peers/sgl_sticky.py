@@ -43,7 +43,7 @@ Where the model differs from the source:
   source also drops unhealthy workers and ones whose circuit breaker is open;
   the simulator has neither). A replica that leaves is noticed at the
   session's next request, as in the source; ``sync_replicas`` moves nothing.
-- ``min_load`` reads ``ReplicaView.queue_len`` for the router's in-flight count;
+- ``min_load`` reads ``PeerView.queue_len`` for the router's in-flight count;
   ``min_group`` (fewest routing keys with requests in flight) is not modelled:
   the view does not say which sessions have requests in flight.
 - Draws use ``random.Random(config.seed)``, the source ``rand::rng()``.
@@ -53,20 +53,16 @@ Where the model differs from the source:
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from bench.peers.base import PeerRequest, PeerRouter, PeerView
 from penelope_engine.util import require
 from router.schema import (
     NO_REPLICAS,
-    Choice,
-    ReplicaView,
     RouteDecision,
     RouterConfig,
-    RouteRequest,
-    first_ranked,
 )
 
 MAX_CANDIDATE_WORKERS = 2  # manual.rs: MAX_CANDIDATE_WORKERS
@@ -107,12 +103,11 @@ class _Node:
         self.workers.append(replica_id)
 
 
-class SglStickyRouter:
+class SglStickyRouter(PeerRouter[SglStickyConfig]):
     """sgl-router's ``manual`` policy on the session id (see the module docstring)."""
 
     name = "sgl_sticky"
-    reads_prompt = False
-    reads_kv_state = False
+    make_options = SglStickyConfig
 
     def __init__(
         self,
@@ -120,14 +115,11 @@ class SglStickyRouter:
         clock: Callable[[], float] = time.monotonic,
         options: SglStickyConfig | None = None,
     ) -> None:
-        self.config = config if config is not None else RouterConfig()
-        self.options = options if options is not None else SglStickyConfig()
+        super().__init__(config, clock, options)
         self.routing_map: dict[str, _Node] = {}
-        self._clock = clock
-        self._rng = random.Random(self.config.seed)
         self._next_eviction = clock() + self.options.eviction_interval_s
 
-    def rank(self, views: Sequence[ReplicaView], request: RouteRequest) -> RouteDecision:
+    def rank(self, views: Sequence[PeerView], request: PeerRequest) -> RouteDecision:
         """The one worker ``select_worker`` picks; the key's memory is updated as it is."""
         if not views:
             return NO_REPLICAS  # no_healthy_workers: the source returns no worker
@@ -152,18 +144,7 @@ class SglStickyRouter:
         gone, node.last_routed = node.last_routed, replica_id
         return RouteDecision(((replica_id,),), "occupied_miss", rehomed_from=gone)
 
-    def choose(self, views: Sequence[ReplicaView], request: RouteRequest) -> Choice:
-        """The policy's pick, full or not: sgl-router sends it there."""
-        return first_ranked(self.rank(views, request))
-
-    def remember(self, session_id: str, replica_id: str, reported: bool = False) -> None:
-        """The policy remembers its own picks as it makes them; nothing to add."""
-
-    def sync_replicas(self, live_ids: Collection[str]) -> list[str]:
-        """A departed worker is noticed at its sessions' next request; none move now."""
-        return []
-
-    def _new_worker(self, views: Sequence[ReplicaView]) -> str:
+    def _new_worker(self, views: Sequence[PeerView]) -> str:
         """``select_new_worker``: uniform (random) or the least loaded, ties uniform (min_load)."""
         if self.options.assignment_mode == "min_load":
             low = min(v.queue_len for v in views)

@@ -45,12 +45,12 @@ from bench.sim.metrics import RequestRecord
 from bench.traces import DEFAULT_TRACE, load_trace
 from bench.workload import Workload, WorkloadConfig, clip_workload, sample_workload
 from penelope_cli.helpformat import parser
+from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.config import (
     CacheConfig,
     EngineConfig,
     EvictionPolicyName,
     SchedulerConfig,
-    as_eviction_policy,
 )
 from penelope_engine.costs import C_ATTN, C_LIN
 
@@ -83,7 +83,7 @@ class AgreeConfig:
             raise ValueError("sessions, turns and max_output_tokens must be >= 1")
         if self.host_pages < 1 or self.device_pages < 1:
             raise ValueError("agree needs a device pool and a host tier")
-        as_eviction_policy(self.policy)
+        EVICTION_POLICIES.check(self.policy)
 
 
 def workload(cfg: AgreeConfig) -> Workload:

@@ -17,7 +17,6 @@ over Qwen3 on H100 and H200.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple, Protocol
@@ -130,16 +129,6 @@ def turn_floor(cost: CostModel, prompt_len: int, known: int, output_len: int) ->
     decoded alone (chunking and batching only add time)."""
     decode = decode_run(cost, StepLoad.of([], [prompt_len]), output_len - 1)
     return ttft_floor(cost, prompt_len, known) + float(decode.sum())
-
-
-def page_cost_fn(cost: CostModel, page_size: int) -> Callable[[int], float]:
-    """Recompute cost (s) of the page at a page index, for the cache's cost-aware policies."""
-
-    @functools.cache  # a pure function of the page index, asked on every eviction-key update
-    def page_cost(page: int) -> float:
-        return cost.recompute_s(page * page_size, page_size)
-
-    return page_cost
 
 
 class TimedCosts:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bench.peers.base import PeerRequest, PeerView, reads_kv_state, reads_prompt
 from bench.peers.registry import make_sim_router
 from bench.sessions import TOOLS, Session
 from bench.sim.config import SimConfig
@@ -39,7 +40,7 @@ from bench.sim.turns import SessionState, SimRequest, make_request
 from bench.tokens import TokenMap
 from bench.workload import Workload
 from router.digest import build_digest, decode_digest
-from router.schema import ROUTE_PREFIX_PAGES, ReplicaView, RouterConfig, RouteRequest
+from router.schema import ROUTE_PREFIX_PAGES, RouterConfig
 
 if TYPE_CHECKING:
     from penelope_engine.core import CoreHooks
@@ -167,7 +168,7 @@ class Simulator:
     def _wake(self, rep: Replica) -> None:
         self._kick(rep)
 
-    def _views(self) -> list[ReplicaView]:
+    def _views(self) -> list[PeerView]:
         """Live queue lengths; digests as of the last `digest_period_s` boundary's refresh.
 
         A digest is rebuilt when a route needs it and it is a period old, which
@@ -184,9 +185,9 @@ class Simulator:
                     now=self.now,
                 )
                 self._digests[i] = decode_digest(wire)
-        live = self.router.reads_kv_state
+        live = reads_kv_state(self.router)
         return [
-            ReplicaView(
+            PeerView(
                 str(r.index),
                 r.queue_len,
                 self.cfg.max_ongoing,
@@ -216,9 +217,9 @@ class Simulator:
             return
         views = self._views()
         prefix = tuple(int(h) for h in req.hashes[:ROUTE_PREFIX_PAGES])
-        pages = self._router_pages(st.session, req) if self.router.reads_prompt else ()
+        pages = self._router_pages(st.session, req) if reads_prompt(self.router) else ()
         choice = self.router.choose(
-            views, RouteRequest(sid, prefix, request_id=f"{sid}:{k}", prompt_pages=pages)
+            views, PeerRequest(sid, prefix, request_id=f"{sid}:{k}", prompt_pages=pages)
         )
         rep = self.replicas[int(choice.replica_id)]
         rep.enqueue(req, self.now)

@@ -18,7 +18,7 @@ from penelope_engine.cache.eviction import (
     ReturnAwarePolicy,
     SessionInfo,
 )
-from penelope_engine.config import EvictionPolicyName, as_eviction_policy
+from penelope_engine.config import EvictionPolicyName
 from penelope_engine.registry import Registry
 
 
@@ -48,5 +48,5 @@ def policy_for_config(name: str) -> tuple[EvictionPolicyName, EvictionPolicy | N
     (`CoreHooks.policy`) when the name is the simulator's own: the oracle is configured
     as its deployable base (`return_aware`) and injected."""
     if name in EVICTION_POLICIES:
-        return as_eviction_policy(name), None
-    return as_eviction_policy(ReturnAwarePolicy.name), make_sim_policy(name)
+        return name, None
+    return ReturnAwarePolicy.name, make_sim_policy(name)

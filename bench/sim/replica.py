@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.sim.costmodel import CostModel, StepLoad, decode_run, num_layers, page_cost_fn, step_load
+from bench.peers.base import CachedRun
+from bench.sim.costmodel import CostModel, StepLoad, decode_run, num_layers, step_load
 from bench.sim.oracle import make_sim_policy
 from bench.sim.tiers import NullTiers, TimedTiers
 from bench.sim.turns import SimRequest
@@ -39,7 +40,6 @@ from penelope_engine.sched.fastpath import commit_decoded, extend_decodes
 from penelope_engine.sched.scheduler import Scheduler
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.util import cdiv
-from router.schema import CachedRun
 
 if TYPE_CHECKING:
     from penelope_engine.engine import Engine
@@ -118,29 +118,28 @@ class Replica:
         ps = cache.page_size
         layers = num_layers(cost) if layerwise_loads else 1
         tiers = TimedTiers(NullTiers(), cost, ps, clock, layers, async_writes, async_spills)
+        hooks = CoreHooks(clock=clock, cost=cost, policy=make_sim_policy(policy))
         core = build_core(
             cache,
             sched,
             tiers,
             PageHasher(ps, SIM_NAMESPACE),
-            lambda: cost,
+            hooks,
             has_store=has_store,
             max_model_len=MAX_MODEL_LEN,
-            page_cost=page_cost_fn(cost, ps),
-            clock=clock,
-            policy=make_sim_policy(policy),
         )
         return cls(index, core.scheduler, tiers, cost, None, fast_decode)
 
     @staticmethod
     def engine_hooks(cost: CostModel, clock: Callable[[], float], page_size: int) -> CoreHooks:
         """What a real engine's core needs to run on the simulated clock: its copies
-        charged to `TimedTiers` (the bytes still move through its tiers) and the
-        planner asking `cost` itself, exactly as in `Replica.simulated`."""
+        charged to `TimedTiers` (the bytes still move through its tiers) and both the
+        planner and the policies' page cost asking `cost` itself, exactly as in
+        `Replica.simulated`."""
         return CoreHooks(
             clock=clock,
             wrap_tiers=lambda real: TimedTiers(real, cost, page_size, clock),
-            cost=lambda: cost,
+            cost=cost,
         )
 
     @classmethod

@@ -14,6 +14,8 @@ Modules:
     eviction      eviction policies and their registry (lru, penelope, greedydual, ...)
     evict_heap    per-tier heaps of victim nodes, ranked by the policy
     sessions      per-session timing (`SessionInfo`) the return-aware policies read
+    session_events  `PrefixCache`'s session events and bounded session records
+    store_pages   pages between the cache and the store: reads ahead, writes behind
     digests       what a replica tells the router: session holdings, shared prefixes
     integrity     the cache's invariants, checked in full
     allocator     page allocators of one pool, with an integrity check

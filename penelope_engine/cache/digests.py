@@ -33,13 +33,11 @@ def session_digests(
     out = []
     for sid, info in recent:
         dev = host = store = 0
-        node = info.leaf
-        while node is not None and node.parent is not None:
+        for node in info.leaf.path_up() if info.leaf is not None else ():
             summary = node.summary
             dev += node.n_device
             host += summary.host_only
             store += summary.store_only
-            node = node.parent
         ps = page_size
         out.append(SessionDigest(sid, dev * ps, host * ps, store * ps, info.last_access))
     return out

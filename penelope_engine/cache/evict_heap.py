@@ -99,9 +99,8 @@ class EvictionHeaps:
                 heapq.heappush(self._heaps[tier], (self._key(node, tier), node.id, node))
 
     def touch_path(self, node: Node | None) -> None:
-        while node is not None and node.parent is not None:
-            self.touch(node)
-            node = node.parent
+        for n in node.path_up() if node is not None else ():
+            self.touch(n)
 
     # -- eviction ----------------------------------------------------------
     def evict(self, tier: Tier, need: int, drop: Drop) -> int:

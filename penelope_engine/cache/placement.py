@@ -187,10 +187,10 @@ class Placement:
         """Copy device pages on `leaf`'s path that lack a host copy to the host (mutates)."""
         if not self.has_host or self.io is None:
             return 0
-        copied, node = 0, leaf
+        copied = 0
         self.tree.lock(leaf, +1)  # the path must not move while host space is made
         try:
-            while node is not self.tree.root:
+            for node in leaf.path_up():
                 idx = np.flatnonzero((node.device >= 0) & (node.host < 0))
                 if len(idx):
                     slots = self.allocate_host(len(idx))
@@ -201,7 +201,6 @@ class Placement:
                         break
                     self.set_host(node, idx, slots)
                     copied += len(idx)
-                node = node.parent  # type: ignore[assignment]
         finally:
             self.tree.lock(leaf, -1)
         return copied
@@ -234,14 +233,12 @@ class Placement:
         """Take the device pages of `sid`'s own nodes on `leaf`'s path off the device, as
         an eviction would (demoted with a host tier, dropped without); shared nodes and
         nodes a running request locks stay. Returns the pages taken (mutates)."""
-        taken, node = 0, leaf
-        while node.parent is not None:
-            parent = node.parent  # `drop` may trim `node` out of the tree
+        taken = 0
+        for node in leaf.path_up():  # `drop` may trim `node` out of the tree
             if not node.shared and node.lock == 0 and node.sessions <= {sid} and node.n_device:
                 idx = np.flatnonzero(node.device >= 0)
                 self.drop(Tier.DEVICE, node, idx)
                 taken += len(idx)
-            node = parent
         return taken
 
     def _demote(self, node: Node, idx: np.ndarray) -> None:

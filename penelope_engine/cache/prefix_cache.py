@@ -15,7 +15,9 @@ live in their own modules:
     placement    each node's pages per tier, splits, trims, moves between tiers
     evict_heap   which nodes hold each tier; the policy's lazy victim heaps
     sessions     `SessionInfo` and how session events update it
+    session_events  the cache's session events and bounded records (a base of it)
     digests      what the router is told (session holdings, shared prefixes)
+    store_pages  pages between the cache and the store (reads ahead, writes behind)
     integrity    the full invariant check
 """
 
@@ -23,17 +25,19 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from penelope_engine.cache import digests, integrity, sessions
+from penelope_engine.cache import digests, integrity, store_pages
 from penelope_engine.cache.allocator import PageAllocator
 from penelope_engine.cache.evict_heap import EvictionHeaps, first_page
 from penelope_engine.cache.eviction import EvictionPolicy, make_eviction_policy
 from penelope_engine.cache.placement import Placement, TierIO
+from penelope_engine.cache.session_events import SessionEvents
 from penelope_engine.cache.sessions import SessionInfo
+from penelope_engine.cache.store_pages import CopyIn, Installed, StoreRun
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node, PageTree, TreeMatch
 from penelope_engine.costs import C_ATTN, C_LIN
@@ -60,7 +64,7 @@ def default_page_cost(page_size: int) -> Callable[[int], float]:
     return lambda page: page_size * (C_LIN + C_ATTN * page * page_size)
 
 
-class PrefixCache:
+class PrefixCache(SessionEvents):
     def __init__(
         self,
         page_size: int,
@@ -92,10 +96,6 @@ class PrefixCache:
 
     # -- read-only ---------------------------------------------------------
     @property
-    def now(self) -> float:
-        return self.time_fn()
-
-    @property
     def io(self) -> TierIO | None:
         return self.placement.io
 
@@ -117,17 +117,6 @@ class PrefixCache:
         """Pages evicted, by (policy, reason): demote, drop, spill, host_drop."""
         return self.placement.evictions
 
-    def session(self, sid: str) -> SessionInfo:
-        """The session's record, created on first use (session events call this)."""
-        info = self.sessions.get(sid)
-        if info is None:
-            info = self.sessions[sid] = SessionInfo(last_access=self.now)
-        return info
-
-    def session_info(self, sid: str) -> SessionInfo | None:
-        """The session's record, or None (policies read this: it never creates one)."""
-        return self.sessions.get(sid)
-
     def match(self, hashes: np.ndarray) -> TreeMatch:
         """Where each page of `hashes` is. Does not mutate."""
         return self.tree.match(hashes)
@@ -137,6 +126,13 @@ class PrefixCache:
 
     def can_allocate(self, n: int) -> bool:
         return self.device.num_free + self.evictable(Tier.DEVICE) >= n
+
+    def locked_nodes(self) -> int:
+        return self.tree.locked_nodes()
+
+    @property
+    def tree_nodes(self) -> int:
+        return self.tree.size
 
     def first_page(self, node: Node, tier: Tier) -> int:
         """Sequence page index of `node`'s first page held in `tier` (for policies)."""
@@ -221,67 +217,6 @@ class PrefixCache:
         self.heaps.touch_path(leaf)
         return InsertResult(pages, leaf)
 
-    # -- session events (each may re-key the session's path) ----------------------
-    def on_arrival(self, sid: str, now: float | None = None) -> None:
-        info = self.session(sid)
-        info.arrive(self.now if now is None else now)
-        self.heaps.touch_path(info.leaf)
-
-    def on_start(self, sid: str) -> None:
-        info = self.session(sid)
-        info.start(self.now)
-        self.heaps.touch_path(info.leaf)
-
-    def on_turn_end(
-        self, sid: str, stop_reason: str | None, now: float | None = None, gap: float | None = None
-    ) -> None:
-        info = self.session(sid)  # gap: a harness's expected seconds to the next turn
-        info.end_turn(self.now if now is None else now, stop_reason, gap)
-        self.heaps.touch_path(info.leaf)
-
-    def on_abort(self, sid: str) -> None:
-        """A queued request of the session was withdrawn before it ran."""
-        info = self.session(sid)
-        info.withdraw()
-        self.heaps.touch_path(info.leaf)
-
-    def release_session(self, sid: str) -> int:
-        """Its private device pages leave the device now (`Placement.release_private`)."""
-        leaf = self.session(sid).leaf
-        return self.placement.release_private(leaf, sid) if leaf is not None else 0
-
-    def set_expected_gap(self, sid: str, gap: float | None) -> None:
-        """A harness's `expected_gap_s` for the session's current gap (None: none)."""
-        info = self.session(sid)
-        info.expected_gap = gap
-        self.heaps.touch_path(info.leaf)
-
-    def set_next_arrival(self, sid: str, t: float | None) -> None:
-        info = self.session(sid)
-        info.next_arrival = t
-        self.heaps.touch_path(info.leaf)
-
-    # -- bounded session records (`sessions.expired`) ----------------------------
-    def idle_sessions(self, keep: Container[str]) -> list[str]:
-        """Records to drop: idle sessions holding no page past the TTL, then the least
-        recently used idle ones past the cap; never those in `keep`. Does not mutate."""
-        ttl, cap = self.session_ttl_s, self.max_session_records
-        return sessions.expired(self.sessions, self.now, ttl, cap, keep)
-
-    def prune_stored(self, keep: Container[str]) -> int:
-        """Private leaves holding only store pages, idle past the TTL and not of a session
-        in `keep`, leave the tree (mutates; `Placement.forget_stored`); nodes removed."""
-        before = self.now - self.session_ttl_s
-        leaves = [n for n in self.tree.iter_nodes() if not n.children and n.stored.any()]
-        return sum(self.placement.forget_stored(n, keep, before) for n in leaves)
-
-    def forget_sessions(self, sids: Iterable[str]) -> None:
-        """Drop these sessions' records (mutates); their pages rank as `stand_in`s."""
-        for sid in sids:
-            info = self.sessions.pop(sid, None)
-            if info is not None:
-                self.heaps.touch_path(info.leaf)
-
     # -- host tier and store -------------------------------------------------------
     def write_through(self, leaf: Node) -> int:
         """Copy device pages on `leaf`'s path that lack a host copy to the host (mutates)."""
@@ -290,6 +225,28 @@ class PrefixCache:
     def mark_stored(self, node: Node, idx: np.ndarray) -> None:
         """The store now holds pages `idx` of `node` (spilled or drained)."""
         self.placement.mark_stored(node, idx)
+
+    def unstored(self, sid: str) -> list[tuple[Node, np.ndarray]]:
+        """Cached pages on the session's path the store lacks (`store_pages.unstored`)."""
+        return store_pages.unstored(self.session(sid).leaf)
+
+    def unstored_by_tier(self) -> Iterator[tuple[Node, Tier, np.ndarray, np.ndarray]]:
+        """Every node's pages the store lacks, tier by tier (`store_pages`)."""
+        return store_pages.unstored_by_tier(self)
+
+    def store_only(self, sid: str, cap: int) -> StoreRun:
+        """The first `cap` pages of the session's path only the store holds."""
+        return store_pages.store_only(self, sid, cap)
+
+    def host_room(self, sid: str, due: float, now: float) -> int:
+        """Host pages a read for `sid`, due back at `due`, may take. Does not mutate."""
+        return store_pages.host_room(self, sid, due, now)
+
+    def install_read(
+        self, sid: str, read: tuple[np.ndarray, np.ndarray], due: float, now: float, copy_in: CopyIn
+    ) -> Installed:
+        """Put what a read of (hashes, found) found into host pages (mutates; `store_pages`)."""
+        return store_pages.install(self, sid, *read, due, now, copy_in)
 
     # -- digests and checks ---------------------------------------------------------
     def shared_prefix_hashes(self, limit: int = 256) -> list[int]:

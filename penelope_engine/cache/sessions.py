@@ -68,12 +68,8 @@ class SessionInfo:
     def holds_pages(self) -> bool:
         """A private node on the session's path holds a page on the device or the host
         (pages in the store are the store's: bounded by its budget, found by hash)."""
-        node = self.leaf
-        while node is not None and node.parent is not None:
-            if not node.shared and (node.n_device or node.n_host):
-                return True
-            node = node.parent
-        return False
+        path = self.leaf.path_up() if self.leaf is not None else ()
+        return any(not node.shared and (node.n_device or node.n_host) for node in path)
 
     def held_elsewhere(self, hashes: np.ndarray) -> None:
         """The fleet held the path `hashes` for this session (its record in the store)."""

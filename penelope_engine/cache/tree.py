@@ -18,6 +18,7 @@ count on the node and every ancestor); locked pages never move.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count
 
@@ -113,6 +114,15 @@ class Node:
     @property
     def shared(self) -> bool:
         return self.pinned or len(self.sessions) >= 2
+
+    def path_up(self) -> Iterator[Node]:
+        """This node, then each ancestor up to the root (not included). The parent is read
+        before a node is yielded, so the caller may trim that node out of the tree."""
+        node = self
+        while node.parent is not None:
+            parent = node.parent
+            yield node
+            node = parent
 
     def where(self) -> np.ndarray:
         """Per-page best location code (device > host > store > hole)."""
@@ -257,10 +267,9 @@ class PageTree:
         node.recount()
 
     def lock(self, node: Node, delta: int) -> None:
-        while node is not self.root and node is not None:
-            node.lock += delta
-            assert node.lock >= 0, "unbalanced unlock"
-            node = node.parent  # type: ignore[assignment]
+        for n in node.path_up():
+            n.lock += delta
+            assert n.lock >= 0, "unbalanced unlock"
 
     def locked_nodes(self) -> int:
         """Nodes with a lock. A lock counts on a node and every ancestor (`lock`), so the

@@ -86,7 +86,7 @@ def admit(
         seq.admitted_at = now
     usage = _usage(seq, cache, ps, int(device.sum()), loaded)
     misses = miss_tokens(seq, cache, where, chosen, usable)
-    cache.session(seq.req.session).tenant = seq.req.tenant  # the ledger read the last one
+    cache.set_tenant(seq.req.session, seq.req.tenant)  # the ledger read the last one
     return replace(usage, misses=misses)
 
 

@@ -33,11 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from penelope_engine.cache.eviction import owner
 from penelope_engine.cache.prefix_cache import PrefixCache
-from penelope_engine.cache.sessions import SessionInfo, expected_return
-from penelope_engine.cache.tier import Tier
-from penelope_engine.cache.tree import Node
 from penelope_engine.tiers.contract import ReadAhead, SchedulerTiers
 
 MAX_READ_SHARE = 0.25  # one read fills at most this share of the host tier
@@ -141,19 +137,18 @@ class Prefetcher:
         )
         cap = max(1, int(MAX_READ_SHARE * self.cache.host.capacity))
         for t, sid in due:
-            info = self.cache.sessions[sid]
-            room = self.cache.host.num_free + self._evictable_after(t, sid, now)
-            hashes, tokens = _store_only(info, min(cap, room))
-            if not len(hashes):
+            run = self.cache.store_only(sid, min(cap, self.cache.host_room(sid, t, now)))
+            if not len(run.hashes):
                 continue  # nothing only in the store, or no room: looked at again later
-            read = self.tiers.read_ahead(hashes, tokens, _tenant(info))
+            read = self.tiers.read_ahead(run.hashes, run.tokens, run.tenant)
             if read is None:
                 return
-            assert info.turn_end is not None
-            self._tried[sid] = (info.turn_end, self._reads(sid, info.turn_end) + 1)
-            self.flight = _Flight(sid, hashes, read, t, now + READ_DEADLINE_S)
+            ended = self.cache.sessions[sid].turn_end
+            assert ended is not None
+            self._tried[sid] = (ended, self._reads(sid, ended) + 1)
+            self.flight = _Flight(sid, run.hashes, read, t, now + READ_DEADLINE_S)
             self.stats.reads += 1
-            self.stats.pages_read += len(hashes)
+            self.stats.pages_read += len(run.hashes)
             return
 
     def _current(self, sid: str, turn_end: float) -> bool:
@@ -168,94 +163,9 @@ class Prefetcher:
 
     # -- installing what it found -------------------------------------------------------
     def _install(self, f: _Flight, now: float) -> None:
-        found = f.read.found()
-        read_at = {int(h): i for i, h in enumerate(f.hashes) if i < len(found) and found[i]}
-        info = self.cache.session_info(f.sid)
-        groups: list[tuple[Node, np.ndarray, np.ndarray]] = []  # node, its pages, read index
-        if info is not None and info.leaf is not None:
-            for node, idx in _store_only_pages(info.leaf):
-                at = np.array([read_at.pop(int(h), -1) for h in node.hashes[idx]], dtype=np.int64)
-                keep = at >= 0
-                if keep.any():
-                    groups.append((node, idx[keep], at[keep]))
-        self.stats.pages_stale += len(read_at)
-        want = sum(len(g[1]) for g in groups)
-        room = self.cache.host.num_free + self._evictable_after(f.expected, f.sid, now)
-        if want > room:
-            self.stats.pages_no_room += want - room
-            groups, want = _first(groups, room), room
-        if want <= 0 or info is None or info.leaf is None:
-            return
-        leaf = info.leaf
-        self.cache.tree.lock(leaf, +1)  # the path must not lose pages while room is made
-        try:
-            slots = self.cache.allocate_host(want)
-        finally:
-            self.cache.tree.lock(leaf, -1)
-        if slots is None:
-            self.stats.pages_no_room += want
-            return
-        for node, idx, at in groups:
-            mine, slots = slots[: len(idx)], slots[len(idx) :]
-            if not f.read.install(at, mine):
-                self.cache.host.free(mine)
-                continue
-            self.cache.placement.set_host(node, idx, mine)
-            self.stats.pages_installed += len(idx)
-
-    def _evictable_after(self, expected: float, sid: str, now: float) -> int:
-        """Host pages on unlocked private nodes of other idle sessions expected back
-        later than `expected` (or with no record): what may go to make room."""
-        n = 0
-        for node in self.cache.heaps.holders(Tier.HOST):
-            if node.lock or node.shared:
-                continue
-            other = owner(node)
-            if other == sid:
-                continue
-            info = self.cache.session_info(other) if other is not None else None
-            later = info is None or expected_return(info, now) > expected
-            if later and (info is None or info.queued_since is None):
-                n += node.n_host
-        return n
-
-
-def _store_only_pages(leaf: Node) -> list[tuple[Node, np.ndarray]]:
-    """The pages on `leaf`'s path only the store holds, root first, per node."""
-    out, node = [], leaf
-    while node.parent is not None:
-        idx = np.flatnonzero(node.stored & (node.device < 0) & (node.host < 0))
-        if len(idx) and node.tokens is not None:
-            out.append((node, idx))
-        node = node.parent
-    return out[::-1]
-
-
-def _store_only(info: SessionInfo, cap: int) -> tuple[np.ndarray, np.ndarray]:
-    """Hashes and tokens of the first `cap` store-only pages of the session's path (of
-    its own tenant: another's pages are not its to read)."""
-    assert info.leaf is not None
-    tenant = _tenant(info)
-    parts = [(n, i) for n, i in _store_only_pages(info.leaf) if n.tenant == tenant]
-    if not parts:
-        return np.empty(0, np.uint64), np.empty((0, 0), np.int64)
-    hashes = np.concatenate([n.hashes[i] for n, i in parts])[:cap]
-    tokens = np.concatenate([n.tokens[i] for n, i in parts])[:cap]  # type: ignore[index]
-    return hashes, tokens
-
-
-def _tenant(info: SessionInfo) -> str:
-    return info.tenant if info.tenant is not None else info.leaf.tenant  # type: ignore[union-attr]
-
-
-def _first(
-    groups: list[tuple[Node, np.ndarray, np.ndarray]], n: int
-) -> list[tuple[Node, np.ndarray, np.ndarray]]:
-    """The first `n` pages of `groups`, in path order."""
-    out = []
-    for node, idx, at in groups:
-        if n <= 0:
-            break
-        out.append((node, idx[:n], at[:n]))
-        n -= len(idx[:n])
-    return out
+        done = self.cache.install_read(
+            f.sid, (f.hashes, f.read.found()), f.expected, now, f.read.install
+        )
+        self.stats.pages_stale += done.stale
+        self.stats.pages_no_room += done.no_room
+        self.stats.pages_installed += done.installed

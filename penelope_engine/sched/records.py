@@ -26,9 +26,13 @@ class SessionRecords:
         self.retention = retention
         self.finished_requests = 0
         self.sweep_every = SWEEP_EVERY
-        # Called with the session ids whose records were dropped (the engine's
-        # handover forgets them too).
-        self.listeners: list[Callable[[list[str]], None]] = []
+        # Called with the session ids whose records were dropped (`build_core` wires
+        # the prefetcher and the engine's handover).
+        self._listeners: list[Callable[[list[str]], None]] = []
+
+    def listen(self, forget: Callable[[list[str]], None]) -> None:
+        """Call `forget` with the session ids whose records are dropped from now on."""
+        self._listeners.append(forget)
 
     def finished(self, seq: Sequence, live: Callable[[], Collection[str]]) -> None:
         """`seq` left the scheduler; `live()` are the sessions whose records must stay."""
@@ -57,5 +61,5 @@ class SessionRecords:
             return
         self.cache.forget_sessions(sids)
         self.retention.forget(sids)
-        for listener in self.listeners:
+        for listener in self._listeners:
             listener(sids)

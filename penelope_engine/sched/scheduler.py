@@ -78,8 +78,6 @@ class Scheduler:
         self.records = SessionRecords(cache, self.retention)
         self.hinted = HintedSessions(hint_quotas or HintQuotas(), cache, self.retention)
         self.prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, tiers)
-        self.records.listeners.append(self.prefetch.forget)
-        self.records.listeners.append(self.hinted.forget)
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -291,6 +289,11 @@ class Scheduler:
         if hints.end_session or hints.retain_s is not None:
             self._released += 1  # a pin or pages may have gone: the queue may fit now
         return grants
+
+    def discard(self, seq: Sequence) -> None:
+        """Take `seq` off the running list without releasing it (a failed step left it
+        half-updated, so `finish` raised)."""
+        self.running = [s for s in self.running if s is not seq]
 
     def _live_sessions(self) -> set[str]:
         """Sessions with a request queued or running, or a pin: their records stay."""

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from penelope_engine.cache.prefix_cache import LockHandle
 from penelope_engine.hints import HintGrant
-from penelope_engine.protocol import FinishReason, GenerateRequest, TokenUsage
+from penelope_engine.protocol import FinishReason, GenerateRequest, RequestOutput, TokenUsage
 
 if TYPE_CHECKING:
     from llguidance import LLMatcher
@@ -107,3 +107,20 @@ class BatchItem:
     seq: Sequence
     positions: np.ndarray  # query positions of this step, ascending
     wants_token: bool  # the last query is the sequence's last token: sample from it
+
+
+def output_of(seq: Sequence, emitted: int) -> RequestOutput:
+    """What `seq` has produced since its first `emitted` tokens."""
+    usage = replace(seq.usage, completion_tokens=seq.num_generated)
+    ttft = seq.first_token_at - seq.arrival if seq.first_token_at is not None else None
+    finished = seq.finish_reason is not None
+    return RequestOutput(
+        seq.request_id,
+        tuple(seq.tokens[emitted:]),
+        finished=finished,
+        finish_reason=seq.finish_reason,
+        usage=usage,
+        ttft_s=ttft,
+        hints=tuple(seq.hint_grants) if finished else (),
+        prompt_edit_at=seq.prompt_edit_at,
+    )

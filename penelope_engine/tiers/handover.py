@@ -38,7 +38,7 @@ import numpy as np
 from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PUBLIC
 from penelope_engine.cache.prefix_cache import PrefixCache
-from penelope_engine.cache.sessions import SessionInfo
+from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
 from penelope_engine.protocol import GenerateRequest
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
@@ -148,7 +148,7 @@ class SessionHandover:
         info = self.cache.session(session_id)
         pages = self._owned(tenant, info.seen_hashes)
         recorded = self._record_first(tenant, session_id, pages)
-        self._queue_pages(tenant, session_id, info, pages)
+        self._queue_pages(tenant, session_id, pages)
         return recorded
 
     def _record_first(
@@ -172,15 +172,12 @@ class SessionHandover:
             done.set_result(False)  # the queue is full: the turn does not wait for it
         return done
 
-    def _queue_pages(
-        self, tenant: str, session_id: str, info: SessionInfo, pages: list[tuple[str, int]]
-    ) -> None:
+    def _queue_pages(self, tenant: str, session_id: str, pages: list[tuple[str, int]]) -> None:
         """The session's unstored pages, then its record, on the write-behind queue."""
         assert self.writer is not None
         taken: list[tuple[Node, np.ndarray]] = []
         room = self.writer.room() // self.tiers.device.bytes_per_page
-        for node in _path(info.leaf):
-            idx = np.flatnonzero(((node.device >= 0) | (node.host >= 0)) & ~node.stored)
+        for node, idx in self.cache.unstored(session_id):
             self.deferred_pages += max(0, len(idx) - room)
             if room > 0 and len(idx):
                 taken.append((node, idx[:room]))
@@ -219,7 +216,8 @@ class SessionHandover:
             info = self.cache.sessions.get(sid)
             if info is None or not len(info.seen_hashes):
                 continue
-            rewritten = any(id(node) in touched for node in _path(info.leaf))
+            path = info.leaf.path_up() if info.leaf is not None else ()
+            rewritten = any(id(node) in touched for node in path)
             if self._recorded.get(sid) == len(info.seen_hashes) and not rewritten:
                 continue  # its record (written behind) is current
             if time.monotonic() > end:
@@ -238,15 +236,16 @@ class SessionHandover:
         """Write the cached pages the store lacks until `end`: pages written, the ids of
         the nodes they belong to, and whether the deadline cut it short."""
         tiers, written, touched = self.tiers, 0, set[int]()
-        for node in list(self.cache.tree.iter_nodes()):
-            if time.monotonic() > end:
+        pools = {Tier.HOST: tiers.host, Tier.DEVICE: tiers.device}
+        last: Node | None = None
+        for node, tier, slots, idx in self.cache.unstored_by_tier():
+            if node is not last and time.monotonic() > end:
                 return written, touched, True
-            for pool, slots in ((tiers.host, node.host), (tiers.device, node.device)):
-                idx = np.flatnonzero((slots >= 0) & ~node.stored)
-                if pool is not None and len(idx) and tiers.write_segments(pool, slots, node, idx):
-                    self.cache.mark_stored(node, idx)
-                    written += len(idx)
-                    touched.add(id(node))
+            last, pool = node, pools[tier]
+            if pool is not None and tiers.write_segments(pool, slots, node, idx):
+                self.cache.mark_stored(node, idx)
+                written += len(idx)
+                touched.add(id(node))
         return written, touched, False
 
     def _snapshot(self, node: Node, idx: np.ndarray) -> list[PageSnapshot]:
@@ -281,12 +280,3 @@ class SessionHandover:
 def _public_name(tail_hash: int) -> str:
     """The record name of the public prefix whose last page is `tail_hash`."""
     return f"public-prefix-{tail_hash:016x}"
-
-
-def _path(leaf: Node | None) -> list[Node]:
-    """The nodes from the root's first child down to `leaf`."""
-    nodes = []
-    while leaf is not None and leaf.parent is not None:
-        nodes.append(leaf)
-        leaf = leaf.parent
-    return nodes[::-1]

@@ -53,11 +53,9 @@ def test_build_core_wires_the_injected_clock_policy_tiers_and_cost() -> None:
         SchedulerConfig(),
         tiers,
         PageHasher(4, "t"),
-        lambda: cost,
+        CoreHooks(clock=clock, cost=cost, policy=policy),
         has_store=False,
         max_model_len=1024,
-        clock=clock,
-        policy=policy,
     )
     assert core.cache.policy is policy  # the object, not the configured name
     assert core.cache.io is tiers and core.scheduler.tiers is tiers and core.tiers is tiers
@@ -74,7 +72,7 @@ def test_write_policy_off_gives_the_core_no_host_tier() -> None:
         SchedulerConfig(),
         NoTiers(),
         PageHasher(4, "t"),
-        CalibratedCost,
+        calibrated=CalibratedCost,
         has_store=False,
         max_model_len=1024,
     )

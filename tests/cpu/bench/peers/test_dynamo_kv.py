@@ -28,10 +28,11 @@ from typing import Any
 
 import pytest
 
+from bench.peers.base import CachedRun, PeerRequest, PeerView
 from bench.peers.dynamo_kv import DynamoKvConfig, DynamoKvRouter
 from bench.peers.registry import make_sim_router
 from penelope_engine.errors import ConfigError
-from router.schema import CachedRun, ReplicaView, RouterConfig, RouteRequest
+from router.schema import RouterConfig
 
 BS = 16
 PROMPT = tuple(range(500, 510))  # ten pages = 160 tokens
@@ -55,8 +56,8 @@ def view(
     active: int = 0,
     waiting: int = 0,
     queue: int = 0,
-) -> ReplicaView:
-    return ReplicaView(
+) -> PeerView:
+    return PeerView(
         rid,
         queue,
         64,
@@ -70,8 +71,8 @@ def router(seed: int | None = 0, **options: Any) -> DynamoKvRouter:
     return DynamoKvRouter(RouterConfig(seed=seed), time.monotonic, DynamoKvConfig(**options))
 
 
-def pick(r: DynamoKvRouter, vs: list[ReplicaView], pages: tuple[int, ...] = PROMPT) -> str:
-    return r.choose(vs, RouteRequest(prompt_pages=pages)).replica_id
+def pick(r: DynamoKvRouter, vs: list[PeerView], pages: tuple[int, ...] = PROMPT) -> str:
+    return r.choose(vs, PeerRequest(prompt_pages=pages)).replica_id
 
 
 def test_defaults_are_dynamo_1_6_1s_and_bad_knobs_are_refused() -> None:
@@ -181,9 +182,9 @@ def test_temperature_samples_a_softmax_of_the_normalized_costs() -> None:
 
 
 def test_no_replicas() -> None:
-    assert router().rank([], RouteRequest(prompt_pages=PROMPT)).ranks == ()
+    assert router().rank([], PeerRequest(prompt_pages=PROMPT)).ranks == ()
     with pytest.raises(ValueError):
-        router().choose([], RouteRequest(prompt_pages=PROMPT))
+        router().choose([], PeerRequest(prompt_pages=PROMPT))
 
 
 # -- the 1.6.1 binary ---------------------------------------------------------------------

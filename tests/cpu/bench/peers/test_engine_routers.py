@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import pytest
 
+from bench.peers.base import PeerRequest, PeerView
 from bench.peers.dynamo_kv import DynamoKvRouter
 from bench.peers.engine_routers import ENGINE_ROUTERS, SGL_ABS_THRESHOLDS
 from bench.peers.llm_d import LlmdRouter
 from bench.peers.registry import SIM_ROUTERS, make_sim_router
 from bench.peers.sgl_cache_aware import SglCacheAwareRouter
 from bench.peers.sgl_sticky import SglStickyRouter
-from router.schema import ReplicaView, RouteRequest
 
 PROMPT = tuple(range(100, 110))  # ten pages
 
 
-def views(*loads: int) -> list[ReplicaView]:
-    return [ReplicaView(f"r{i}", load, 10_000) for i, load in enumerate(loads)]
+def views(*loads: int) -> list[PeerView]:
+    return [PeerView(f"r{i}", load, 10_000) for i, load in enumerate(loads)]
 
 
 def test_every_engine_router_is_registered_under_its_fixed_name() -> None:
@@ -69,8 +69,8 @@ def test_abs_variant_changes_only_the_abs_threshold(t: int) -> None:
 def _after_seeding(name: str, loads: tuple[int, int]) -> tuple[str, str]:
     """Seed PROMPT on r0 (both idle: the first least loaded), then route it at `loads`."""
     router = make_sim_router(name)
-    assert router.choose(views(0, 0), RouteRequest(prompt_pages=PROMPT)).replica_id == "r0"
-    choice = router.choose(views(*loads), RouteRequest(prompt_pages=PROMPT))
+    assert router.choose(views(0, 0), PeerRequest(prompt_pages=PROMPT)).replica_id == "r0"
+    choice = router.choose(views(*loads), PeerRequest(prompt_pages=PROMPT))
     return choice.replica_id, choice.decision.reason
 
 

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
+from bench.peers.base import PeerRequest, PeerView
 from bench.peers.llm_d import ApproxPrefixIndex, LlmdConfig, LlmdRouter
 from bench.peers.registry import make_sim_router
 from penelope_engine.errors import ConfigError
-from router.schema import ReplicaView, RouterConfig, RouteRequest
+from router.schema import RouterConfig
 
 PROMPT = tuple(range(1000, 1012))  # twelve pages
 
@@ -34,16 +35,16 @@ class FakeClock:
         return self.now
 
 
-def v(rid: str, queue: int = 0, kv: float = 0.0) -> ReplicaView:
-    return ReplicaView(rid, queue, 64, kv_usage=kv, waiting_requests=queue)
+def v(rid: str, queue: int = 0, kv: float = 0.0) -> PeerView:
+    return PeerView(rid, queue, 64, kv_usage=kv, waiting_requests=queue)
 
 
 def llmd(seed: int = 0, clock: FakeClock | None = None, **options: Any) -> LlmdRouter:
     return LlmdRouter(RouterConfig(seed=seed), clock or FakeClock(), LlmdConfig(**options))
 
 
-def route(r: LlmdRouter, vs: list[ReplicaView], pages: tuple[int, ...] = PROMPT) -> str:
-    return r.choose(vs, RouteRequest(prompt_pages=pages)).replica_id
+def route(r: LlmdRouter, vs: list[PeerView], pages: tuple[int, ...] = PROMPT) -> str:
+    return r.choose(vs, PeerRequest(prompt_pages=pages)).replica_id
 
 
 def teach(r: LlmdRouter, rid: str, pages: tuple[int, ...]) -> None:
@@ -173,9 +174,9 @@ def test_endpoints_that_leave_are_dropped_at_the_two_minute_sweep() -> None:
 
 
 def test_no_replicas_and_same_seed_same_choices() -> None:
-    assert llmd().rank([], RouteRequest(prompt_pages=PROMPT)).ranks == ()
+    assert llmd().rank([], PeerRequest(prompt_pages=PROMPT)).ranks == ()
     with pytest.raises(ValueError):
-        llmd().choose([], RouteRequest(prompt_pages=PROMPT))
+        llmd().choose([], PeerRequest(prompt_pages=PROMPT))
     vs = [v("a"), v("b"), v("c")]
     prompts = [tuple(range(k, k + 3)) for k in range(0, 120, 3)]
     a, b = llmd(5), llmd(5)

@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 import pytest
 from ray_replicas import fake_replica_class
 
+from bench.peers.base import CachedRun, PeerRequest, PeerView
 from bench.peers.dynamo_kv import DynamoKvConfig
 from bench.peers.ray_kv_aware import RAY_DYNAMO_CONFIG, RayKvAwareRouter
 from bench.peers.registry import SIM_ROUTERS, make_sim_router
 from penelope_engine.errors import ConfigError
-from router import ReplicaView, RouterConfig, RouteRequest
-from router.schema import CachedRun
+from router import RouterConfig
 
 REAL_ROUTER = "ray.llm._internal.serve.routing_policies.kv_aware.kv_aware_router"
 REAL_TRACKER = "ray.llm._internal.serve.routing_policies.kv_aware.kv_token_tracker"
@@ -50,8 +50,8 @@ def view(
     waiting_tokens: int = 0,
     active_pages: int = 0,
     queue_len: int = 0,
-) -> ReplicaView:
-    return ReplicaView(
+) -> PeerView:
+    return PeerView(
         rid,
         queue_len,
         MAX_ONGOING,
@@ -66,11 +66,11 @@ def router(seed: int = 3, **options: Any) -> RayKvAwareRouter:
     return RayKvAwareRouter(RouterConfig(seed=seed), options=config)
 
 
-def prompt(pages: Sequence[int] = PROMPT) -> RouteRequest:
-    return RouteRequest(session_id="s", prompt_pages=tuple(pages))
+def prompt(pages: Sequence[int] = PROMPT) -> PeerRequest:
+    return PeerRequest(session_id="s", prompt_pages=tuple(pages))
 
 
-def pick(views: Sequence[ReplicaView], r: RayKvAwareRouter | None = None) -> str:
+def pick(views: Sequence[PeerView], r: RayKvAwareRouter | None = None) -> str:
     return (r or router()).choose(views, prompt()).replica_id
 
 
@@ -91,7 +91,7 @@ def test_logit_is_prefill_left_after_the_credit_plus_active_blocks() -> None:
     assert r.logit(view("a", CachedRun(4, 4, 2)), PROMPT) == 13.0
     assert router(disk_cache_hit_weight=0.25).logit(view("a", CachedRun(4, 4, 2)), PROMPT) == 12.5
     # No cached lookup (a caller without KV state), or no full page: no credit.
-    plain = ReplicaView("a", 0, MAX_ONGOING, waiting_tokens=16)
+    plain = PeerView("a", 0, MAX_ONGOING, waiting_tokens=16)
     assert r.logit(plain, PROMPT) == 11.0 + 11.0
     assert r.logit(view("a", CachedRun(5), waiting_tokens=16), ()) == 2.0
 
@@ -182,7 +182,7 @@ class StandInTracker:
 
     def __init__(self, worker_id: Callable[[str], int]) -> None:
         self.worker_id = worker_id
-        self.views: list[ReplicaView] = []
+        self.views: list[PeerView] = []
         self.calls: list[tuple[str, list[int], list[int], int | None]] = []
         self.model = router(seed=5)
 

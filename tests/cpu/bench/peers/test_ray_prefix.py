@@ -24,10 +24,11 @@ from typing import Any, TypeVar
 import pytest
 from ray_replicas import fake_replica_class
 
+from bench.peers.base import PeerRequest, PeerView
 from bench.peers.ray_prefix import RayPrefixAffinityRouter, RayPrefixConfig, RayPrefixTree
 from bench.peers.registry import SIM_ROUTERS, make_sim_router
 from penelope_engine.errors import ConfigError
-from router import ReplicaView, RouterConfig, RouteRequest, pick_replica
+from router import RouterConfig, pick_replica
 
 REAL_ROUTER = "ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router"
 REAL_TREE = "ray.llm._internal.serve.routing_policies.prefix_aware.prefix_tree"
@@ -45,12 +46,12 @@ class FakeClock:
         return self.now
 
 
-def views(queues: Sequence[int], ids: Sequence[str] = IDS) -> list[ReplicaView]:
-    return [ReplicaView(rid, q, MAX_ONGOING) for rid, q in zip(ids, queues, strict=True)]
+def views(queues: Sequence[int], ids: Sequence[str] = IDS) -> list[PeerView]:
+    return [PeerView(rid, q, MAX_ONGOING) for rid, q in zip(ids, queues, strict=True)]
 
 
-def prompt(*pages: int) -> RouteRequest:
-    return RouteRequest(prompt_pages=tuple(pages))
+def prompt(*pages: int) -> PeerRequest:
+    return PeerRequest(prompt_pages=tuple(pages))
 
 
 def router(clock: FakeClock | None = None, **options: Any) -> RayPrefixAffinityRouter:

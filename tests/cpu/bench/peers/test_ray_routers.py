@@ -12,12 +12,13 @@ from collections.abc import Sequence
 
 import pytest
 
+from bench.peers.base import PeerRequest, PeerView
 from bench.peers.ray_kv_aware import RayKvAwareRouter
 from bench.peers.ray_prefix import RayPrefixAffinityRouter
 from bench.peers.ray_routers import RAY_ROUTERS
 from bench.peers.ray_session_hash import RaySessionHashRouter
 from bench.peers.registry import SIM_ROUTERS, make_sim_router
-from router import ReplicaView, RouterConfig, RouteRequest
+from router import RouterConfig
 
 NAMES = {
     "ray_session_hash": RaySessionHashRouter,
@@ -30,8 +31,8 @@ NAMES = {
 IDS = ("r0", "r1", "r2", "r3")
 
 
-def views(queues: Sequence[int]) -> list[ReplicaView]:
-    return [ReplicaView(rid, q, 128) for rid, q in zip(IDS, queues, strict=True)]
+def views(queues: Sequence[int]) -> list[PeerView]:
+    return [PeerView(rid, q, 128) for rid, q in zip(IDS, queues, strict=True)]
 
 
 def test_every_name_builds_its_router_under_that_name() -> None:
@@ -60,7 +61,7 @@ def test_every_name_builds_its_router_under_that_name() -> None:
 @pytest.mark.parametrize("threshold", [5, 10, 20])
 def test_a_variant_leaves_the_prefix_owner_only_past_its_threshold(threshold: int) -> None:
     policy = make_sim_router(f"ray_prefix_t{threshold}", RouterConfig(seed=2))
-    request = RouteRequest(session_id="s", prompt_pages=(1, 2, 3, 4))
+    request = PeerRequest(session_id="s", prompt_pages=(1, 2, 3, 4))
     first = policy.choose(views([0, 1, 1, 1]), request)
     assert (first.replica_id, first.decision.reason) == ("r0", "least_cached")
     # r0 owns the prompt; a spread of exactly the threshold is not imbalanced.
@@ -76,7 +77,7 @@ def test_a_variant_leaves_the_prefix_owner_only_past_its_threshold(threshold: in
 
 def test_prefix_variants_are_distinct_routers_sharing_no_state() -> None:
     a, b = make_sim_router("ray_prefix_t10"), make_sim_router("ray_prefix_t10")
-    request = RouteRequest(prompt_pages=(7, 8))
+    request = PeerRequest(prompt_pages=(7, 8))
     a.choose(views([0, 1, 1, 1]), request)
     assert a.tree.pages["r0"] == 2  # type: ignore[attr-defined]
     assert b.tree.pages == {}  # type: ignore[attr-defined]

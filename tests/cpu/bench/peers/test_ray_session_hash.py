@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pytest
 from ray_replicas import fake_replica_class
 
+from bench.peers.base import PeerRequest, PeerView
 from bench.peers.ray_session_hash import (
     CONSISTENT_HASH_SEED,
     HashRing,
@@ -28,7 +29,7 @@ from bench.peers.ray_session_hash import (
 )
 from bench.peers.registry import SIM_ROUTERS, make_sim_router
 from penelope_engine.errors import ConfigError
-from router import ReplicaView, RouterConfig, RouteRequest
+from router import RouterConfig
 
 REAL = "ray.serve.experimental.consistent_hash_router"
 IDS = ("r0", "r1", "r2", "r3", "r4")
@@ -36,16 +37,16 @@ MAX_ONGOING = 4
 T = TypeVar("T")
 
 
-def views(queues: Sequence[int], ids: Sequence[str] = IDS) -> list[ReplicaView]:
-    return [ReplicaView(rid, q, MAX_ONGOING) for rid, q in zip(ids, queues, strict=True)]
+def views(queues: Sequence[int], ids: Sequence[str] = IDS) -> list[PeerView]:
+    return [PeerView(rid, q, MAX_ONGOING) for rid, q in zip(ids, queues, strict=True)]
 
 
 def router(**options: Any) -> RaySessionHashRouter:
     return RaySessionHashRouter(RouterConfig(seed=7), options=RaySessionHashConfig(**options))
 
 
-def session(sid: str) -> RouteRequest:
-    return RouteRequest(session_id=sid, request_id=f"{sid}:0")
+def session(sid: str) -> PeerRequest:
+    return PeerRequest(session_id=sid, request_id=f"{sid}:0")
 
 
 def sessions_by_primary(r: RaySessionHashRouter, n: int) -> dict[str, str]:
@@ -65,7 +66,7 @@ def test_a_session_sticks_to_its_hashed_replica_whatever_the_load() -> None:
     assert len(home.decision.ranks) == 3 and len({x for (x,) in home.decision.ranks}) == 3
     busy = [MAX_ONGOING - 1 if rid == home.replica_id else 0 for rid in IDS]
     for turn in range(1, 6):  # the busiest replica, not full: still home
-        again = r.choose(views(busy), RouteRequest(session_id=sid, request_id=f"{sid}:{turn}"))
+        again = r.choose(views(busy), PeerRequest(session_id=sid, request_id=f"{sid}:{turn}"))
         assert (again.replica_id, again.decision.overloaded) == (home.replica_id, False)
     # Sessions spread over every replica.
     assert set(sessions_by_primary(r, 200).values()) == set(IDS)
@@ -109,9 +110,9 @@ def test_removing_a_replica_moves_only_its_sessions_and_adding_one_only_takes_se
 def test_sessionless_requests_hash_their_request_id_or_a_fresh_one() -> None:
     r = router()
     idle = views([0] * 5)
-    by_id = RouteRequest(request_id="req-1")
-    assert r.rank(idle, by_id) == r.rank(idle, RouteRequest(session_id="req-1"))
-    spread = {r.choose(idle, RouteRequest()).replica_id for _ in range(100)}
+    by_id = PeerRequest(request_id="req-1")
+    assert r.rank(idle, by_id) == r.rank(idle, PeerRequest(session_id="req-1"))
+    spread = {r.choose(idle, PeerRequest()).replica_id for _ in range(100)}
     assert spread == set(IDS)  # a fresh key each time: uniform, no affinity
     assert r.rank([], session("s")).ranks == ()
 
@@ -269,7 +270,7 @@ def test_replica_changes_and_sessionless_keys_match_rays(real_router: Any) -> No
         # No session id: Ray hashes the internal request id, the model the request id.
         for i in range(50):
             rid = f"req-{i}"
-            ranked = model.rank(views([0] * 3, subset), RouteRequest(request_id=rid)).ranks
+            ranked = model.rank(views([0] * 3, subset), PeerRequest(request_id=rid)).ranks
             assert await real_ranks(real, pending("", internal_id=rid)) == [x for (x,) in ranked]
 
     run(body())

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from bench.peers.base import PeerRequest, PeerView
 from bench.peers.registry import make_sim_router
 from bench.peers.sgl_cache_aware import ApproxTree, SglCacheAwareConfig, SglCacheAwareRouter
 from penelope_engine.errors import ConfigError
-from router.schema import ReplicaView, RouteRequest
 
 
 class FakeClock:
@@ -23,12 +23,12 @@ class FakeClock:
         return self.now
 
 
-def views(*loads: int) -> list[ReplicaView]:
-    return [ReplicaView(f"r{i}", load, 10_000) for i, load in enumerate(loads)]
+def views(*loads: int) -> list[PeerView]:
+    return [PeerView(f"r{i}", load, 10_000) for i, load in enumerate(loads)]
 
 
-def req(*pages: int) -> RouteRequest:
-    return RouteRequest(prompt_pages=tuple(pages))
+def req(*pages: int) -> PeerRequest:
+    return PeerRequest(prompt_pages=tuple(pages))
 
 
 def router(clock: FakeClock | None = None, **options: float) -> SglCacheAwareRouter:

@@ -30,10 +30,11 @@ from typing import Any
 
 import pytest
 
+from bench.peers.base import PeerRequest, PeerView
 from bench.peers.registry import make_sim_router
 from bench.peers.sgl_sticky import SglStickyConfig, SglStickyRouter, _Node
 from penelope_engine.errors import ConfigError
-from router.schema import ReplicaView, RouterConfig, RouteRequest
+from router.schema import RouterConfig
 
 
 class FakeClock:
@@ -44,9 +45,9 @@ class FakeClock:
         return self.now
 
 
-def views(*loads: int, ids: tuple[str, ...] | None = None) -> list[ReplicaView]:
+def views(*loads: int, ids: tuple[str, ...] | None = None) -> list[PeerView]:
     names = ids if ids is not None else tuple(f"r{i}" for i in range(len(loads)))
-    return [ReplicaView(rid, load, 8) for rid, load in zip(names, loads)]
+    return [PeerView(rid, load, 8) for rid, load in zip(names, loads)]
 
 
 def sticky(seed: int = 0, clock: FakeClock | None = None, **options: object) -> SglStickyRouter:
@@ -57,8 +58,8 @@ def sticky(seed: int = 0, clock: FakeClock | None = None, **options: object) -> 
     )
 
 
-def route(router: SglStickyRouter, vs: list[ReplicaView], sid: str | None) -> tuple[str, str]:
-    choice = router.choose(vs, RouteRequest(session_id=sid))
+def route(router: SglStickyRouter, vs: list[PeerView], sid: str | None) -> tuple[str, str]:
+    choice = router.choose(vs, PeerRequest(session_id=sid))
     return choice.replica_id, choice.decision.reason
 
 
@@ -106,7 +107,7 @@ def test_a_session_is_replaced_when_its_worker_vanishes_and_returns_to_it_after(
     r = sticky(seed=1)
     home = route(r, views(0, 0, 0), "s")[0]
     others = tuple(x for x in ("r0", "r1", "r2") if x != home)
-    choice = r.choose(views(0, 0, ids=others), RouteRequest(session_id="s"))
+    choice = r.choose(views(0, 0, ids=others), PeerRequest(session_id="s"))
     new = choice.replica_id
     # m:177-181: no remembered worker is live: a new one, appended to the candidates
     assert (new in others, choice.decision.reason) == (True, "occupied_miss")
@@ -150,9 +151,9 @@ def test_idle_sessions_are_forgotten_at_the_eviction_tick() -> None:
 
 
 def test_no_replicas_and_same_seed_same_choices() -> None:
-    assert sticky().rank([], RouteRequest(session_id="s")).ranks == ()
+    assert sticky().rank([], PeerRequest(session_id="s")).ranks == ()
     with pytest.raises(ValueError):
-        sticky().choose([], RouteRequest(session_id="s"))
+        sticky().choose([], PeerRequest(session_id="s"))
     a, b = sticky(seed=7), sticky(seed=7)
     vs = views(0, 0, 0, 0)
     assert [route(a, vs, f"s{i}") for i in range(50)] == [route(b, vs, f"s{i}") for i in range(50)]

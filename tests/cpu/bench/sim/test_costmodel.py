@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from bench.sim.costmodel import CpuCostModel, StepLoad, page_cost_fn, prefill_time
+from bench.sim.costmodel import CpuCostModel, StepLoad, prefill_time
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel, param_count
 from penelope_engine.cache.tier import Tier
-from penelope_engine.tiers.planner import choose
+from penelope_engine.core import core_costs
+from penelope_engine.tiers.planner import CalibratedCost, choose
 
 
 def _gpu(model: str = "qwen3-8b", hw: str = "h200") -> GpuCostModel:
@@ -72,7 +73,7 @@ def test_copies_and_page_cost() -> None:
     assert c.load_time(20_000, Tier.HOST) > c.load_time(10_000, Tier.HOST)
     with pytest.raises(ValueError, match="tier"):
         c.load_time(1, Tier.DEVICE)
-    cost = page_cost_fn(c, 16)
+    _, cost = core_costs(c, CalibratedCost, 16)  # the policies' page cost in a simulated core
     assert cost(3) == pytest.approx(sum(c.token_cost(48 + i) for i in range(16)))
     assert cost(5000) > cost(0)
 
