@@ -1,12 +1,17 @@
 """How a store call fails: timeouts, retries with backoff and jitter, and a degraded state.
 
-Every I/O call of `ArrowSegmentStore` goes through `StoreHealth.call`. A call
-that raises `OSError` is retried (`StoreTuning.retries` more times, each after
-a random sleep in [0, min(backoff_max_s, backoff_s * 2**attempt)]: "full
-jitter", so replicas that failed together do not retry together). A call that
-fails after its retries marks the store degraded:
+Every I/O call of `ArrowSegmentStore` goes through `StoreHealth.call`. On a
+filesystem, a call that raises `OSError` is retried (`StoreTuning.retries`
+more times, each after a random sleep in [0, min(backoff_max_s, backoff_s *
+2**attempt)]: "full jitter", so replicas that failed together do not retry
+together). On S3 one store call makes several HTTP calls (a write: a size
+check, an upload's start, parts, end), so the AWS SDK retries each HTTP call
+instead, as many times, with its own exponential backoff and jitter
+(`StoreLocation.open`); a 503 SlowDown on half the calls then costs retries,
+not the write. A call that fails after its retries marks the store degraded:
 
-    healthy --(a call fails after its retries)--> degraded
+    healthy --(a call fails after its retries)--> degraded     (reads and writes apart:
+                                                                a full volume still reads)
     degraded: calls fail at once (`StoreDegraded`), except one probe every
               `probe_s` (jittered), tried once
     degraded --(any call succeeds)--> healthy      (a log line each way)
@@ -76,8 +81,18 @@ class HealthStats:
 class StoreHealth:
     """The degraded state of one store and the retrying call wrapper. Thread-safe."""
 
-    def __init__(self, tuning: StoreTuning, where: str, seed: int | None = None) -> None:
-        self.tuning, self.where = tuning, where
+    def __init__(
+        self,
+        tuning: StoreTuning,
+        where: str,
+        retries: int | None = None,
+        role: str = "calls",
+        seed: int | None = None,
+    ) -> None:
+        """`retries`: of each call here (None: `tuning.retries`; 0 where the client retries);
+        `role`: what these calls are, in the log lines ("reads", "writes")."""
+        self.tuning, self.where, self.role = tuning, where, role
+        self.call_retries = tuning.retries if retries is None else retries
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._degraded_at: float | None = None
@@ -101,7 +116,7 @@ class StoreHealth:
         """`op()`, retried on `OSError` while healthy; raises its last error, or
         `StoreDegraded` when the store is degraded and this is not a probe."""
         probe = self._admit(what)
-        attempts = 1 if probe else self.tuning.retries + 1
+        attempts = 1 if probe else self.call_retries + 1
         for attempt in range(attempts):
             try:
                 result = op()
@@ -129,7 +144,7 @@ class StoreHealth:
             now = time.monotonic()
             if now < self._next_probe:
                 self._skipped += 1
-                raise StoreDegraded(f"the KV store at {self.where} is degraded; {what} skipped")
+                raise StoreDegraded(f"KV store {self.role} at {self.where} are degraded: {what}")
             self._next_probe = now + self.tuning.probe_s * self._rng.uniform(0.5, 1.0)
             return True
 
@@ -138,8 +153,8 @@ class StoreHealth:
             since, self._degraded_at = self._degraded_at, None
         if since is not None:
             logger.warning(
-                "KV store at %s answers again after %.1f s degraded; reads and writes resume",
-                self.where, time.monotonic() - since,
+                "KV store %s at %s succeed again after %.1f s degraded; they resume",
+                self.role, self.where, time.monotonic() - since,
             )  # fmt: skip
 
     def _failed(self, what: str, err: OSError) -> None:
@@ -152,7 +167,7 @@ class StoreHealth:
             self._next_probe = now + self.tuning.probe_s * self._rng.uniform(0.5, 1.0)
         if first:
             logger.warning(
-                "KV store at %s is degraded (%s failed: %s); its reads are misses (recomputed) "
-                "and writes are refused until a probe (every %g s) succeeds",
-                self.where, what, err, self.tuning.probe_s,
+                "KV store %s at %s are degraded (%s failed: %s); until a probe (every %g s) "
+                "succeeds they fail at once (a read: recomputed; a write: its pages unstored)",
+                self.role, self.where, what, err, self.tuning.probe_s,
             )  # fmt: skip

@@ -73,8 +73,9 @@ class StoreLocation:
     def open(self, tuning: StoreTuning | None = None) -> tuple[pafs.FileSystem, str]:
         """The filesystem and the store's root path inside it (raises OSError if unreachable).
 
-        An S3 client gets `tuning`'s timeouts and makes one attempt per call: the
-        retries, with their backoff and jitter, are `StoreHealth`'s."""
+        An S3 client gets `tuning`'s timeouts, and retries each HTTP call (one
+        store operation makes several) `tuning.retries` times with the AWS SDK's
+        standard backoff (exponential, with jitter)."""
         tuning = tuning or StoreTuning()
         if not self.is_s3 or "?" in self.uri:  # a query configures S3 itself
             return pafs.FileSystem.from_uri(resolve_uri(self.uri))
@@ -82,7 +83,7 @@ class StoreLocation:
         options: dict[str, object] = {
             "connect_timeout": tuning.connect_timeout_s,
             "request_timeout": tuning.request_timeout_s,
-            "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=0),
+            "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=tuning.retries + 1),
         }
         if self.region:
             options["region"] = self.region

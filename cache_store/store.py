@@ -68,14 +68,16 @@ class ArrowSegmentStore:
         self.budget_bytes = budget_bytes
         self.tuning = tuning or StoreTuning()
         self._files = SegmentFiles(where, namespace, filesystem, self.tuning)
-        self.health = StoreHealth(self.tuning, self._files.dir)
+        retries = 0 if self._files.fs.type_name == "s3" else None  # the S3 SDK retries
+        self.reads = StoreHealth(self.tuning, self._files.dir, retries, "reads")
+        self.writes = StoreHealth(self.tuning, self._files.dir, retries, "writes")
         self._lock = threading.Lock()
         self._index = SegmentIndex()
         self._reserved = 0
         self._counters = Counters()
         self._warned = False
         try:
-            self.health.call(self._files.ensure_dirs, "opening the store")
+            self.writes.call(self._files.ensure_dirs, "opening the store")
             found, self._counters.corrupt = scan(self._files, namespace)
             for entry in found:
                 self._index.add(entry)
@@ -107,22 +109,22 @@ class ArrowSegmentStore:
 
     @property
     def degraded(self) -> bool:
-        """The last call failed after its retries (`cache_store.health`)."""
-        return self.health.degraded
+        """Its reads or its writes failed after their retries (`cache_store.health`)."""
+        return self.reads.degraded or self.writes.degraded
 
     def stats(self) -> StoreStats:
-        h = self.health.stats()
+        r, w = self.reads.stats(), self.writes.stats()
         with self._lock:
             return StoreStats(
                 **asdict(self._counters),
                 segments=len(self._index),
                 used_bytes=self._index.used_bytes,
                 budget_bytes=self.budget_bytes,
-                degraded=h.degraded,
-                degraded_s=h.degraded_s,
-                degraded_episodes=h.episodes,
-                retries=h.retries,
-                skipped=h.skipped,
+                degraded=r.degraded or w.degraded,
+                degraded_s=max(r.degraded_s, w.degraded_s),
+                degraded_episodes=r.episodes + w.episodes,
+                retries=r.retries + w.retries,
+                skipped=r.skipped + w.skipped,
             )
 
     # --- mutations ----------------------------------------------------------
@@ -143,12 +145,13 @@ class ArrowSegmentStore:
             return victims
         for victim in victims:
             self._files.delete(victim.key)
+
         def write() -> None:
             if self._files.size(key) != size:  # another writer may have stored it already
                 self._files.write(key, batch)
 
         try:
-            self.health.call(write, "a segment write")
+            self.writes.call(write, "a segment write")
         except OSError as e:
             return self._write_failed(size, e)
         with self._lock:
@@ -168,7 +171,7 @@ class ArrowSegmentStore:
                 return None
             self._index.touch(key)
         try:  # the I/O (retried, may fail) apart from the checks (any failure: corrupt)
-            data = self.health.call(lambda: self._files.read_all(key), "a segment read")
+            data = self.reads.call(lambda: self._files.read_all(key), "a segment read")
         except FileNotFoundError:
             self._lost(entry, "missing")
             return None
@@ -214,7 +217,7 @@ class ArrowSegmentStore:
         owners, hashes = tuple(o for o, _ in pages), tuple(h for _, h in pages)
         data = records.encode(self.namespace, PathRecord(tenant, name, owners, hashes, segments))
         try:
-            self.health.call(
+            self.writes.call(
                 lambda: self._files.write_record(records.record_name(tenant, name), data),
                 "a record write",
             )
@@ -236,7 +239,7 @@ class ArrowSegmentStore:
     def get_record(self, tenant: str, name: str) -> PathRecord | None:
         """Session `name`'s record, its segments now indexed here; None when there is none."""
         try:
-            data = self.health.call(
+            data = self.reads.call(
                 lambda: self._files.read_record(records.record_name(tenant, name)),
                 "a record read",
             )
@@ -311,7 +314,7 @@ class ArrowSegmentStore:
         return False
 
     def _warn(self, err: OSError) -> None:
-        if isinstance(err, StoreDegraded) or self.health.degraded:
+        if isinstance(err, StoreDegraded) or self.writes.degraded:
             return  # said once, by `StoreHealth`
         with self._lock:
             first, self._warned = not self._warned, True

@@ -198,7 +198,7 @@ class SessionHandover:
         assert self.writer is not None
         taken: list[tuple[Node, np.ndarray]] = []
         room = self.writer.room() // self.tiers.device.bytes_per_page
-        if self.store.degraded:  # no copies for a store that refuses: offered again later
+        if self.store.writes.degraded:  # no copies for a store that refuses: offered later
             room = 0
         for node in _path(info.leaf):
             idx = np.flatnonzero(((node.device >= 0) | (node.host >= 0)) & ~node.stored)
