@@ -5,7 +5,7 @@
     penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           recompute | cache-ops | store | tiers | replay | simulate
                                   | load | soak | ablation | agree | peers | capacity | side
-                                  | cluster | speed
+                                  | cluster | speed | faults
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks. The
@@ -47,6 +47,7 @@ BENCHES = {
     "side": ("bench.side.cli", "real routers side by side through the HTTP API, on this machine"),
     "speed": ("bench.speed.cli", "the embedded engine's speed, alone or against another server"),
     "cluster": ("bench.cluster.cli", "the Ray app on two nodes here: faults and autoscaling"),
+    "faults": ("bench.faults.cli", "store and client faults under agent load, nothing lost"),
 }
 
 
