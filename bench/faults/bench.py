@@ -69,6 +69,7 @@ def run_one(
     proxy: FaultProxy, port: int, workdir: Path,
 ) -> dict[str, Any]:  # fmt: skip
     """`name` is a case of `CASES`, or "baseline" (the same load and timeline, no fault)."""
+    began = time.monotonic()
     case = CASES.get(name)
     duration = cfg.before_s + (fault_length(cfg, name) if case else cfg.fault_s) + cfg.after_s
     with ExitStack() as stack:
@@ -95,7 +96,7 @@ def run_one(
             stop_server(proc)
     start, end = window[0] if window else (cfg.before_s, cfg.before_s + cfg.fault_s)
     return {"turns": turns, "window": (start, end), "samples": sampler.watch.samples,
-            "notes": ctx.notes}  # fmt: skip
+            "notes": ctx.notes, "elapsed_s": round(time.monotonic() - began, 1)}  # fmt: skip
 
 
 def _inject(ctx: Context, name: str, window: list[tuple[float, float]]) -> None:
@@ -170,6 +171,7 @@ def summarize(
         "read_timeouts": last.get("penelope_store_read_timeouts_total", 0.0),
         "store_miss_tokens": last.get('penelope_miss_tokens_total{cause="store_miss"}', 0.0),
         "notes": run["notes"],
+        "elapsed_s": run["elapsed_s"],
     }
     out["checks"] = checks(out)
     out["ok"] = all(out["checks"].values())

@@ -85,7 +85,9 @@ def _full(ctx: Context) -> tuple[float, float]:
 
 
 def _corrupt(ctx: Context) -> tuple[float, float]:
-    """Every stored segment altered: even ones a byte flipped mid-file, odd ones cut in half."""
+    """For fault_s (longer until two are damaged), every second: each stored segment not
+    yet damaged is altered, even ones a byte flipped mid-file, odd ones cut in half,
+    while the server reads them."""
     assert ctx.bucket is not None
     start = ctx.now()
     fs = pafs.S3FileSystem(
@@ -93,19 +95,26 @@ def _corrupt(ctx: Context) -> tuple[float, float]:
         region=ctx.bucket.region,
     )  # fmt: skip
     root = ctx.bucket.uri.removeprefix("s3://")
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    segments = [i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".arrow")]
-    for n, path in enumerate(segments):
-        with fs.open_input_stream(path) as f:
-            data = bytearray(f.read())
-        if n % 2 == 0:
-            data[len(data) // 2] ^= 0xFF
-        else:
-            data = data[: len(data) // 2]
-        with fs.open_output_stream(path) as f:
-            f.write(bytes(data))
-    ctx.notes["segments_damaged"] = len(segments)
-    time.sleep(ctx.cfg.fault_s)
+    damaged: set[str] = set()
+    last = start + ctx.cfg.fault_s + ctx.cfg.after_s / 2  # on a slow machine, writes lag
+    while ctx.now() < start + ctx.cfg.fault_s or (len(damaged) < 2 and ctx.now() < last):
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        for info in infos:
+            if info.type != pafs.FileType.File or not info.path.endswith(".arrow"):
+                continue
+            if info.path in damaged or "/quarantine/" in info.path:
+                continue
+            with fs.open_input_stream(info.path) as f:
+                data = bytearray(f.read())
+            if len(damaged) % 2 == 0:
+                data[len(data) // 2] ^= 0xFF
+            else:
+                data = data[: len(data) // 2]
+            with fs.open_output_stream(info.path) as f:
+                f.write(bytes(data))
+            damaged.add(info.path)
+        time.sleep(1.0)
+    ctx.notes["segments_damaged"] = len(damaged)
     return start, ctx.now()
 
 

@@ -56,6 +56,6 @@ class FaultsConfig:
 def short(cfg: FaultsConfig) -> FaultsConfig:
     """The test-sized form: a few sessions, seconds-long faults."""
     return dataclasses.replace(
-        cfg, concurrency=min(cfg.concurrency, 4), turns=3, before_s=4.0, fault_s=6.0,
-        slow_s=4.0, after_s=8.0, idle_connections=50, deadline_s=60.0,
+        cfg, concurrency=min(cfg.concurrency, 4), turns=3, before_s=3.0, fault_s=5.0,
+        slow_s=3.0, after_s=7.0, idle_connections=50, deadline_s=60.0, device_pages=96,
     )  # fmt: skip
