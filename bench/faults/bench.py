@@ -51,7 +51,7 @@ def plan(cfg: FaultsConfig) -> list[SessionPlan]:
 @contextmanager
 def _tmpfs(root: Path) -> Iterator[Path]:
     where = root / "volume"
-    where.mkdir()
+    where.mkdir(parents=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(where)],
                    check=True)  # fmt: skip
     try:
