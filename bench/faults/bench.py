@@ -103,7 +103,10 @@ def _inject(ctx: Context, name: str, window: list[tuple[float, float]]) -> None:
     time.sleep(max(0.0, ctx.cfg.before_s - ctx.now()))
     case = CASES.get(name)
     if case is not None:
-        window.append(case.inject(ctx))
+        try:
+            window.append(case.inject(ctx))
+        except Exception as e:  # a fault that could not be applied fails its case, visibly
+            ctx.notes["inject_error"] = repr(e)
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -181,6 +184,7 @@ def summarize(
 def checks(s: dict[str, Any]) -> dict[str, bool]:
     resume = s["store_writes_resume_s"]
     clients_ok = s["notes"].get("clients", {}).get("failures", 0) == 0
+    clients_ok = clients_ok and "inject_error" not in s["notes"]
     return {
         "no_5xx": s["server_5xx"] == 0 and s["failed"] == 0 and clients_ok,
         "none_lost_or_hung": s["hung"] == 0 and s["ready_unanswered"] == 0,
