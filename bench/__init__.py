@@ -4,6 +4,7 @@ Modules:
     child     a spawned child process that returns one result or fails within a deadline
     cluster/  `penelope bench cluster`: the Ray Serve app on a real two-node Ray cluster on
               this machine
+    faults/   `penelope bench faults`: store and client faults under agent load, nothing lost
     load/     `penelope bench load`: many sessions against the standalone server
     micro/    one component at a time: recompute, cache bookkeeping, store, tiers
     net       The benches' local networking: a free port, and waiting for a server to answer

@@ -6,6 +6,7 @@ Modules:
     files    file layout, atomic writes and memory-mapped reads over `pyarrow.fs`
     index    LRU order of segments and the (tenant, page hash) -> key index
     location `StoreLocation`: a path or URI, plus an S3 endpoint and region
+    health   timeouts, retries with backoff and jitter, the degraded state and its probe
     records  path records: a session's pages and their segments, for any replica
     stats    the store's counters and `StoreStats`
     scan     what a store finds when it opens

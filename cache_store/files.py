@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from cache_store import codec
+from cache_store.health import StoreTuning
 from cache_store.location import StoreLocation, resolve_uri
 from cache_store.records import RECORDS
 
@@ -62,10 +63,11 @@ class SegmentFiles:
         where: str | StoreLocation,
         namespace: str,
         filesystem: pafs.FileSystem | None = None,
+        tuning: StoreTuning | None = None,
     ):
         location = where if isinstance(where, StoreLocation) else StoreLocation(where)
         if filesystem is None:
-            filesystem, root = location.open()
+            filesystem, root = location.open(tuning or StoreTuning())
         else:
             root = location.uri
         self.fs: pafs.FileSystem = filesystem
@@ -143,6 +145,15 @@ class SegmentFiles:
             with pa.memory_map(self.path(key), "r") as mapped:
                 return pa.BufferReader(mapped.read_buffer())
         return self.fs.open_input_file(self.path(key))
+
+    def read_all(self, key: str) -> pa.Buffer:
+        """The whole file of `key`: a map of it when local, its bytes read when remote
+        (so every I/O error is raised here, none while the bytes are decoded)."""
+        if self.local:
+            with pa.memory_map(self.path(key), "r") as mapped:
+                return mapped.read_buffer()
+        with self.fs.open_input_file(self.path(key)) as f:
+            return f.read_buffer()
 
     def size(self, key: str) -> int | None:
         """Size of the file of `key`, or None when there is none."""

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-S3_CONNECT_TIMEOUT_S = 5.0  # a store that does not answer is a miss, not a hang
-S3_REQUEST_TIMEOUT_S = 30.0
+from cache_store.health import StoreTuning
+
 _SCHEMES = frozenset({"file", "s3", "gs", "gcs", "hdfs", "abfs", "abfss", "mock"})
 
 
@@ -70,14 +70,20 @@ class StoreLocation:
     def is_s3(self) -> bool:
         return self.uri.startswith("s3://")
 
-    def open(self) -> tuple[pafs.FileSystem, str]:
-        """The filesystem and the store's root path inside it (raises OSError if unreachable)."""
+    def open(self, tuning: StoreTuning | None = None) -> tuple[pafs.FileSystem, str]:
+        """The filesystem and the store's root path inside it (raises OSError if unreachable).
+
+        An S3 client gets `tuning`'s timeouts, and retries each HTTP call (one
+        store operation makes several) `tuning.retries` times with the AWS SDK's
+        standard backoff (exponential, with jitter)."""
+        tuning = tuning or StoreTuning()
         if not self.is_s3 or "?" in self.uri:  # a query configures S3 itself
             return pafs.FileSystem.from_uri(resolve_uri(self.uri))
         parts = urlsplit(self.uri)
-        options: dict[str, str | float] = {
-            "connect_timeout": S3_CONNECT_TIMEOUT_S,
-            "request_timeout": S3_REQUEST_TIMEOUT_S,
+        options: dict[str, object] = {
+            "connect_timeout": tuning.connect_timeout_s,
+            "request_timeout": tuning.request_timeout_s,
+            "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=tuning.retries + 1),
         }
         if self.region:
             options["region"] = self.region

@@ -44,3 +44,10 @@ class StoreStats:
     segments: int
     used_bytes: int
     budget_bytes: int
+    # `cache_store.health`: whether the store is degraded now, for how long, how often
+    # it was, retried attempts, and calls not attempted while degraded
+    degraded: bool = False
+    degraded_s: float = 0.0
+    degraded_episodes: int = 0
+    retries: int = 0
+    skipped: int = 0

@@ -22,10 +22,12 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Literal
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from cache_store import codec, records
 from cache_store.files import SegmentFiles
+from cache_store.health import StoreDegraded, StoreHealth, StoreTuning
 from cache_store.index import IndexEntry, SegmentIndex
 from cache_store.location import StoreLocation
 from cache_store.records import PathRecord
@@ -35,7 +37,7 @@ from cache_store.stats import Counters, StoreStats
 
 logger = logging.getLogger(__name__)
 
-LostReason = Literal["missing", "corrupt", "read_errors"]  # the counter a failed get bumps
+LostReason = Literal["missing", "corrupt"]  # the counter a failed get bumps
 RECORD_TTL_S = 24 * 3600.0  # a path record not rewritten for this long is deleted
 RECORD_SWEEP_EVERY = 256  # record writes between two sweeps of the records directory
 
@@ -54,6 +56,7 @@ class ArrowSegmentStore:
         namespace: str,
         filesystem: pafs.FileSystem | None = None,
         record_ttl_s: float = RECORD_TTL_S,
+        tuning: StoreTuning | None = None,
     ) -> None:
         if budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
@@ -63,14 +66,18 @@ class ArrowSegmentStore:
         if not namespace:
             raise ValueError("namespace must be a non-empty model fingerprint")
         self.budget_bytes = budget_bytes
-        self._files = SegmentFiles(where, namespace, filesystem)
+        self.tuning = tuning or StoreTuning()
+        self._files = SegmentFiles(where, namespace, filesystem, self.tuning)
+        retries = 0 if self._files.fs.type_name == "s3" else None  # the S3 SDK retries
+        self.reads = StoreHealth(self.tuning, self._files.dir, retries, "reads")
+        self.writes = StoreHealth(self.tuning, self._files.dir, retries, "writes")
         self._lock = threading.Lock()
         self._index = SegmentIndex()
         self._reserved = 0
         self._counters = Counters()
         self._warned = False
         try:
-            self._files.ensure_dirs()
+            self.writes.call(self._files.ensure_dirs, "opening the store")
             found, self._counters.corrupt = scan(self._files, namespace)
             for entry in found:
                 self._index.add(entry)
@@ -100,13 +107,24 @@ class ArrowSegmentStore:
         with self._lock:
             return self._index.lookup(tenant, page_hash)
 
+    @property
+    def degraded(self) -> bool:
+        """Its reads or its writes failed after their retries (`cache_store.health`)."""
+        return self.reads.degraded or self.writes.degraded
+
     def stats(self) -> StoreStats:
+        r, w = self.reads.stats(), self.writes.stats()
         with self._lock:
             return StoreStats(
                 **asdict(self._counters),
                 segments=len(self._index),
                 used_bytes=self._index.used_bytes,
                 budget_bytes=self.budget_bytes,
+                degraded=r.degraded or w.degraded,
+                degraded_s=max(r.degraded_s, w.degraded_s),
+                degraded_episodes=r.episodes + w.episodes,
+                retries=r.retries + w.retries,
+                skipped=r.skipped + w.skipped,
             )
 
     # --- mutations ----------------------------------------------------------
@@ -127,9 +145,13 @@ class ArrowSegmentStore:
             return victims
         for victim in victims:
             self._files.delete(victim.key)
-        try:
+
+        def write() -> None:
             if self._files.size(key) != size:  # another writer may have stored it already
                 self._files.write(key, batch)
+
+        try:
+            self.writes.call(write, "a segment write")
         except OSError as e:
             return self._write_failed(size, e)
         with self._lock:
@@ -148,21 +170,24 @@ class ArrowSegmentStore:
                 self._counters.misses += 1
                 return None
             self._index.touch(key)
-        try:
-            with self._files.open(key) as f:  # a mapped payload outlives the handle
-                seg = codec.read_segment(f)
-            if seg.key != key or (seg.namespace, seg.tenant) != (self.namespace, entry.tenant):
-                raise codec.CorruptSegmentError("segment does not match its file name")
+        try:  # the I/O (retried, may fail) apart from the checks (any failure: corrupt)
+            data = self.reads.call(lambda: self._files.read_all(key), "a segment read")
         except FileNotFoundError:
             self._lost(entry, "missing")
             return None
-        except CORRUPT as e:
+        except OSError as e:  # the store did not answer: the segment may still be there
+            logger.debug("reading KV segment %s failed: %s", key, e)
+            with self._lock:
+                self._counters.misses += 1
+                self._counters.read_errors += 1
+            return None
+        try:
+            seg = codec.read_segment(pa.BufferReader(data))  # a mapped payload outlives it
+            if seg.key != key or (seg.namespace, seg.tenant) != (self.namespace, entry.tenant):
+                raise codec.CorruptSegmentError("segment does not match its file name")
+        except (*CORRUPT, OSError) as e:  # bytes in hand: an error decoding them is damage
             logger.info("quarantining corrupt KV segment %s: %s", key, e)
             self._lost(entry, "corrupt")
-            return None
-        except OSError as e:
-            logger.debug("reading KV segment %s failed: %s", key, e)
-            self._lost(entry, "read_errors")
             return None
         with self._lock:
             self._counters.hits += 1
@@ -192,7 +217,10 @@ class ArrowSegmentStore:
         owners, hashes = tuple(o for o, _ in pages), tuple(h for _, h in pages)
         data = records.encode(self.namespace, PathRecord(tenant, name, owners, hashes, segments))
         try:
-            self._files.write_record(records.record_name(tenant, name), data)
+            self.writes.call(
+                lambda: self._files.write_record(records.record_name(tenant, name), data),
+                "a record write",
+            )
         except OSError as e:
             with self._lock:
                 self._counters.write_errors += 1
@@ -211,7 +239,10 @@ class ArrowSegmentStore:
     def get_record(self, tenant: str, name: str) -> PathRecord | None:
         """Session `name`'s record, its segments now indexed here; None when there is none."""
         try:
-            data = self._files.read_record(records.record_name(tenant, name))
+            data = self.reads.call(
+                lambda: self._files.read_record(records.record_name(tenant, name)),
+                "a record read",
+            )
             record = data and records.decode(data, self.namespace, tenant, name)
         except OSError as e:
             logger.debug("reading the path record of %s failed: %s", name, e)
@@ -283,6 +314,8 @@ class ArrowSegmentStore:
         return False
 
     def _warn(self, err: OSError) -> None:
+        if isinstance(err, StoreDegraded) or self.writes.degraded:
+            return  # said once, by `StoreHealth`
         with self._lock:
             first, self._warned = not self._warned, True
         log = logger.warning if first else logger.debug

@@ -3,8 +3,8 @@
 Routes: `/v1/chat/completions`, `/v1/completions` (SSE streaming or not),
 Anthropic's `/v1/messages` and `/v1/messages/count_tokens`
 (`deployments.anthropic`), `POST /v1/penelope/sessions/{id}` (a harness's hints after a
-turn's reply, `deployments.hints`), `/v1/models`, `/health`, `/metrics`, and SGLang's
-`/server_info` and
+turn's reply, `deployments.hints`), `/v1/models`, `/health`, `/ready` (with the store's
+state), `/metrics`, and SGLang's `/server_info` and
 `/model_info` probes for sgl-router (`deployments.sglang_probes`). The
 backend factory runs at startup (the app's lifespan), so the same app serves
 an in-process engine (standalone, tests) or Ray Serve engine replicas (the
@@ -175,6 +175,18 @@ def _add_routes(app: FastAPI, state: AppState) -> None:
         if not state.ready_backend().healthy:
             raise unavailable("The engine has stopped.", settings.retry_after_s)
         return JSONResponse({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        """Ready to serve (503 while starting or stopped); `store` says "degraded" while a
+        replica's KV store fails (it still serves: its store pages are recomputed)."""
+        backend = state.ready_backend()
+        if not backend.healthy:
+            raise unavailable("The engine has stopped.", settings.retry_after_s)
+        stats = await asyncio.to_thread(backend.replica_stats)  # waits for a step
+        degraded = sorted(r for r, s in stats.items() if s.store_degraded)
+        detail = {"status": "ready", "store": "degraded" if degraded else "ok"}
+        return JSONResponse({**detail, "store_degraded_replicas": degraded})
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:

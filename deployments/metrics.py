@@ -19,11 +19,17 @@ client sees them. Every series carries a `replica` label.
 | penelope_store_operations_total           | counter   | replica, op             |
 | penelope_store_errors_total               | counter   | replica, kind           |
 | penelope_store_used_bytes                 | gauge     | replica                 |
+| penelope_store_degraded                   | gauge     | replica                 |
+| penelope_write_behind_queue_bytes / _queue_jobs / _cap_bytes | gauge | replica  |
+| penelope_write_behind_refused_total / _deferred_pages_total | counter | replica |
+| penelope_store_lost_pages_total / penelope_store_read_timeouts_total | counter | replica |
 
 The store series exist for replicas with an Arrow store (standalone mode):
 `op` is put, hit or miss; `kind` is write (unwritable or full), read (I/O),
 corrupt (quarantined), missing (file gone) or rejected (larger than the
 budget). A store error is never a request error: the pages are recomputed.
+The store-fault series (degraded, write-behind queue, lost pages, reads past
+their budget) come from `EngineStats`, so they exist in Ray mode too.
 
 `source` is where a prompt token's KV came from: device, host, store,
 recomputed (it was cached, then evicted) or new. The two ratios are
@@ -101,6 +107,7 @@ class EngineStatsCollector(Collector):
         yield from (tokens, misses, hit, recompute)
         yield from _page_families(by_replica)
         yield from _load_families(by_replica)
+        yield from _store_fault_families(by_replica)
 
 
 def _page_families(by_replica: Mapping[str, EngineStats]) -> Iterator[Metric]:
@@ -132,6 +139,36 @@ def _load_families(by_replica: Mapping[str, EngineStats]) -> Iterator[Metric]:
         queue.add_metric([replica], s.queue_length)
         running.add_metric([replica], s.running)
     yield from (queue, running)
+
+
+_STORE_FAULTS = (  # (EngineStats field, metric, kind, help)
+    ("store_degraded", "penelope_store_degraded", "gauge",
+     "1 while the KV store is degraded (its calls failed after their retries)."),
+    ("write_behind_bytes", "penelope_write_behind_queue_bytes", "gauge",
+     "KV and record bytes queued for the store."),
+    ("write_behind_jobs", "penelope_write_behind_queue_jobs", "gauge",
+     "Writes queued for the store."),
+    ("write_behind_cap_bytes", "penelope_write_behind_cap_bytes", "gauge",
+     "The write-behind queues' bound in bytes."),
+    ("write_behind_refused", "penelope_write_behind_refused", "counter",
+     "Writes refused by a full write-behind queue (their pages stay unstored)."),
+    ("write_behind_deferred_pages", "penelope_write_behind_deferred_pages", "counter",
+     "Pages not written behind (full queue or degraded store), offered again later."),
+    ("store_lost_pages", "penelope_store_lost_pages", "counter",
+     "Pages whose store write failed after they were copied (recomputed if needed)."),
+    ("store_read_timeouts", "penelope_store_read_timeouts", "counter",
+     "Request-path store reads past store_read_budget_s (their pages recomputed)."),
+)  # fmt: skip
+
+
+def _store_fault_families(by_replica: Mapping[str, EngineStats]) -> Iterator[Metric]:
+    for field, name, kind, doc in _STORE_FAULTS:
+        family = (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(
+            name, doc, labels=["replica"]
+        )
+        for replica, s in sorted(by_replica.items()):
+            family.add_metric([replica], getattr(s, field))
+        yield family
 
 
 class StoreStatsCollector(Collector):

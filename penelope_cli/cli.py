@@ -5,7 +5,7 @@
     penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           recompute | cache-ops | store | tiers | replay | simulate
                                   | load | soak | ablation | agree | peers | capacity | side
-                                  | cluster | speed | claude-code
+                                  | cluster | speed | claude-code | faults
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks. The
@@ -49,6 +49,7 @@ BENCHES = {
     "versus": ("bench.versus.cli", "agent traces over HTTP against real servers, side by side"),
     "cluster": ("bench.cluster.cli", "the Ray app on two nodes here: faults and autoscaling"),
     "claude-code": ("bench.claude_code.cli", "the Claude Code CLI against penelope serve, twice"),
+    "faults": ("bench.faults.cli", "store and client faults under agent load, nothing lost"),
 }
 
 

@@ -105,6 +105,23 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
         help="tokens one tenant's hinted pins may hold at once (default: no per-tenant quota)",
     )
     ap.add_argument(
+        "--store-endpoint", default=None, help="an S3-compatible server's URL"
+    )
+    ap.add_argument("--store-region", default=None, help="the S3 region")
+    ap.add_argument(
+        "--write-behind-bytes",
+        type=int,
+        default=c.write_behind_bytes,
+        help="KV bytes queued for the store at once (the write-behind cap)",
+    )
+    for name in ("store_read_budget_s", "store_request_timeout_s", "store_probe_s"):
+        ap.add_argument(
+            "--" + name.replace("_", "-"),
+            type=float,
+            default=getattr(c, name),
+            help=f"`CacheConfig.{name}` (deployments/README.md)",
+        )
+    ap.add_argument(
         "--max-running", type=int, default=MAX_RUNNING, help="most requests running at once"
     )
     ap.add_argument(
@@ -154,6 +171,12 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         max_session_records=args.max_session_records,
         tenant_pin_seconds=args.tenant_pin_seconds,
         tenant_pin_tokens=args.tenant_pin_tokens,
+        store_endpoint=args.store_endpoint,
+        store_region=args.store_region,
+        write_behind_bytes=args.write_behind_bytes,
+        store_read_budget_s=args.store_read_budget_s,
+        store_request_timeout_s=args.store_request_timeout_s,
+        store_probe_s=args.store_probe_s,
     )
     tokens = args.max_batch_tokens
     engine = EngineConfig(

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
+from cache_store.health import StoreTuning
 from cache_store.location import StoreLocation
 from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.errors import ConfigError
@@ -135,6 +136,20 @@ class CacheConfig:
     # Bytes of KV copies waiting for the store at once: at each turn end a session's
     # new pages are written behind, so another replica can continue it. 0: never.
     write_behind_bytes: int = 256 << 20
+    # How store calls fail (`cache_store.health`): S3's connect and response timeouts;
+    # a failed call is retried `store_retries` times, each after a random sleep up to
+    # store_backoff_s * 2**attempt (at most store_backoff_max_s); a call failing after
+    # its retries marks the store degraded: then calls fail at once, but one probe every
+    # `store_probe_s` (a success ends it). A store read on the request path (pages for
+    # an admission, a session's record) waits `store_read_budget_s` at most: past it the
+    # pages are recomputed, and the ledger counts them as `store_miss`.
+    store_connect_timeout_s: float = 2.0
+    store_request_timeout_s: float = 10.0
+    store_retries: int = 2
+    store_backoff_s: float = 0.1
+    store_backoff_max_s: float = 2.0
+    store_probe_s: float = 2.0
+    store_read_budget_s: float = 0.5
     namespace: str = "default"  # model fingerprint; tenants are namespaced inside it
     # Token sequences an operator declares public (a shared system prompt): a
     # prompt starting with one shares those pages across tenants; everything
@@ -173,6 +188,11 @@ class CacheConfig:
         require(self.store_bytes > 0, "store_bytes must be positive")
         require(self.store_record_ttl_s > 0, "store_record_ttl_s must be positive")
         require(self.write_behind_bytes >= 0, "write_behind_bytes must be >= 0")
+        self.store_tuning()  # raises on a bad timeout, retry or backoff
+        require(
+            0 < self.store_read_budget_s < math.inf,
+            f"store_read_budget_s must be positive and finite, got {self.store_read_budget_s}",
+        )
         location = self.store_location()  # raises on a malformed URI, endpoint or region
         require(
             location is not None or not (self.store_endpoint or self.store_region),
@@ -184,6 +204,20 @@ class CacheConfig:
     def active_host_pages(self) -> int:
         """Host pages the cache uses: none when `write_policy` is off."""
         return self.host_pages if self.write_policy != "off" else 0
+
+    def store_tuning(self) -> StoreTuning:
+        """The store calls' timeouts, retries and probe interval."""
+        try:
+            return StoreTuning(
+                connect_timeout_s=self.store_connect_timeout_s,
+                request_timeout_s=self.store_request_timeout_s,
+                retries=self.store_retries,
+                backoff_s=self.store_backoff_s,
+                backoff_max_s=self.store_backoff_max_s,
+                probe_s=self.store_probe_s,
+            )
+        except ValueError as e:
+            raise ConfigError(f"store_{e}") from e
 
     def store_location(self) -> StoreLocation | None:
         """Where the Arrow store is, or None without one."""

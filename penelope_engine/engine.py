@@ -28,6 +28,7 @@ from penelope_engine.protocol import (
 )
 from penelope_engine.runner import ModelRunner
 from penelope_engine.sched.sequence import BatchItem, Sequence, output_of
+from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import TorchTiers
 from penelope_engine.tiers.handover import SessionHandover
 from penelope_engine.tiers.kv_pool import DTYPES, KVPool
@@ -114,7 +115,9 @@ class Engine:
         cc = self.config.cache
         where, ttl = cc.store_location(), cc.store_record_ttl_s
         return (
-            ArrowSegmentStore(where, cc.store_bytes, fingerprint, record_ttl_s=ttl)
+            ArrowSegmentStore(
+                where, cc.store_bytes, fingerprint, record_ttl_s=ttl, tuning=cc.store_tuning()
+            )
             if where
             else None
         )
@@ -138,6 +141,9 @@ class Engine:
             self.store,
             on_copy=self.calibrator.observe_copy,
             public_hashes=self.public.hashes,
+            read_budget=(
+                ReadBudget(self.config.cache.store_read_budget_s) if self.store is not None else None
+            ),
         )
 
     def _forget(self, sids: list[str]) -> None:
@@ -292,7 +298,25 @@ class Engine:
             tree_nodes=c.tree_nodes,
             session_records=len(c.sessions),
             misses=t.misses,
+            **self._store_faults(),
         )
+
+    def _store_faults(self) -> dict[str, int]:
+        """`EngineStats`' store-fault fields (zeros without a store)."""
+        if self.handover is None or self.store is None:
+            return {}
+        queued, jobs, cap, refused = self.handover.queue()
+        budget = self.tiers.read_budget
+        return {
+            "store_degraded": int(self.store.degraded),
+            "write_behind_bytes": queued,
+            "write_behind_jobs": jobs,
+            "write_behind_cap_bytes": cap,
+            "write_behind_refused": refused,
+            "write_behind_deferred_pages": self.handover.deferred_pages,
+            "store_lost_pages": self.handover.lost_pages,
+            "store_read_timeouts": budget.timeouts + budget.skipped if budget else 0,
+        }
 
     def store_stats(self) -> StoreStats | None:
         """The Arrow store's counters (write and read errors included); None without one."""

@@ -190,6 +190,15 @@ class EngineStats:
     tree_nodes: int = 0  # prefix-tree nodes
     session_records: int = 0  # sessions the cache keeps a record of
     misses: MissTokens = field(default_factory=MissTokens)  # computed prompt tokens by cause
+    # The store's faults (`cache_store.health`, `tiers.budget`, `tiers.handover`):
+    store_degraded: int = 0  # 1 while the store is degraded
+    write_behind_bytes: int = 0  # KV and record bytes queued for the store now
+    write_behind_jobs: int = 0
+    write_behind_cap_bytes: int = 0  # the queues' bound (`CacheConfig.write_behind_bytes`)
+    write_behind_refused: int = 0  # jobs refused by a full queue
+    write_behind_deferred_pages: int = 0  # pages left unstored (full queue, degraded store)
+    store_lost_pages: int = 0  # pages whose write failed after their copy (recomputed)
+    store_read_timeouts: int = 0  # request-path reads past the budget, or not started
 
     @property
     def hit_ratio(self) -> float:

@@ -10,4 +10,5 @@ Modules:
     planner       load or recompute per missing segment; the cost model calibrated live
     handover      sessions that change replica find their history in the shared store
     write_behind  one background thread writing to the store within a byte bound
+    budget        `ReadBudget`: a store read on the request path waits a fixed budget at most
 """

@@ -27,6 +27,7 @@ from cache_store import ArrowSegmentStore, Segment
 from penelope_engine.cache.pages import PUBLIC
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
+from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.contract import ReadAhead
 from penelope_engine.tiers.kv_pool import DTYPES, KVPool
 
@@ -69,8 +70,10 @@ class TorchTiers:
         store: ArrowSegmentStore | None = None,
         on_copy: Callable[[Tier, int, float], None] | None = None,
         public_hashes: frozenset[int] = frozenset(),
+        read_budget: ReadBudget | None = None,
     ) -> None:
         self.device = device_pool
+        self.read_budget = read_budget  # bounds the step's store reads (None: unbounded)
         self.host = host_pool
         self.store = store
         self.on_copy = on_copy  # (tier, bytes, seconds) of each load, for the planner
@@ -180,9 +183,15 @@ class TorchTiers:
         """Load pages from the store into `device_pages`; a mask of the pages that loaded.
 
         A page loads only when its segment is intact and holds the very tokens
-        of the request at that page; anything else is a miss (recomputed).
+        of the request at that page; anything else is a miss (recomputed), and so
+        is every page when the read passes the step's budget (`ReadBudget`).
         """
-        pages = self.read_store(hashes, tokens, tenant)
+        if self.read_budget is None:
+            pages = self.read_store(hashes, tokens, tenant)
+        else:
+            pages = self.read_budget.call(
+                lambda: self.read_store(hashes, tokens, tenant), [None] * len(hashes)
+            )
         for i, kv in enumerate(pages):
             if kv is not None:
                 self.device.write_pages(torch.tensor([int(device_pages[i])]), kv[0], kv[1])
@@ -232,6 +241,8 @@ class TorchTiers:
         if self._reader is not None:
             self._reader.shutdown(wait=False, cancel_futures=True)
             self._reader = None
+        if self.read_budget is not None:
+            self.read_budget.close()
 
 
 class StoreReadAhead:

@@ -75,6 +75,7 @@ class SessionHandover:
         )
         self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
         self.deferred_pages = 0  # pages not written behind for want of room (offered again)
+        self.lost_pages = 0  # pages copied to be written whose write failed (recomputed)
         self._recorded: dict[str, int] = {}  # session id -> pages in its last record
         self._record_lock = threading.Lock()  # record writes one at a time (`_put_record`)
         self.last_drain: DrainReport | None = None
@@ -83,7 +84,15 @@ class SessionHandover:
     def fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
         """The record of the request's session, its segments (and those of its public
         prefix, ending at page `public_tail`) indexed by the store. Store I/O: call it
-        off the step thread."""
+        off the step thread. It waits the tiers' read budget at most: past it, or
+        with the store degraded, the session has no record here (its history
+        recomputes)."""
+        budget = self.tiers.read_budget
+        if budget is None:
+            return self._fetch(req, public_tail)
+        return budget.call(lambda: self._fetch(req, public_tail), None, "a path record read")
+
+    def _fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
         if public_tail is not None and self.store.lookup(PUBLIC, public_tail) is None:
             self.store.get_record(PUBLIC, _public_name(public_tail))
         if req.session_id is None:
@@ -96,6 +105,16 @@ class SessionHandover:
 
     def close(self, timeout_s: float) -> bool:
         return all([w.close(timeout_s) for w in self._writers()])
+
+    def queue(self) -> tuple[int, int, int, int]:
+        """The write-behind queues now: bytes and jobs queued, the bytes' cap, jobs refused."""
+        ws = self._writers()
+        return (
+            sum(w.pending_bytes for w in ws),
+            sum(w.pending_jobs for w in ws),
+            sum(w.max_bytes for w in ws),
+            sum(w.refused for w in ws),
+        )
 
     def _writers(self) -> list[WriteBehind]:
         return [w for w in (self.record_writer, self.writer) if w is not None]
@@ -177,6 +196,8 @@ class SessionHandover:
         assert self.writer is not None
         taken: list[tuple[Node, np.ndarray]] = []
         room = self.writer.room() // self.tiers.device.bytes_per_page
+        if self.store.writes.degraded:  # no copies for a store that refuses: offered later
+            room = 0
         for node, idx in self.cache.unstored(session_id):
             self.deferred_pages += max(0, len(idx) - room)
             if room > 0 and len(idx):
@@ -269,7 +290,8 @@ class SessionHandover:
         """(The writer thread.) The segments, then the records that name them: the
         session's, and the public prefix's when its pages were among them."""
         for snap in snaps:
-            self.store.put(snap.segment(self.store.namespace))
+            if not self.store.put(snap.segment(self.store.namespace)):
+                self.lost_pages += len(snap.hashes)
         if pages and not self._put_record(tenant, session_id, pages):
             self._recorded.pop(session_id, None)  # unwritten: a drain writes it
         head = [p for p in itertools.takewhile(lambda p: p[0] == PUBLIC, pages)]

@@ -39,6 +39,7 @@ class WriteBehind:
         self._pending = 0  # bytes of jobs queued or running
         self._jobs_pending = 0
         self.failed = 0  # jobs that raised (logged)
+        self.refused = 0  # jobs refused: over the bound, or closed
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -47,6 +48,11 @@ class WriteBehind:
     def pending_bytes(self) -> int:
         with self._cond:
             return self._pending
+
+    @property
+    def pending_jobs(self) -> int:
+        with self._cond:
+            return self._jobs_pending
 
     def room(self) -> int:
         """Bytes a job may have now without being refused."""
@@ -57,6 +63,7 @@ class WriteBehind:
         """Queue `job`; False (and nothing queued) when it would pass the bound or we are closed."""
         with self._cond:
             if self._closed or self._pending + nbytes > self.max_bytes:
+                self.refused += 1
                 return False
             self._pending += nbytes
             self._jobs_pending += 1

@@ -153,7 +153,8 @@ def test_unwritable_store_degrades_with_one_warning(
         assert not store.put(make_segment(first=5))
     assert store.stats().write_errors == 2 and store.stats().segments == 0
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "not usable" in warnings[0].getMessage()
+    assert len(warnings) == 1 and "degraded" in warnings[0].getMessage()
+    assert store.stats().degraded and store.stats().skipped == 1  # the second: not tried
 
 
 def test_store_under_a_file_starts_degraded(

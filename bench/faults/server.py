@@ -1,0 +1,109 @@
+"""`penelope serve` in a child process with an S3 (or local) store, and what it reports.
+
+The server is started as a user starts it, with the store's options and the
+AWS credentials in its environment; the bench reads its `/metrics` and `/ready`
+and its resident memory (`/proc/PID/status`) on a sampler thread while the
+load runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench.cluster.s3 import CREDENTIALS
+from bench.faults.config import MODEL, FaultsConfig
+from bench.net import wait_http
+from bench.sampler import Sampler
+
+START_TIMEOUT_S = 120.0
+_SERIES = re.compile(r"^(penelope_[a-z_]+)(?:\{([^}]*)\})? ([0-9.e+-]+)$")
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    uri: str
+    endpoint: str | None = None
+    region: str | None = None
+
+
+def start_server(cfg: FaultsConfig, port: int, store: StoreTarget, log: Path) -> subprocess.Popen:
+    args = [
+        sys.executable, "-m", "penelope_cli.cli", "serve", "--port", str(port),
+        "--model", MODEL, "--device-pages", str(cfg.device_pages),
+        "--page-size", str(cfg.page_size), "--max-pending", str(cfg.max_pending),
+        "--store-uri", store.uri, "--write-behind-bytes", str(cfg.write_behind_bytes),
+        "--store-read-budget-s", str(cfg.read_budget_s),
+        "--store-request-timeout-s", str(cfg.request_timeout_s), "--store-probe-s", "1.0",
+        "--log-level", "warning",
+    ]  # fmt: skip
+    if store.endpoint:
+        args += ["--store-endpoint", store.endpoint, "--store-region", store.region or ""]
+    env = {**os.environ, **CREDENTIALS, "OMP_NUM_THREADS": "1"}
+    env.pop("AWS_ENDPOINT_URL", None)
+    out = log.open("ab")
+    proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health", START_TIMEOUT_S, alive=lambda: proc.poll() is None)
+    warm = {"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 2}  # first-call costs
+    httpx.post(f"{url}/v1/completions", json=warm, timeout=START_TIMEOUT_S).raise_for_status()
+    return proc
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Every penelope_* series of /metrics, keyed `name{labels}` (replica label dropped)."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _SERIES.match(line)
+        if m:
+            labels = ",".join(p for p in (m.group(2) or "").split(",") if p and "replica" not in p)
+            key = f"{m.group(1)}{{{labels}}}" if labels else m.group(1)
+            out[key] = out.get(key, 0.0) + float(m.group(3))
+    return out
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@dataclass
+class Watch:
+    """Samples of the server: (seconds since start, metrics, /ready's store field, RSS)."""
+
+    samples: list[tuple[float, dict[str, float], str, float]] = field(default_factory=list)
+
+
+class ServerSampler(Sampler):
+    def __init__(self, url: str, pid: int, period_s: float = 0.5) -> None:
+        super().__init__(period_s, "faults-sampler")
+        self.url, self.pid, self.watch = url, pid, Watch()
+
+    def sample(self) -> None:
+        try:
+            metrics = scrape(self.url)
+            ready = httpx.get(f"{self.url}/ready", timeout=10).json().get("store", "?")
+        except (httpx.HTTPError, ValueError):
+            metrics, ready = {}, "unanswered"
+        now = time.monotonic() - self.t0
+        self.watch.samples.append((now, metrics, ready, rss_mib(self.pid)))
