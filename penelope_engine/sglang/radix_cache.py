@@ -181,9 +181,14 @@ class PenelopeRadixCache(UnifiedRadixCache):
             self.shared_ids &= arena.keys()
 
     def _reconnect(self, key: RadixKey) -> None:
-        """Put back every shelved suffix whose hole the tree now covers on the device."""
+        """Put back every shelved suffix whose hole the tree now covers on the device.
+
+        A record without a hole (only a host span) is not loaded on someone else's
+        insert: only its own request brings it back (`refill.RefillCoordinator.plan`).
+        """
         for record in self.shelf.covered_by(key_namespace(key), key_tokens(key)):
-            self.reconnect(record)
+            if record.hole_len > 0:
+                self.reconnect(record)
 
     def reconnect(self, record: ShelvedSuffix) -> bool:
         """Put `record` back into the tree below its head, loading its host span first.
