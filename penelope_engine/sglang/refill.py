@@ -110,6 +110,8 @@ class RefillCoordinator:
             suffix=match.suffix,
         )
         self.cache.pin(match.record)
+        # the ledger: SGLang will count the refilled hole as cached for the request
+        request.penelope_refilled_tokens = plan.hole[1] - plan.hole[0]
         self._pending[plan.rid] = _Pending(plan, match.record, request)
         return plan
 

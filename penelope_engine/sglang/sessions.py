@@ -193,14 +193,17 @@ class SessionBook:
         entry = self.get(session)
         return 0 if entry is None else common_prefix(entry.path, tokens)
 
-    def victim_key(self, session: str | None, counter: float, now: float) -> tuple[int, float]:
-        """The eviction order key of a candidate (see the module docstring)."""
+    def victim_key(
+        self, session: str | None, counter: float, now: float
+    ) -> tuple[int, float, float]:
+        """The eviction order key of a candidate (see the module docstring); SGLang's
+        access counter breaks ties."""
         entry = self.get(session)
         if entry is None:
-            return (1, counter)
+            return (1, counter, counter)
         if entry.ended:
-            return (0, counter)
-        return (2, -entry.expected_return(now))
+            return (0, counter, counter)
+        return (2, -entry.expected_return(now), counter)
 
     def is_retained(self, session: str | None, now: float) -> bool:
         entry = self.get(session)

@@ -70,10 +70,15 @@ def cpu_hicache_standins() -> Iterator[None]:
       a no-op, so the host pool is plain CPU memory;
     - the `direct` I/O backend's copy kernel (sgl_kernel's `transfer_kv_direct`):
       `transfer_kv_direct_standin`, a torch index copy.
+    And one check that reads the machine rather than the pool: the host pool's
+    free-memory budget (`pool_host.base.host_memory_budget_bytes`, the machine's
+    available memory less a fixed reserve) grants what is asked (a few KiB here);
+    on a shared test machine the reserve alone can exceed what is free.
     """
-    from sglang.srt.mem_cache.pool_host import common, mha
+    from sglang.srt.mem_cache.pool_host import base, common, mha
 
     with (
+        mock.patch.object(base, "host_memory_budget_bytes", lambda requested, *a, **k: requested),
         mock.patch.object(common, "_cuda_host_register", lambda *a, **k: None),
         mock.patch.object(mha, "transfer_kv_direct", transfer_kv_direct_standin, create=True),
     ):
