@@ -1,9 +1,10 @@
 """Holes across device and host: SGLang's real HiCache host pool and controller on CPU.
 
-Stand-ins (`sglang_helpers.cpu_hicache_standins`): pinned host registration is a
-no-op, sgl_kernel's `transfer_kv_direct` copy kernel is a torch index copy (both
-CUDA-only), and the host pool's machine-memory budget check grants the pool. Host pool, controller, `io_backend`
-"direct", index placement (`move_indices`), tree and allocator are SGLang's.
+Stand-ins (`sglang_helpers.cpu_hicache_standins`): pinned host registration is
+a no-op, sgl_kernel's `transfer_kv_direct` copy kernel is a torch index copy
+(both CUDA-only), and the host pool's machine-memory budget check grants it.
+Host pool, controller, `io_backend` "direct", index placement (`move_indices`),
+tree and allocator are SGLang's.
 """
 
 from __future__ import annotations
