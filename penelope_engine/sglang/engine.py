@@ -6,11 +6,17 @@ SGLang serves on CUDA only; importing this module without SGLang installed
 raises an ImportError that says how to install it.
 
 Streaming: the engine runs with incremental streaming output, so each chunk's
-`output_ids` are the new tokens of that step. Usage: SGLang reports
-`cached_tokens` (device prefix, including a suffix reconnected after a hole
-refill); the rest of the prompt counts as new tokens, and as the miss ledger's
-`new` (SGLang does not say why a token missed). Harness hints
-(`GenerateRequest.hints`) are not applied here: a response reports none.
+`output_ids` are the new tokens of that step.
+
+Sessions: a request's session id and harness hints travel to the scheduler in
+SGLang's `kv_hints` envelope (`sessions.SessionHint.envelope`); the penelope
+cache keeps its per-session view, applies the hints (retain_s: a node lock,
+expected_gap_s and end_session: the victim order) and reports, per request,
+host hits and the ledger's evicted tokens in `cached_tokens_details`
+(`digests.usage_of`). `session_digests` and `shared_prefix_hashes` read the
+cache's view through SGLang's `get_internal_state` (called off the event
+loop, as the protocol asks); `page_naming` lets the ingress name a prompt's
+first pages as the digests do.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from penelope_engine.cache.pages import PageNaming
 from penelope_engine.errors import ConfigError, InvalidRequestError
 from penelope_engine.hints import HintGrant, SessionHints, refused
 from penelope_engine.model.tokenizer import Tokenizer
@@ -30,10 +37,8 @@ from penelope_engine.protocol import (
     EngineStats,
     FinishReason,
     GenerateRequest,
-    MissTokens,
     RequestOutput,
     SessionDigest,
-    TokenUsage,
 )
 from penelope_engine.sglang import require_sglang
 
@@ -41,7 +46,10 @@ require_sglang("penelope_engine.sglang.engine (the `sglang` engine)")
 
 import sglang  # noqa: E402
 
+from penelope_engine.sglang import digests  # noqa: E402
 from penelope_engine.sglang.plugin import BACKEND_NAME, register  # noqa: E402
+from penelope_engine.sglang.sessions import SessionHint  # noqa: E402
+from penelope_engine.sglang.views import VIEW_KEY  # noqa: E402
 
 if TYPE_CHECKING:
     from cache_store import StoreStats
@@ -126,16 +134,27 @@ def finish_reason(meta: dict[str, Any]) -> FinishReason | None:
     return _FINISH_REASONS.get(kind, "stop")
 
 
-def usage_of(meta: dict[str, Any], completion_tokens: int) -> TokenUsage:
-    prompt = int(meta.get("prompt_tokens", 0))
-    cached = min(int(meta.get("cached_tokens", 0)), prompt)
-    return TokenUsage(
-        prompt_tokens=prompt,
-        completion_tokens=completion_tokens,
-        device_tokens=cached,
-        new_tokens=prompt - cached,
-        misses=MissTokens(new=prompt - cached),
-    )
+usage_of = digests.usage_of
+VIEW_TIMEOUT_S = 5.0  # how long a digest read waits for the scheduler's reply
+
+
+def session_hint(request: GenerateRequest) -> SessionHint | None:
+    """What the penelope cache is told about the request's session (None: no session)."""
+    if request.session_id is None:
+        return None
+    h = request.hints
+    return SessionHint(request.session_id, h.retain_s, h.expected_gap_s, h.end_session)
+
+
+def hint_grants(request: GenerateRequest) -> tuple[HintGrant, ...]:
+    """The hints the cache applies, as asked (the SGLang backend clips none)."""
+    h = request.hints
+    asked: list[tuple[str, float | bool | None]] = [
+        ("retain_s", h.retain_s),
+        ("expected_gap_s", h.expected_gap_s),
+        ("end_session", h.end_session or None),
+    ]
+    return tuple(HintGrant(name, value, value) for name, value in asked if value is not None)
 
 
 class SGLangEngine:
@@ -150,9 +169,14 @@ class SGLangEngine:
         hf = _hf_config(config.model_path)
         self.max_model_len = config.context_length or int(hf.get("max_position_embeddings", 32768))
         self.vocab_size = int(hf.get("vocab_size") or self.tokenizer.vocab_size)
+        self.page_naming = PageNaming(config.page_size, f"sglang:{self.model_name}")
+        self._hasher = self.page_naming.hasher()
         self._prompt_tokens = 0
         self._cached_tokens = 0
+        self._host_tokens = 0
+        self._evicted_tokens = 0
         self._running = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
         if not request.prompt_token_ids:
@@ -162,14 +186,16 @@ class SGLangEngine:
                 "structured outputs (response_format, a forced tool_choice) are served by the "
                 "torch engine only, not the SGLang adapter"
             )
+        hint = session_hint(request)
         stream = await self._engine.async_generate(
             input_ids=list(request.prompt_token_ids),
             sampling_params=sampling_dict(request),
             stream=True,
             rid=request.request_id,
             cache_salt=request.tenant,
+            kv_hints=hint.envelope(request.request_id) if hint is not None else None,
         )
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         start, first_token_at, completion = loop.time(), None, 0
         self._running += 1
         try:
@@ -189,6 +215,7 @@ class SGLangEngine:
                     finish_reason=reason,
                     usage=usage_of(meta, completion),
                     ttft_s=first_token_at,
+                    hints=hint_grants(request) if reason is not None and hint else (),
                 )
         except (asyncio.CancelledError, GeneratorExit):
             self._engine.tokenizer_manager.abort_request(rid=request.request_id)
@@ -211,28 +238,52 @@ class SGLangEngine:
         usage = usage_of(meta, 0)
         self._prompt_tokens += usage.prompt_tokens
         self._cached_tokens += usage.device_tokens
+        self._host_tokens += usage.host_tokens
+        self._evicted_tokens += usage.recomputed_tokens
 
     def stats(self) -> EngineStats:
+        cached = self._cached_tokens + self._host_tokens
         return EngineStats(
             tokens_device=self._cached_tokens,
-            tokens_new=self._prompt_tokens - self._cached_tokens,
+            tokens_host=self._host_tokens,
+            tokens_recomputed=self._evicted_tokens,
+            tokens_new=self._prompt_tokens - cached - self._evicted_tokens,
             running=self._running,
         )
+
+    def view(self) -> dict[str, Any]:
+        """The penelope cache's snapshot (`views.SessionViews.snapshot`); {} before the
+        first request or without the penelope backend. Call it off the event loop."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            return {}
+        try:
+            if asyncio.get_running_loop() is loop:
+                raise RuntimeError("SGLangEngine.view() blocks: call it off the event loop")
+        except RuntimeError as exc:
+            if "off the event loop" in str(exc):
+                raise
+        manager = self._engine.tokenizer_manager
+        future = asyncio.run_coroutine_threadsafe(manager.get_internal_state(), loop)
+        states = future.result(timeout=VIEW_TIMEOUT_S)
+        view = states[0].get(VIEW_KEY) if states else None
+        return view if isinstance(view, dict) else {}
 
     def store_stats(self) -> StoreStats | None:
         """None: SGLang spills to its own storage backends, not to Penelope's Arrow store."""
         return None
 
     def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
-        """SGLang keeps no per-session view of its tree: the router falls back to hashing."""
-        return []
+        """Per session: device and host tokens the penelope cache still holds, last access."""
+        return digests.session_digests(self.view(), limit)
 
     def clock(self) -> float:
+        """The cache's clock: monotonic seconds, shared by the scheduler process."""
         return time.monotonic()
 
     def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
-        """SGLang's tree keys differ from Penelope's page ids: nothing to publish."""
-        return []
+        """Page ids (Penelope's naming, `page_naming`) of the cache's shared device prefixes."""
+        return digests.shared_prefix_hashes(self.view(), self._hasher, limit)
 
     def drain_to_store(self) -> int:
         """SGLang's own storage backends hold its spilled KV; nothing to hand over here."""

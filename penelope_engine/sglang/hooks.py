@@ -1,6 +1,6 @@
 """Scheduler hooks that run Penelope's refills, registered through SGLang's `HookRegistry`.
 
-Three AROUND hooks, each a no-op unless the scheduler's tree cache is a
+AROUND hooks; the first three are no-ops unless the scheduler's tree cache is a
 `PenelopeRadixCache` with holes enabled:
 
 - `Scheduler._add_request_to_queue`: a new request that matches a hole with a
@@ -8,7 +8,16 @@ Three AROUND hooks, each a no-op unless the scheduler's tree cache is a
 - `Scheduler.get_next_batch_to_run`: requests whose refill has been released
   (its insert reconnected the suffix) are queued before each batch is formed;
 - `SchedulerOutputStreamer.stream_output`: a refill's output never reaches the
-  detokenizer (nobody asked for it).
+  detokenizer (nobody asked for it);
+- `Scheduler.get_internal_state`: the reply carries the cache's per-session
+  view (`views.SessionViews.snapshot`, under `views.VIEW_KEY`) for the adapter;
+- `SchedulerOutputStreamer.get_cached_tokens_details`: a request's details
+  carry the miss ledger's evicted count (`digests.EVICTED_KEY`): prompt tokens
+  its session had cached once (`PenelopeRadixCache.note_request`) and that
+  were not cached for it now.
+
+`_add_request_to_queue` also hands every new request to `note_request`
+(session hints, known tokens) before planning its refill.
 
 A refill's release comes from `PenelopeRadixCache.on_release`; an aborted refill
 releases its request through `Scheduler._release_aborted_request`.
@@ -25,8 +34,10 @@ from sglang.srt.managers.schedule_batch import Req
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+from penelope_engine.sglang.digests import EVICTED_KEY, REFILLED_KEY
 from penelope_engine.sglang.radix_cache import PenelopeRadixCache
 from penelope_engine.sglang.refill import RefillCoordinator, RefillPlan, is_refill_rid
+from penelope_engine.sglang.views import VIEW_KEY
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 STREAMER = "sglang.srt.managers.scheduler_components.output_streamer.SchedulerOutputStreamer"
@@ -73,7 +84,10 @@ def add_request_to_queue(
     coordinator = coordinator_of(scheduler)
     if coordinator is None or is_retracted or is_refill_rid(req.rid):
         return original(scheduler, req, is_retracted)
-    plan = coordinator.plan(request_key(req), req)
+    key = request_key(req)
+    if not hasattr(req, "penelope_known_tokens"):  # once per request (a parked one returns)
+        scheduler.tree_cache.note_request(req, key)
+    plan = coordinator.plan(key, req)
     if plan is None:
         return original(scheduler, req, is_retracted)
     return original(scheduler, make_refill_req(req, plan), False)
@@ -108,11 +122,45 @@ def stream_output(
     return original(streamer, visible, *args, **kwargs)
 
 
+def get_internal_state(original: Callable[..., Any], scheduler: Any, *args: Any, **kw: Any) -> Any:
+    result = original(scheduler, *args, **kw)
+    cache = getattr(scheduler, "tree_cache", None)
+    state = getattr(result, "internal_state", None)
+    if isinstance(cache, PenelopeRadixCache) and isinstance(state, dict):
+        state[VIEW_KEY] = cache.views.snapshot()
+    return result
+
+
+def evicted_tokens(req: Any) -> int:
+    """Prompt tokens the request's session had cached once and that were computed for it:
+    missed now, or recomputed by its refill request (which SGLang then counts as cached)."""
+    known = getattr(req, "penelope_known_tokens", 0)
+    refilled = getattr(req, "penelope_refilled_tokens", 0)
+    prompt = len(getattr(req, "origin_input_ids", ()))
+    cached = int(getattr(req, "cached_tokens", 0) or 0) - refilled
+    return max(0, min(known, prompt) - cached)
+
+
+def get_cached_tokens_details(
+    original: Callable[..., Any], streamer: Any, req: Any, *args: Any, **kwargs: Any
+) -> Any:
+    details = original(streamer, req, *args, **kwargs)
+    evicted = evicted_tokens(req)
+    if not evicted:
+        return details
+    details = dict(details) if details else {"device": 0, "host": 0}
+    details[EVICTED_KEY] = evicted
+    details[REFILLED_KEY] = getattr(req, "penelope_refilled_tokens", 0)
+    return details
+
+
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (f"{SCHEDULER}._add_request_to_queue", add_request_to_queue),
     (f"{SCHEDULER}.get_next_batch_to_run", get_next_batch_to_run),
     (f"{SCHEDULER}._release_aborted_request", release_aborted_request),
     (f"{STREAMER}.stream_output", stream_output),
+    (f"{SCHEDULER}.get_internal_state", get_internal_state),
+    (f"{STREAMER}.get_cached_tokens_details", get_cached_tokens_details),
 )
 
 

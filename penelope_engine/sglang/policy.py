@@ -11,7 +11,8 @@ SGLang's own leaf-LRU eviction, which only runs once no private page is left.
                      └── m1 (leaf)                 another: m1
 
 Among chains and shelved suffixes (`shelf.ShelvedSuffix`), the coldest session
-(oldest last access of its leaf) goes first; within it the lowest positions go
+goes first (by default the oldest last access of its leaf; the cache passes
+the hint-aware key of `sessions.SessionBook.victim_key`); within it the lowest positions go
 first (`radix_cache` frees the chain's front pages and shelves the rest), so
 its suffix goes last.
 
@@ -21,7 +22,7 @@ component_data, last_access_time); this module imports nothing of SGLang.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,8 +45,10 @@ class PrivateChain:
 
 
 def _unlocked_device(node: Any) -> bool:
+    """On the device, unlocked, and not backed up to the host inside SGLang's tree
+    (HiCache write-through): such nodes are demoted SGLang's way, not shelved."""
     data = node.component_data[FULL]
-    return data.value is not None and data.lock_ref == 0
+    return data.value is not None and data.lock_ref == 0 and data.host_value is None
 
 
 def _path_len(node: Any) -> int:
@@ -83,15 +86,23 @@ def private_chains(leaves: Iterable[Any], anchors: Set[int] = frozenset()) -> li
     return [chain for chain in chains if chain is not None]
 
 
-def coldest_session(
-    chains: Iterable[PrivateChain], shelved: Iterable[ShelvedSuffix]
-) -> PrivateChain | ShelvedSuffix | None:
-    """The session to take pages from next: least recently used, chain or shelf alike.
+def _last_access(candidate: PrivateChain | ShelvedSuffix) -> Any:
+    return candidate.last_access
 
-    Pinned shelf records (a refill will reconnect them) are not candidates.
+
+def coldest_session(
+    chains: Iterable[PrivateChain],
+    shelved: Iterable[ShelvedSuffix],
+    key: Callable[[PrivateChain | ShelvedSuffix], Any] = _last_access,
+) -> PrivateChain | ShelvedSuffix | None:
+    """The session to take device pages from next: lowest `key` (default: least
+    recently used), chain or shelf alike.
+
+    Pinned shelf records (a refill will reconnect them) and records with no
+    device pages left (all on the host) are not candidates.
     """
     candidates: list[PrivateChain | ShelvedSuffix] = [*chains]
-    candidates += [record for record in shelved if record.pins == 0]
+    candidates += [r for r in shelved if r.pins == 0 and r.device_len > 0]
     if not candidates:
         return None
-    return min(candidates, key=lambda c: c.last_access)
+    return min(candidates, key=key)

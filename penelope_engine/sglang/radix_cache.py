@@ -20,10 +20,16 @@ What changes against SGLang's default tree (everything else is inherited):
   (free + evictable + protected == total) holds; `sanity_check` checks the
   shelf too.
 
-Holes form on the device tier only, and only while no host tier is attached:
-SGLang's host tier (HiCache) loads a node back only below a device-resident
-parent, and its pool needs CUDA pinned memory, so it cannot be exercised on
-CPU. With a host tier attached, eviction is SGLang's own (LRU demotion).
+- **Host tier** (HiCache attached, `--enable-hierarchical-cache`): a history's
+  device front goes to HiCache's host pool while it has room and is dropped
+  past it (`eviction`); a host span comes back through the refill path
+  (`host_tier`). Nodes SGLang itself backed up to the host (write-through)
+  and shared pages are demoted SGLang's way.
+- **Sessions** (`sessions`): the adapter's session id and hints arrive in the
+  request's `kv_hints`; the cache keeps a per-session view (digests for the
+  router, the miss ledger's `evicted` count), orders victims by the hints and
+  pins retained sessions with SGLang's own node locks.
+
 What the backend supports: `penelope_engine.sglang.support`."""
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.components.base import get_and_increase_time_counter
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-from penelope_engine.sglang.policy import PrivateChain, coldest_session, private_chains
+from penelope_engine.sglang.eviction import Evictor
+from penelope_engine.sglang.host_tier import HostTier
 from penelope_engine.sglang.refill import RefillCoordinator, is_refill_rid
 from penelope_engine.sglang.results import (
     PenelopeCounters,
@@ -53,9 +60,10 @@ from penelope_engine.sglang.results import (
     key_namespace,
     key_tokens,
 )
+from penelope_engine.sglang.sessions import RetainPins, SessionBook, hint_of
 from penelope_engine.sglang.shelf import ShelvedSuffix, SuffixShelf
-from penelope_engine.sglang.support import FULL, path_above, supported_params
-from penelope_engine.util import cdiv
+from penelope_engine.sglang.support import FULL, supported_params
+from penelope_engine.sglang.views import SessionViews
 
 
 class PenelopeRadixCache(UnifiedRadixCache):
@@ -63,8 +71,13 @@ class PenelopeRadixCache(UnifiedRadixCache):
         self.shelf = SuffixShelf(params.page_size)
         self.counters = PenelopeCounters()
         self._reconnecting = False
-        self._shared_ids: set[int] = set()  # nodes two sessions' paths have used (sticky)
+        self.shared_ids: set[int] = set()  # nodes two sessions' paths have used (sticky)
         self.refills = RefillCoordinator(self)
+        self.book = SessionBook()
+        self.pins = RetainPins(self.book, self)
+        self.evictor = Evictor(self)
+        self.views = SessionViews(self)
+        self.host_tier: HostTier | None = None
         super().__init__(supported_params(params))
         if not hasattr(self.tree_core, "evictable_device_leaves"):
             raise TypeError(
@@ -72,14 +85,22 @@ class PenelopeRadixCache(UnifiedRadixCache):
                 f"{type(self.tree_core).__name__}"
             )
 
+    def init_hicache(self, server_args: Any, params: CacheInitParams) -> None:
+        """SGLang's HiCache set-up, then Penelope's use of its host pool."""
+        super().init_hicache(server_args, params)
+        self.host_tier = HostTier.of(self)
+
     def reset(self) -> None:
+        self.pins.release_all()
         super().reset()
         self.shelf = SuffixShelf(self.shelf.page_size)
-        self._shared_ids = set()
+        self.shared_ids = set()
+        self.book = SessionBook(self.book.max_sessions)
+        self.pins = RetainPins(self.book, self)
 
     @property
     def holes_enabled(self) -> bool:
-        return not self.disable and self.cache_controller is None
+        return not self.disable
 
     # ---- matching --------------------------------------------------------
 
@@ -91,13 +112,19 @@ class PenelopeRadixCache(UnifiedRadixCache):
         """
         prefix_len = self._match_tree(MatchPrefixParams(key=key)).device_prefix_len
         hit = self.shelf.find(key_namespace(key), key_tokens(key))
-        if hit is None or prefix_len >= hit.hole_end:
+        if hit is None or prefix_len >= hit.suffix_end:
             return PenelopeMatch(prefix_len)
+        record = hit.record
+        hole_start = min(prefix_len, hit.hole_end)
+        holes = ((hole_start, hit.hole_end),) if hole_start < hit.hole_end else ()
+        host_end = min(record.host_end, hit.suffix_end)
+        host = (hit.hole_end, host_end) if host_end > hit.hole_end else None
         return PenelopeMatch(
             prefix_len,
-            holes=((prefix_len, hit.hole_end),),
+            holes=holes,
             suffix=(hit.hole_end, hit.suffix_end),
-            record=hit.record,
+            record=record,
+            host=host,
         )
 
     def pin(self, record: ShelvedSuffix) -> None:
@@ -110,10 +137,28 @@ class PenelopeRadixCache(UnifiedRadixCache):
             record.pins -= 1
 
     def on_release(self, req: Any, *, checkpointed: bool) -> None:
-        """SGLang releases every request here; a refill's release frees its parked request."""
+        """SGLang releases every request here; a refill's release frees its parked request,
+        a session's settles its view (and its retention pin) on what it left in the tree."""
         super().on_release(req, checkpointed=checkpointed)
         if is_refill_rid(req.rid):
             self.refills.release(req.rid)
+            return
+        hint = hint_of(getattr(req, "kv_hints", None))
+        if hint is not None and not checkpointed:
+            self.views.settle(hint.session, req)
+
+    def note_request(self, req: Any, key: RadixKey) -> None:
+        """A new request: apply its session hints, remember what its session had cached
+        (`req.penelope_known_tokens`, the ledger's evicted/new split)."""
+        hint = hint_of(getattr(req, "kv_hints", None))
+        if hint is None:
+            return
+        tokens = key_tokens(key)
+        known = self.book.known_tokens(hint.session, tokens)
+        req.penelope_known_tokens = known // self.page_size * self.page_size
+        entry = self.book.touch(hint, key_namespace(key), self.evictor.clock())
+        if hint.end_session:
+            self.pins.unpin(entry)
 
     # ---- insertion and reconnection --------------------------------------
 
@@ -130,39 +175,80 @@ class PenelopeRadixCache(UnifiedRadixCache):
         node = arena.get(node_id) if node_id is not None else None
         while node is not None and node.parent is not None:
             if len(node.children) >= 2:
-                self._shared_ids.add(node.id)
+                self.shared_ids.add(node.id)
             node = node.parent
-        if len(self._shared_ids) > 2 * len(arena) + 64:
-            self._shared_ids &= arena.keys()
+        if len(self.shared_ids) > 2 * len(arena) + 64:
+            self.shared_ids &= arena.keys()
 
     def _reconnect(self, key: RadixKey) -> None:
-        """Put back every shelved suffix whose hole the tree now covers on the device."""
-        self._reconnecting = True
-        try:
-            for record in self.shelf.covered_by(key_namespace(key), key_tokens(key)):
-                self._reconnect_record(record)
-        finally:
-            self._reconnecting = False
+        """Put back every shelved suffix whose hole the tree now covers on the device.
 
-    def _reconnect_record(self, record: ShelvedSuffix) -> None:
+        A record without a hole (only a host span) is not loaded on someone else's
+        insert: only its own request brings it back (`refill.RefillCoordinator.plan`).
+        """
+        for record in self.shelf.covered_by(key_namespace(key), key_tokens(key)):
+            if record.hole_len > 0:
+                self.reconnect(record)
+
+    def reconnect(self, record: ShelvedSuffix) -> bool:
+        """Put `record` back into the tree below its head, loading its host span first.
+
+        False when the head `[0, hole_end)` is not all device-resident (the hole is
+        still to be recomputed) or the device has no room for the host span.
+        """
+        if not self.shelf.holds(record):
+            return False  # taken by an eviction since it was found
         extra_key, cache_salt = record.namespace
         head_key = RadixKey(record.path[: record.hole_end], extra_key, cache_salt=cache_salt)
         head = self._match_tree(MatchPrefixParams(key=head_key))
         if head.device_prefix_len < record.hole_end:
-            return
+            return False
+        lock = self.lock(head.last_device_node)
+        record.pins += 1
+        try:
+            loaded = self._load_host_span(record)
+        finally:
+            record.pins -= 1
+            self.unlock(lock)
+        if loaded is None:
+            return False
         head_slots = self.path_device_indices(head.last_device_node)[: record.hole_end]
         full_key = RadixKey(record.path, extra_key, cache_salt=cache_salt)
-        slots = torch.cat([head_slots.to(record.indices.dtype), record.indices])
+        dtype = record.indices.dtype
+        slots = torch.cat([head_slots.to(dtype), loaded.to(dtype), record.indices])
         self.shelf.remove(record)
         # prev_prefix_len: the head's slots are the tree's own, never duplicates to free;
         # suffix pages the tree already holds again are freed by SGLang's insert walk.
-        result = super().insert(
-            InsertParams(key=full_key, value=slots, prev_prefix_len=record.hole_end)
-        )
+        self._reconnecting = True
+        try:
+            result = super().insert(
+                InsertParams(key=full_key, value=slots, prev_prefix_len=record.hole_end)
+            )
+        finally:
+            self._reconnecting = False
         duplicates = result.prefix_len - record.hole_end
         assert duplicates >= 0, "the tree lost the hole while reconnecting its suffix"
         self.counters.reconnected_tokens += record.suffix_len - duplicates
         self.counters.duplicate_tokens += duplicates
+        return True
+
+    def _load_host_span(self, record: ShelvedSuffix) -> torch.Tensor | None:
+        """Device slots holding the record's host span (copied back), or None (no room)."""
+        if record.host_len == 0:
+            return torch.empty(0, dtype=torch.int64)
+        assert self.host_tier is not None, "a host span without a host tier"
+        allocator = self.token_to_kv_pool_allocator
+        n = record.host_len
+        if allocator.available_size() < n:
+            self.evict(EvictParams(num_tokens=n - allocator.available_size()))
+        slots = allocator.alloc(n) if allocator.available_size() >= n else None
+        if slots is None:
+            return None
+        self.host_tier.load(record.host_indices, slots)
+        self.host_tier.free(record.host_indices)
+        self.counters.host_loaded_tokens += n
+        record.host_indices = torch.empty(0, dtype=torch.int64)
+        return slots
 
     # ---- eviction ---------------------------------------------------------
 
@@ -182,7 +268,7 @@ class PenelopeRadixCache(UnifiedRadixCache):
         done = self._reclaim_done(
             params.num_tokens, available_size_targets, allocation_reclaim_satisfied
         )
-        freed = self._evict_private(params.num_tokens, done)
+        freed = self.evictor.evict_private(params.num_tokens, done)
         if done(freed):
             return EvictResult(num_tokens_evicted=freed)
         rest = EvictParams(num_tokens=max(params.num_tokens - freed, 0))
@@ -206,66 +292,14 @@ class PenelopeRadixCache(UnifiedRadixCache):
             return lambda freed: self._component_available_size(FULL) >= target[1]
         return lambda freed: freed >= need
 
-    def _evict_private(self, need: int, done: Callable[[int], bool]) -> int:
-        """Free private pages, coldest session first and its front first."""
-        freed = 0
-        while not done(freed):
-            anchors = self.shelf.anchors() | self._shared_ids
-            chains = private_chains(self.tree_core.evictable_device_leaves, anchors)
-            victim = coldest_session(chains, self.shelf.records())
-            if victim is None:
-                break
-            want = max(need - freed, 1)
-            if isinstance(victim, PrivateChain):
-                slots = self._shelve(victim, want)
-            else:
-                slots = self.shelf.drop_front(victim, want)
-            self._free_slots(slots)
-            self.counters.hole_tokens += len(slots)
-            freed += len(slots)
-        return freed
-
-    def _shelve(self, chain: PrivateChain, want: int) -> torch.Tensor:
-        """Take a private chain out of the tree; shelve all but its front pages.
-
-        Returns the front slots (at least `want` tokens, in whole pages, at most
-        the chain) for the caller to free; the hole is where they were.
-        """
-        path = path_above(chain.nodes[0])
-        slots: list[torch.Tensor] = []
-        for node in chain.nodes:
-            path.extend(key_tokens(node.key))
-            slots.append(node.component_data[FULL].value)
-        namespace = key_namespace(chain.nodes[0].key)
-        parent = chain.nodes[0].parent
-        anchor = None if parent.parent is None else parent.id
-        for node in reversed(chain.nodes):
-            self._remove_keeping_slots(node.id)
-        chain_slots = torch.cat(slots)
-        page = self.shelf.page_size
-        take = min(cdiv(want, page) * page, len(chain_slots))
-        self.counters.shelved_tokens += len(chain_slots)
-        if take < len(chain_slots):
-            record = ShelvedSuffix(
-                namespace=namespace,
-                path=path,
-                hole_start=chain.hole_start,
-                hole_end=chain.hole_start + take,
-                indices=chain_slots[take:],
-                last_access=chain.last_access,
-                anchor=anchor,
-            )
-            self.shelf.add(record)
-        return chain_slots[:take]
-
-    def _remove_keeping_slots(self, node_id: int) -> None:
+    def remove_keeping_slots(self, node_id: int) -> None:
         """Delete one device leaf through the tree core, without freeing its KV slots."""
         result = self.tree_core.evict_device_leaf(node_id, is_write_back=False)
         assert result.backup_kv is None, "a write-back leaf cannot be shelved"
         result.device_frees.pop(FULL, None)
         self._apply_eviction_result(result)
 
-    def _free_slots(self, slots: torch.Tensor) -> None:
+    def free_slots(self, slots: torch.Tensor) -> None:
         if len(slots):
             self._drain_device_frees({FULL: [slots]})
 
@@ -290,6 +324,12 @@ class PenelopeRadixCache(UnifiedRadixCache):
     def all_values_flatten(self) -> torch.Tensor:
         tree = super().all_values_flatten()
         return torch.cat([tree.to(torch.int64).cpu(), self.shelf.all_indices()])
+
+    def release_host_resources(self) -> None:
+        if self.host_tier is not None:
+            for record in self.shelf.host_records():
+                self.host_tier.free(self.shelf.drop_host_front(record, record.host_len))
+        super().release_host_resources()
 
     def sanity_check(self) -> None:
         super().sanity_check()

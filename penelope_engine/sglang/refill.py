@@ -1,5 +1,11 @@
 """Recomputing a hole before the extend: one internal prefill-only refill request.
 
+With a host tier, a shelved suffix may start with a host span: the refill's
+insert copies it back to the device before reconnecting (`host_tier`), and a
+record with no hole at all is reconnected at once, without a refill, when its
+head is device-resident (else a refill of the head loads SGLang's own host
+nodes of the prefix first).
+
 Why a refill request rather than "the hole as the request's own first chunk":
 SGLang's request reads its KV from one contiguous `req_to_token` row whose
 extend tokens are its tail, and a chunked request is never re-matched against
@@ -42,6 +48,8 @@ class HoleMatcher(Protocol):
     def pin(self, record: ShelvedSuffix) -> None: ...
 
     def unpin(self, record: ShelvedSuffix) -> None: ...
+
+    def reconnect(self, record: ShelvedSuffix) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -88,16 +96,22 @@ class RefillCoordinator:
             self._released.discard(rid)
             return None
         match = self.cache.match_holes(key)
-        if not match.holes or match.suffix_len < self.min_suffix_tokens:
+        if match.record is None or match.suffix_len < self.min_suffix_tokens:
             return None
-        hole_end = match.holes[-1][1]
+        if not match.holes and self.cache.reconnect(match.record):
+            return None  # no hole: the host span is back on the device, nothing to recompute
+        hole_end = match.suffix[0] if match.suffix is not None else match.prefix_len
+        if hole_end == 0:
+            return None  # nothing to refill: the request recomputes what could not be loaded
         plan = RefillPlan(
             rid=f"{REFILL_RID_PREFIX}{next(self._ids)}",
             token_ids=array("q", key.token_ids[:hole_end]),
-            hole=match.holes[-1],
+            hole=match.holes[-1] if match.holes else (hole_end, hole_end),
             suffix=match.suffix,
         )
         self.cache.pin(match.record)
+        # the ledger: SGLang will count the refilled hole as cached for the request
+        request.penelope_refilled_tokens = plan.hole[1] - plan.hole[0]
         self._pending[plan.rid] = _Pending(plan, match.record, request)
         return plan
 

@@ -4,6 +4,9 @@ Layout of a key that runs through a hole (positions in tokens):
 
     | prefix: device, in the tree | hole: recompute | suffix: cached, shelved | new |
     0                        prefix_len        holes[-1][1]            suffix[1]
+
+With a host tier the suffix starts with a host span (`host`, to copy back),
+and the hole may be empty (everything evicted is still on the host).
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ class PenelopeMatch:
     holes: tuple[tuple[int, int], ...] = ()
     suffix: tuple[int, int] | None = None
     record: ShelvedSuffix | None = field(default=None, compare=False, repr=False)
+    host: tuple[int, int] | None = None  # the suffix's leading span held on the host
+
+    @property
+    def host_len(self) -> int:
+        return 0 if self.host is None else self.host[1] - self.host[0]
 
     @property
     def hole_len(self) -> int:
@@ -47,9 +55,11 @@ class PenelopeCounters:
     """Cumulative token counts of what the Penelope policy did (for metrics)."""
 
     shelved_tokens: int = 0  # private tokens moved from the tree to the shelf
-    hole_tokens: int = 0  # shelved tokens freed from the front (holes formed)
+    hole_tokens: int = 0  # shelved tokens dropped from the front (holes formed), any tier
     reconnected_tokens: int = 0  # suffix tokens put back into the tree
     duplicate_tokens: int = 0  # suffix tokens freed because the tree already had them
+    host_tokens: int = 0  # device tokens of a history's front copied to the host span
+    host_loaded_tokens: int = 0  # host-span tokens copied back to the device
 
 
 def key_tokens(key: Any) -> array:

@@ -3,15 +3,22 @@
 SGLang's tree only holds nodes whose ancestors hold their KV too (load-back and
 matching rely on it), so a hole cannot live inside it. When Penelope evicts the
 front of a session's private history, the whole private chain leaves the tree
-and its remaining pages go onto this shelf, still allocated on the device:
+and its remaining pages go onto this shelf. With SGLang's host tier (HiCache)
+attached, the front pages are first copied to host slots (the *host span*) and
+only dropped once the host has no room:
 
-    path:  | prefix (in the tree) | hole (freed) | suffix (shelved slots) |
-           0                hole_start     hole_end                 len(path)
+    path:  | prefix (in the tree) | hole (freed) | host span | device suffix |
+           0                hole_start     hole_end     host_end        len(path)
+
+Without a host tier the host span is empty (host_end == hole_end); with one,
+the hole may be empty (every evicted page still on the host).
 
 A returning request whose tokens run through the hole and into the suffix finds
 the suffix here; once the hole is recomputed and inserted, the suffix goes back
-into the tree under it (see `radix_cache.PenelopeRadixCache`). Eviction keeps
-taking the lowest positions first, so the hole grows and the suffix shrinks.
+into the tree under it (see `radix_cache.PenelopeRadixCache`); a host span is
+copied back to device slots first. Eviction keeps taking the lowest positions
+first: device pages move to the host span (or are dropped), host pages are
+dropped from the span's front, so the hole grows and the suffix shrinks.
 
 This module imports nothing of SGLang: slots are plain int64 tensors.
 """
@@ -19,7 +26,7 @@ This module imports nothing of SGLang: slots are plain int64 tensors.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,14 +41,30 @@ class ShelvedSuffix:
     path: array  # token ids from position 0 to the end of the suffix
     hole_start: int
     hole_end: int
-    indices: torch.Tensor  # device slots of path[hole_end:]
+    indices: torch.Tensor  # device slots of path[host_end:]
     last_access: float
     anchor: int | None = None  # tree node id the prefix ends at (None: the root)
     pins: int = 0  # refills in flight that will reconnect this suffix
+    host_end: int = -1  # end of the host span path[hole_end:host_end]; -1: hole_end
+    host_indices: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+    session: str | None = None  # the session id the adapter passed for this history
+
+    def __post_init__(self) -> None:
+        if self.host_end < 0:
+            self.host_end = self.hole_end
 
     @property
     def suffix_len(self) -> int:
+        """Cached tokens past the hole: the host span and the device suffix."""
         return len(self.path) - self.hole_end
+
+    @property
+    def host_len(self) -> int:
+        return self.host_end - self.hole_end
+
+    @property
+    def device_len(self) -> int:
+        return len(self.path) - self.host_end
 
     @property
     def hole_len(self) -> int:
@@ -96,6 +119,9 @@ class SuffixShelf:
     def remove(self, record: ShelvedSuffix) -> None:
         self._records.remove(record)
 
+    def holds(self, record: ShelvedSuffix) -> bool:
+        return any(r is record for r in self._records)
+
     def find(self, namespace: tuple[str | None, str | None], tokens: array) -> ShelfHit | None:
         """The shelved suffix that `tokens` reuses most (read-only).
 
@@ -121,29 +147,77 @@ class SuffixShelf:
             and tokens[: r.hole_end] == r.path[: r.hole_end]
         ]
 
-    def drop_front(self, record: ShelvedSuffix, num_tokens: int) -> torch.Tensor:
-        """Grow the hole by whole pages covering `num_tokens`; return the freed slots.
+    def take_device_front(self, record: ShelvedSuffix, num_tokens: int) -> torch.Tensor:
+        """Remove whole device pages covering `num_tokens` from the device suffix's front.
 
-        A record left with no suffix leaves the shelf.
+        Returns their slots; the caller moves them to the host span (`extend_host`)
+        or drops them (`drop_through`). The record's layout is updated by those.
         """
         pages = cdiv(num_tokens, self.page_size)
-        take = min(pages * self.page_size, record.suffix_len)
-        freed, record.indices = record.indices[:take], record.indices[take:]
+        take = min(pages * self.page_size, record.device_len)
+        return record.indices[:take]
+
+    def extend_host(self, record: ShelvedSuffix, host_slots: torch.Tensor) -> None:
+        """The device suffix's first `len(host_slots)` tokens now live on the host."""
+        n = len(host_slots)
+        record.indices = record.indices[n:]
+        record.host_indices = torch.cat([record.host_indices, host_slots.to(torch.int64).cpu()])
+        record.host_end += n
+        self._drop_if_empty(record)
+
+    def drop_through(self, record: ShelvedSuffix, num_device: int) -> torch.Tensor:
+        """Drop the host span and the first `num_device` device tokens: the hole grows
+        over both (one hole per record). Returns the host slots to free."""
+        host = record.host_indices
+        record.indices = record.indices[num_device:]
+        record.host_indices = torch.empty(0, dtype=torch.int64)
+        record.host_end += num_device
+        record.hole_end = record.host_end
+        self._drop_if_empty(record)
+        return host
+
+    def drop_host_front(self, record: ShelvedSuffix, num_tokens: int) -> torch.Tensor:
+        """Grow the hole by whole host pages covering `num_tokens`; return the host slots."""
+        pages = cdiv(num_tokens, self.page_size)
+        take = min(pages * self.page_size, record.host_len)
+        freed, record.host_indices = record.host_indices[:take], record.host_indices[take:]
         record.hole_end += take
-        if record.suffix_len == 0:
-            self._records.remove(record)
+        self._drop_if_empty(record)
         return freed
 
+    def drop_front(self, record: ShelvedSuffix, num_tokens: int) -> torch.Tensor:
+        """Without a host span: grow the hole by whole device pages; return the freed slots."""
+        assert record.host_len == 0, "drop_front on a record with a host span"
+        freed = self.take_device_front(record, num_tokens)
+        self.drop_through(record, len(freed))
+        return freed
+
+    def _drop_if_empty(self, record: ShelvedSuffix) -> None:
+        if record.suffix_len == 0 and record in self._records:
+            self._records.remove(record)
+
+    def host_records(self) -> tuple[ShelvedSuffix, ...]:
+        return tuple(r for r in self._records if r.host_len > 0)
+
+    def host_tokens(self) -> int:
+        return sum(r.host_len for r in self._records)
+
+    def all_host_indices(self) -> torch.Tensor:
+        parts = [r.host_indices for r in self._records if r.host_len]
+        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
+
     def evictable_tokens(self) -> int:
-        return sum(r.suffix_len for r in self._records if r.pins == 0)
+        """Device tokens on the shelf that eviction may take (unpinned records)."""
+        return sum(r.device_len for r in self._records if r.pins == 0)
 
     def anchors(self) -> frozenset[int]:
         return frozenset(r.anchor for r in self._records if r.anchor is not None)
 
     def pinned_tokens(self) -> int:
-        return sum(r.suffix_len for r in self._records if r.pins > 0)
+        return sum(r.device_len for r in self._records if r.pins > 0)
 
     def all_indices(self) -> torch.Tensor:
+        """The device slots the shelf holds."""
         if not self._records:
             return torch.empty(0, dtype=torch.int64)
         return torch.cat([r.indices.to(torch.int64).cpu() for r in self._records])
@@ -154,6 +228,8 @@ class SuffixShelf:
             self._check_record(record)
         slots = self.all_indices()
         assert len(torch.unique(slots)) == len(slots), "a slot is shelved twice"
+        host = self.all_host_indices()
+        assert len(torch.unique(host)) == len(host), "a host slot is shelved twice"
 
     def _hit(
         self, record: ShelvedSuffix, namespace: tuple[str | None, str | None], tokens: array
@@ -170,11 +246,17 @@ class SuffixShelf:
 
     def _check_record(self, record: ShelvedSuffix) -> None:
         ps = self.page_size
-        assert 0 <= record.hole_start < record.hole_end < len(record.path), (
-            f"bad hole [{record.hole_start}, {record.hole_end}) in a path of {len(record.path)}"
+        assert 0 <= record.hole_start <= record.hole_end <= record.host_end, (
+            f"bad hole [{record.hole_start}, {record.hole_end}) / host end {record.host_end}"
         )
-        assert record.hole_start % ps == 0 and record.hole_end % ps == 0, "hole not page-aligned"
-        assert len(record.indices) == record.suffix_len, (
-            f"{len(record.indices)} slots for a suffix of {record.suffix_len} tokens"
+        assert record.hole_end < len(record.path), "a shelved record with nothing cached"
+        assert record.hole_len > 0 or record.host_len > 0, "a record with neither hole nor host"
+        aligned = (record.hole_start, record.hole_end, record.host_end)
+        assert all(x % ps == 0 for x in aligned), "hole or host span not page-aligned"
+        assert len(record.indices) == record.device_len, (
+            f"{len(record.indices)} slots for a device suffix of {record.device_len} tokens"
+        )
+        assert len(record.host_indices) == record.host_len, (
+            f"{len(record.host_indices)} host slots for a host span of {record.host_len}"
         )
         assert record.pins >= 0, "negative pin count"

@@ -93,6 +93,7 @@ def test_generate_streams_new_tokens_and_finishes_once() -> None:
     engine = object.__new__(SGLangEngine)
     engine.model_name, engine._engine = "m", StreamingEngine()
     engine._prompt_tokens = engine._cached_tokens = engine._running = 0
+    engine._host_tokens = engine._evicted_tokens = 0
     request = GenerateRequest("req-1", (5, 6, 7), tenant="acme")
 
     async def collect() -> list[Any]:

@@ -68,7 +68,11 @@ def test_accounting_splits_pinned_from_evictable() -> None:
 
 @pytest.mark.parametrize(
     ("hole", "slots", "message"),
-    [((8, 8), 16, "bad hole"), ((8, 10), 14, "page-aligned"), ((8, 12), 5, "slots for")],
+    [
+        ((8, 8), 16, "neither hole nor host"),
+        ((8, 10), 14, "page-aligned"),
+        ((8, 12), 5, "slots for"),
+    ],
 )
 def test_integrity_check_rejects_broken_records(
     hole: tuple[int, int], slots: int, message: str
