@@ -4,8 +4,9 @@ Modules:
     attention         Explicit attention metadata for one forward pass over a flat batch
     causal_attention  Attention of a prefill chunk that starts its sequence: no mask at all
     decoder           Paged-KV decoder for the Llama and Qwen3 architectures
-    gemm              Linear layers for decode-sized batches on CPU: oneDNN over a pre-
-                      packed copy
+    gemm              Linear layers on CPU: oneDNN over a pre-packed copy for decode
+                      batches, and bf16 prefill products widened to float32 where the CPU
+                      has no bf16 arithmetic (`widen`)
     gguf_loader       Load a llama.cpp GGUF file (Llama or Qwen3) by converting it once to a
                       checkpoint directory
     gguf_tokenizer    Byte-level BPE tokenizer rebuilt from GGUF metadata
@@ -22,4 +23,6 @@ Modules:
     tiny              Tiny seeded random-weight models for tests and CPU benchmarks
     tokenizer         Tokenizer: a `tokenizers.Tokenizer` plus the chat template and end-of-
                       sequence ids
+    widen             Multi-row bf16 / fp16 products on a CPU without bf16 / fp16
+                      arithmetic, in float32
 """

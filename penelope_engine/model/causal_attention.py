@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from penelope_engine.model.attention import AttentionMetadata, KeyPages
+from penelope_engine.model.widen import widens
 
 
 @dataclass(frozen=True)
@@ -51,5 +52,7 @@ def attend_causal(
     qg = q[group.start : group.end].transpose(0, 1)[None]  # [1, H, Q, D]
     kg = group.keys.gather(k_cache).transpose(1, 2)  # [1, Hkv, Q, D]
     vg = group.keys.gather(v_cache).transpose(1, 2)
+    if widens(q):  # bf16 / fp16 that this CPU only emulates: float32 (`widen`)
+        qg, kg, vg = qg.float(), kg.float(), vg.float()
     out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=True)
-    return out[0].transpose(0, 1)
+    return out[0].transpose(0, 1).to(q.dtype)

@@ -1,4 +1,5 @@
-"""Linear layers for decode-sized batches on CPU: oneDNN over a pre-packed copy.
+"""Linear layers on CPU: oneDNN over a pre-packed copy for decode batches, and bf16
+prefill products widened to float32 where the CPU has no bf16 arithmetic (`widen`).
 
 MKL's sgemm streams a ``[out, in]`` weight at a few GB/s when the batch has
 a handful of rows (a decode step), against twice that for a matrix-vector
@@ -22,6 +23,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from penelope_engine.model.widen import WIDEN_ROWS, widens
+
 SMALL_ROWS = 32  # decode batches of 2 .. SMALL_ROWS rows take the packed path
 # (one row is MKL's matrix-vector product, already as fast as the weight streams)
 PACK_HINT = 8  # the batch size oneDNN lays the weight out for
@@ -38,7 +41,8 @@ _AVAILABLE = available()
 
 class PackedLinear:
     """``F.linear(x, weight)``; through oneDNN's packed weight for a decode step's float32
-    CPU batch of 2 to `SMALL_ROWS` rows."""
+    CPU batch of 2 to `SMALL_ROWS` rows; in float32 for `WIDEN_ROWS` or more rows of a
+    prefill step whose dtype this CPU only emulates (`widen`)."""
 
     __slots__ = ("_key", "_packed", "enabled")
 
@@ -48,7 +52,11 @@ class PackedLinear:
         self.enabled = enabled and _AVAILABLE
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, decode: bool) -> torch.Tensor:
-        if not decode or not 2 <= x.shape[0] <= SMALL_ROWS or x.dim() != 2:
+        if not decode:
+            if x.shape[0] >= WIDEN_ROWS and widens(weight):
+                return F.linear(x.float(), weight.float()).to(x.dtype)
+            return F.linear(x, weight)
+        if not 2 <= x.shape[0] <= SMALL_ROWS or x.dim() != 2:
             return F.linear(x, weight)
         packed = self.packed(weight)
         if packed is None:

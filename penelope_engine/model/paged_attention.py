@@ -14,8 +14,9 @@ sequences attended by one SDPA call each; every layer reuses the plan:
 Grouped-query attention folds the query heads that share a KV head into the
 query axis (``[G, kv_heads, ratio * Q, D]``), so no kernel sees repeated keys
 and any SDPA backend that takes a mask can run it. Masks are built once per
-step as additive float masks (0 or -inf) in the model's dtype, so no layer
-converts them again.
+step as additive float masks (0 or -inf) in the dtype the group is computed in
+(the model's, or float32 for a multi-query group where `widen` says so), so no
+layer converts them again.
 
 A query at position p attends to the keys at positions ``0..p`` of its own
 sequence. Keys come from the page table: position ``i`` lives in slot
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 
 from penelope_engine.model.attention import AttentionMetadata, KeyPages, context_slots
 from penelope_engine.model.causal_attention import CausalGroup, attend_causal, causal_group
+from penelope_engine.model.widen import compute_dtype
 
 __all__ = ["AttentionPlan", "context_slots", "paged_attention"]
 
@@ -61,6 +63,8 @@ class AttentionPlan:
         """Plan one step; `gqa_ratio` is query heads per KV head, `dtype` the queries' dtype."""
         _check_metadata(meta, page_size)
         fold = _MaskFolder(gqa_ratio, dtype)
+        # several queries of one sequence: a product widened to float32 where `widen` says so
+        wide_fold = _MaskFolder(gqa_ratio, compute_dtype(dtype, meta.positions.device))
         singles = [s for s in range(meta.num_seqs) if _num_queries(meta, s) == 1]
         groups: list[AttentionGroup | CausalGroup] = []
         if singles:
@@ -68,7 +72,7 @@ class AttentionPlan:
         for s in range(meta.num_seqs):
             if _num_queries(meta, s) > 1:
                 causal = causal_group(meta, s, page_size)
-                groups.append(causal or _sequence_group(meta, s, page_size, fold))
+                groups.append(causal or _sequence_group(meta, s, page_size, wide_fold))
         return AttentionPlan(tuple(groups))
 
 
@@ -172,6 +176,9 @@ def _attend_group(
     qg = qg.permute(0, 2, 3, 1, 4).reshape(num_seqs, kv_heads, ratio * num_queries, head_dim)
     kg = group.keys.gather(k_cache).transpose(1, 2)  # [G, Hkv, C, D]
     vg = group.keys.gather(v_cache).transpose(1, 2)
-    out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=group.mask)
+    wide = group.mask.dtype  # the plan's compute dtype for this group (`widen`)
+    if wide != q.dtype:
+        qg, kg, vg = qg.to(wide), kg.to(wide), vg.to(wide)
+    out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=group.mask).to(q.dtype)
     out = out.view(num_seqs, kv_heads, ratio, num_queries, head_dim).permute(0, 3, 1, 2, 4)
     return out.reshape(num_seqs * num_queries, heads, head_dim)
