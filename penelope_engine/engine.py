@@ -131,6 +131,7 @@ class Engine:
 
     def _tiers(self) -> None:
         """The torch tiers, feeding each copy's time to the cost calibrator."""
+        cc = self.config.cache
         itemsize = DTYPES[self.config.dtype].itemsize
         self.calibrator = CostCalibrator(
             CalibratedCost(kv_bytes_per_token=self.loaded.config.kv_bytes_per_token(itemsize))
@@ -141,9 +142,7 @@ class Engine:
             self.store,
             on_copy=self.calibrator.observe_copy,
             public_hashes=self.public.hashes,
-            read_budget=(
-                ReadBudget(self.config.cache.store_read_budget_s) if self.store is not None else None
-            ),
+            read_budget=ReadBudget(cc.store_read_budget_s) if self.store is not None else None,
         )
 
     def _forget(self, sids: list[str]) -> None:
