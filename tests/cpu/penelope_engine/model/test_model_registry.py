@@ -36,7 +36,7 @@ def test_unknown_name_lists_the_valid_ones() -> None:
         load_model("no-such-model")
     for name in ("tiny-qwen3", "tiny-llama", "smollm2-135m"):
         assert name in str(err.value)
-    assert model_names() == ("tiny-qwen3", "tiny-llama", "smollm2-135m")
+    assert model_names() == ("tiny-qwen3", "tiny-qwen3-64k", "tiny-llama", "smollm2-135m")
 
 
 def test_bad_dtype_is_a_config_error() -> None:
