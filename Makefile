@@ -50,7 +50,7 @@ test-peers-real:
 run: setup
 	@echo "Penelope: OpenAI API at http://127.0.0.1:8000/v1  metrics at http://127.0.0.1:8000/metrics"
 	@echo "  try: curl -s http://127.0.0.1:8000/v1/models    (Ctrl-C stops the application)"
-	$(PY) -m deployments.launch serve_config.yaml
+	$(PY) -m deployments.ray.launch serve_config.yaml
 
 # Prometheus (Debian: apt-get install prometheus) scraping `make run`'s /metrics on
 # 127.0.0.1:8000 and recording the windowed cache ratios of deployments/prometheus/

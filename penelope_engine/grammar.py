@@ -1,7 +1,7 @@
 """Structured outputs: a request's grammar masks its own row of the logits, nothing else.
 
 A request may carry a grammar (`GenerateRequest.grammar`: llguidance's grammar
-text, built and checked at the API edge by `deployments.tools.constraint`). The
+text, built and checked at the API edge by `deployments.api.tools.constraint`). The
 sampler (`penelope_engine.runner.sample`) asks `GrammarMasks` for the tokens that
 grammar allows next, sets every other logit of that request's row to -inf, samples
 as usual (greedy, temperature, top-p), and tells the matcher the token it took:

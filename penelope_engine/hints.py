@@ -4,7 +4,7 @@ A harness (the program that runs an agent's tool calls) knows things the
 engine can only learn: how long the tool call will take, that the session is
 over, that a sub-agent continues its parent's history. `SessionHints` carries
 them on a `GenerateRequest`; all are optional, and without them the engine
-behaves exactly as it does with none. The HTTP edge (`deployments.hints`)
+behaves exactly as it does with none. The HTTP edge (`deployments.api.hints`)
 parses them; the scheduling core (`sched.hinted`) applies them, clipped by the
 tenant's quotas (`CacheConfig.tenant_pin_tokens`, `tenant_pin_seconds`), and
 reports each as a `HintGrant`: a hint past a quota is clipped, never an error.

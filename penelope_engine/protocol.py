@@ -75,7 +75,7 @@ class GenerateRequest:
     # message): the miss ledger calls a session with no record here `moved_replica`.
     has_history: bool = False
     # The output must match this grammar (llguidance's grammar text, built by
-    # `deployments.tools.constraint`); the sampler masks this request's logits with it.
+    # `deployments.api.tools.constraint`); the sampler masks this request's logits with it.
     grammar: str | None = None
     # A regex that finds a tool call in the decoded completion: with no
     # stop_reason_hint, the turn ends as "tool_use" when it matches, else "end_turn".

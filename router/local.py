@@ -4,7 +4,7 @@ Ray pickles a request router's class by value, so a registry kept in the
 router's own module would be a copy in each process; this module is imported
 by reference. `PenelopeRequestRouter` registers each instance here; the
 ingress serves `views()` at `GET /v1/penelope/router` and reads the engine
-replicas' stats from `routing_stats()` (`deployments.replica_stats`).
+replicas' stats from `routing_stats()` (`deployments.ray.replica_stats`).
 """
 
 from __future__ import annotations

@@ -1,1 +1,6 @@
-"""The Claude Code CLI against `penelope serve`: protocol and cache with a real agent."""
+"""The Claude Code CLI against `penelope serve`: protocol and cache with a real agent.
+
+Modules:
+    cli      `penelope bench claude-code`: the pinned CLI twice in one session, JSON out
+    proxy    a recording proxy: the requests as the server saw them, with their usage
+"""

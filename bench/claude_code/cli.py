@@ -120,11 +120,11 @@ def _serve(port: int, log: Path) -> subprocess.Popen[bytes]:
 
 def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
     """Per request: the longest prompt-token prefix shared with an earlier request's prompt."""
-    from deployments.anthropic.schemas import MessagesRequest
-    from deployments.anthropic.session import session_of
-    from deployments.anthropic.translate import to_chat
-    from deployments.prepare import render_chat
-    from deployments.settings import ApiSettings
+    from deployments.api.anthropic.schemas import MessagesRequest
+    from deployments.api.anthropic.session import session_of
+    from deployments.api.anthropic.translate import to_chat
+    from deployments.api.prepare import render_chat
+    from deployments.api.settings import ApiSettings
     from penelope_engine.model.registry import qwen3_tokenizer
 
     tokenizer = qwen3_tokenizer()
@@ -154,7 +154,7 @@ def _common(a: list[int], b: list[int]) -> int:
 
 def run_bench(claude: str, timeout_s: float, min_cached: float) -> dict[str, Any]:
     from bench.claude_code.proxy import Seen, recording_proxy
-    from deployments.standalone import background_server
+    from deployments.api.standalone import background_server
 
     started = time.monotonic()
     port = _free_port()

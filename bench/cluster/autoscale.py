@@ -1,7 +1,7 @@
 """Autoscaling under load, observed: a load ramp takes the fleet up, and it comes down after.
 
 The application is redeployed with autoscaling from one replica (at most two,
-one per node; delays of seconds, `deployments.autoscaling_policy:KvAwarePolicy`
+one per node; delays of seconds, `deployments.metrics.autoscaling_policy:KvAwarePolicy`
 as in `serve_config.yaml`). `bench.load`'s client ramps its session slots up
 over `ramp_s` and keeps them busy for `load_s` (in a spawned process, under a
 deadline), while this process records the running engine replicas every

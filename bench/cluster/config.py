@@ -32,7 +32,7 @@ from cache_store import StoreLocation
 
 MODEL = "tiny-qwen3"
 APP = "penelope"
-ENGINE_DEPLOYMENT = "PenelopeEngine"  # deployments.builder's names
+ENGINE_DEPLOYMENT = "PenelopeEngine"  # deployments.ray.builder's names
 INGRESS_DEPLOYMENT = "PenelopeIngress"
 SERVE_CONFIG = ROOT / "serve_config.yaml"
 REPLICA_CPUS = 0.5

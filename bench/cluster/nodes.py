@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.net import free_port
-from deployments.launch import RAY_PROCESS_ENV
+from deployments.ray.launch import RAY_PROCESS_ENV
 
 ENGINE_SLOT = "penelope_engine_slot"
 HEAD, WORKER = "head", "worker"

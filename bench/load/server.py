@@ -112,8 +112,8 @@ def engine_levers(engine: EngineConfig) -> dict[str, Any]:
 def run_load(cfg: LoadConfig) -> dict[str, Any]:
     import torch
 
-    from deployments.settings import ApiSettings
-    from deployments.standalone import background_server, standalone_app
+    from deployments.api.settings import ApiSettings
+    from deployments.api.standalone import background_server, standalone_app
     from penelope_engine.shipped import shipped_cache, shipped_scheduler
 
     torch.set_num_threads(cfg.threads)

@@ -76,7 +76,7 @@ def _replay(
 
 def _ray_setups(cfg: SideConfig, plans: tuple[SessionPlan, ...]) -> list[dict[str, Any]]:
     from bench.side.ray_app import local_ray, serve_setup
-    from deployments.serve_config import parse_serve_config
+    from deployments.ray.serve_config import parse_serve_config
 
     config = parse_serve_config(serve_args(cfg))
     setups = [s for s in cfg.setups if s in RAY_SETUPS]

@@ -7,7 +7,7 @@ Set-ups, in the order they run:
     ray-prefix   Ray Serve LLM's `PrefixCacheAffinityRouter`, the real class, with its
                  defaults; it reads the prompt text from `GenerateRequest.prompt`
     penelope     ours, `router.ray_router:PenelopeRequestRouter` with policy `affinity`
-                 (what `make run` uses), configured as `deployments.builder` does
+                 (what `make run` uses), configured as `deployments.ray.builder` does
     sgl-router   sgl-router's `cache_aware` in front of two `penelope serve` processes
                  (needs `--sglang-router-python`; skipped without it)
 

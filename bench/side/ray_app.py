@@ -3,7 +3,7 @@
 `local_ray` starts a Ray of this process's own (`address="local"`, as
 tests/cpu/deployments/test_ray_serve_app.py does: never a cluster named by
 RAY_ADDRESS or a stale /tmp/ray/ray_current_cluster). `serve_setup` starts
-Serve on a free port, deploys `deployments.builder`'s application with the
+Serve on a free port, deploys `deployments.ray.builder`'s application with the
 set-up's `request_router_config` on the engine deployment, waits (with a
 deadline) until it runs and answers `/v1/models`, and shuts Serve down on the
 way out, so the next set-up starts with fresh replicas, routers and prefix
@@ -27,25 +27,25 @@ from ray.serve.config import RequestRouterConfig
 
 from bench.net import free_port, wait_http
 from bench.side.config import POW2, RAY_PREFIX, RAY_PREFIX_ROUTER_CLASS, RAY_SETUPS
-from deployments.builder import engine_options, ingress_options
-from deployments.engine_replica import EngineReplica
-from deployments.ingress import PenelopeIngress
-from deployments.launch import RAY_PROCESS_ENV
-from deployments.serve_config import ServeConfig
+from deployments.ray.builder import engine_options, ingress_options
+from deployments.ray.engine_replica import EngineReplica
+from deployments.ray.ingress import PenelopeIngress
+from deployments.ray.launch import RAY_PROCESS_ENV
+from deployments.ray.serve_config import ServeConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "penelope-side"
 
 
 def engine_deployment_options(setup: str, config: ServeConfig) -> dict[str, Any]:
-    """`deployments.builder.engine_options`, with the set-up's router (see `bench.side.config`)."""
+    """`deployments.ray.builder.engine_options`, with the set-up's router (`bench.side.config`)."""
     if setup not in RAY_SETUPS:
         raise ValueError(f"{setup!r} is not a Ray set-up; valid: {', '.join(RAY_SETUPS)}")
     options = engine_options(config)
     if setup == POW2:
         del options["request_router_config"]  # Ray's default router, as an unconfigured app
     elif setup == RAY_PREFIX:
-        # the import path, as deployments.builder passes ours (Ray's public alias,
+        # the import path, as deployments.ray.builder passes ours (Ray's public alias,
         # ray.serve.llm.request_router, imports vLLM or SGLang; this module does not)
         fields: dict[str, Any] = {"request_router_class": RAY_PREFIX_ROUTER_CLASS}
         options["request_router_config"] = RequestRouterConfig(**fields)
@@ -53,7 +53,7 @@ def engine_deployment_options(setup: str, config: ServeConfig) -> dict[str, Any]
 
 
 def build_setup_application(setup: str, config: ServeConfig) -> Application:
-    """`deployments.builder.build_application` with `engine_deployment_options`."""
+    """`deployments.ray.builder.build_application` with `engine_deployment_options`."""
     window_s = config.engine_deployment.kv_pressure.working_set_window_s
     engine = _as_deployment(EngineReplica).options(**engine_deployment_options(setup, config))
     ingress = _as_deployment(PenelopeIngress).options(**ingress_options(config))

@@ -3,7 +3,7 @@
 sgl-router is not a dependency of this package: its interpreter is named by
 `--sglang-router-python` (a venv with `pip install sglang-router==0.3.2`).
 The workers answer its `/server_info` and `/model_info` probes
-(`deployments.sglang_probes`) and run the Ray replicas' engine (tiny Qwen3,
+(`deployments.api.sglang_probes`) and run the Ray replicas' engine (tiny Qwen3,
 one torch thread, the same pages). Every process starts in its own process
 group with its output in a temporary log file; a process that does not come
 up within the deadline fails the set-up with the end of its log. On the way

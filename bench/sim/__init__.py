@@ -1,13 +1,11 @@
 """The discrete-event simulator: the engine's scheduling core on a cost model's clock.
 
+The experiments that drive it (capacity, the peer grid, the ablation) are
+`bench.experiments`; this room is the simulator alone, with `simulate` and `agree`.
+
 Modules:
-    ablation      `penelope bench ablation`: each lever alone and together, from simulate
-                  JSON
     agree         `penelope bench agree`: the real engine and the simulator, request by
                   request
-    capacity         `penelope bench capacity`: sessions a fleet holds within a TTFT SLO
-    capacity_report  its runs, the best peer, ratios, attribution, table, plot
-    capacity_search  one set-up and seed: doubling and bisection on the session count
     cliargs       the options `bench simulate` and `bench replay` share, `comma_list`
     config        `SimConfig`: policy, tiers, budgets, replicas, router, scheduler
     costmodel     `StepLoad`, the `CostModel` interface (also the planner's), the CPU model
@@ -18,11 +16,6 @@ Modules:
     metrics       per-request and per-session records, one run's summary
     oracle        The offline oracle eviction policy: it reads the future, so only the
                   simulator runs it
-    peers         `penelope bench peers`: Penelope against the best set-up a user can build
-                  today
-    peers_report  Results of `penelope bench peers`: per set-up rows, the best peer, ratios,
-                  table, plot
-    published     published Qwen3-8B step and prompt times, and the roofline on each point
     replica       one replica: the engine's `Scheduler` over the real `PrefixCache`, timed
                   steps
     report        rows over seeds (mean, spread, per-seed ratios), JSON out and in, table,

@@ -152,8 +152,8 @@ def cpu_info() -> dict[str, Any]:
 def run_soak(cfg: SoakConfig) -> dict[str, Any]:
     import torch
 
-    from deployments.settings import ApiSettings
-    from deployments.standalone import background_server, standalone_app
+    from deployments.api.settings import ApiSettings
+    from deployments.api.standalone import background_server, standalone_app
     from penelope_engine.config import EngineConfig
     from penelope_engine.shipped import shipped_cache, shipped_scheduler
 

@@ -3,7 +3,7 @@
 An engine in this process (the bench's `--model`, one thread) runs `batch`
 decoding requests for `steps` steps, free, then the same under a JSON-schema
 grammar each (an array of at least `steps` integers, so that no row can close
-it early; `deployments.tools.constraint`'s JSON style), `repeats` times,
+it early; `deployments.api.tools.constraint`'s JSON style), `repeats` times,
 alternating. Only steps in which all `batch` requests decode count. The figures:
 the median step time of each (ms) and their ratio, constrained / plain (1.0:
 free). The difference is llguidance's mask per row and its application
@@ -19,7 +19,7 @@ from typing import Any
 import llguidance
 
 from bench.speed.config import SpeedConfig
-from deployments.tools.constraint import JSON_STYLE
+from deployments.api.tools.constraint import JSON_STYLE
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 

@@ -1,8 +1,13 @@
 """`penelope bench versus`: an agent-trace replay over HTTP against OpenAI-compatible
 servers (Penelope, vLLM, ...), side by side on this machine.
 
-`plan` turns a trace into the requests every server gets (token ids, gaps,
-starts), `client` replays them and times each stream, `servers` starts, stops
-and reads back each server's KV capacity, `report` summarises, tabulates and
-plots, `predict` runs the simulator on the same workload, `cli` is the command.
+Modules:
+    config   `VersusConfig`: servers, workload scale, seeds, KV capacity
+    plan     a trace -> the requests every server gets (token ids, gaps, starts)
+    client   replays them and times each stream
+    servers  starts, stops and reads back each server's KV capacity
+    runs     one run per server and seed, cold and alone, the order alternated
+    report   summary, table, plot
+    predict  the simulator on the same workload, with the CPU cost model fitted here
+    cli      `penelope bench versus`
 """

@@ -7,7 +7,7 @@ within the deadline. Capacity is read back over HTTP where the server says
 it, else from its log:
 
 * Penelope: `/server_info`'s `max_total_num_tokens` (device pages x page size,
-  `deployments.sglang_probes`), as SGLang reports it.
+  `deployments.api.sglang_probes`), as SGLang reports it.
 * vLLM: `/metrics`' `vllm:cache_config_info` labels (`num_gpu_blocks` x
   `block_size`; on the CPU build `num_gpu_blocks` counts the CPU KV blocks),
   else its log's "KV cache size: N tokens" line.

@@ -8,17 +8,22 @@ plugin registers it when SGLang loads its plugins (package entry point
 `sglang.srt.plugins`: `penelope = penelope_engine.sglang.plugin:register`).
 
 Modules:
+    digests      the adapter's side of the backend's view: router digests, usage -> ledger
     engine       `SGLangEngine`, the `EngineProtocol` adapter over `sglang.Engine`
+    eviction     Penelope's eviction over SGLang's tree, with or without HiCache's host tier
+    host_tier    HiCache's host tier as Penelope uses it: shelved pages device <-> host
     hooks        the scheduler hooks (SGLang's `HookRegistry`) that run refills
     plugin       the `sglang.srt.plugins` entry point and the radix-cache factory
     policy       Penelope's victim order over SGLang tree nodes (no SGLang)
     radix_cache  `PenelopeRadixCache`, a `UnifiedRadixCache` subclass: holes, hole-aware
                  matching, suffix reconnection, accounting
     refill       the refill coordinator: one prefill-only request per hole
+    sessions     the backend's per-session view: what each session left, its hints, pins
     results      `PenelopeMatch` (prefix, holes, suffix) and counters (no SGLang)
     shelf        the suffix shelf: shelved private suffixes behind a hole (no SGLang)
     support      What the penelope backend supports of SGLang's cache options, and a tree-
                  path helper
+    views        what the cache tells the router and the adapter: read-only tree walks
 """
 
 from __future__ import annotations

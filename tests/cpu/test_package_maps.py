@@ -12,8 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("penelope_engine", "cache_store", "router", "deployments", "bench", "penelope_cli")
-# README's table lists these packages module by module; the others by their own __init__.
-README_PACKAGES = (
+# docs/architecture.md's table lists these packages module by module; the others by their
+# own __init__.
+MAPPED_PACKAGES = (
     "penelope_engine",
     "penelope_engine/cache",
     "penelope_engine/sched",
@@ -24,6 +25,7 @@ README_PACKAGES = (
     "bench",
     "penelope_cli",
 )
+MAP_DOC = "docs/architecture.md"
 
 
 def packages() -> list[Path]:
@@ -62,9 +64,9 @@ def test_every_package_init_maps_its_modules(pkg: Path) -> None:
     assert not real - named, f"{pkg.relative_to(ROOT)} map omits {real - named}"
 
 
-def readme_map() -> dict[str, set[str]]:
-    """README's "Package map" table: package -> the modules its rows name."""
-    text = (ROOT / "README.md").read_text()
+def doc_map() -> dict[str, set[str]]:
+    """The "Package map" table of `MAP_DOC`: package -> the modules its rows name."""
+    text = (ROOT / MAP_DOC).read_text()
     section = text.split("## Package map", 1)[1].split("\n## ", 1)[0]
     out: dict[str, set[str]] = {}
     current = None
@@ -82,13 +84,13 @@ def readme_map() -> dict[str, set[str]]:
     return out
 
 
-def test_readme_map_names_exactly_the_modules() -> None:
-    table = readme_map()
-    assert set(table) == set(README_PACKAGES), f"README map packages: {sorted(table)}"
-    for pkg in README_PACKAGES:
+def test_package_map_names_exactly_the_modules() -> None:
+    table = doc_map()
+    assert set(table) == set(MAPPED_PACKAGES), f"{MAP_DOC} map packages: {sorted(table)}"
+    for pkg in MAPPED_PACKAGES:
         named, real = table[pkg], members(ROOT / pkg)
-        assert not named - real, f"README names missing {pkg} modules {named - real}"
-        assert not real - named, f"README's map omits {pkg} modules {real - named}"
+        assert not named - real, f"{MAP_DOC} names missing {pkg} modules {named - real}"
+        assert not real - named, f"{MAP_DOC}'s map omits {pkg} modules {real - named}"
 
 
 def top_level_names(source: Path) -> set[str]:

@@ -11,8 +11,8 @@ import pytest
 from deploy_testkit import MODEL, open_client
 from fastapi import FastAPI
 
-from deployments.anthropic.translate import MAX_TOOL_PAYLOAD_CHARS
-from deployments.settings import ApiSettings
+from deployments.api.anthropic.translate import MAX_TOOL_PAYLOAD_CHARS
+from deployments.api.settings import ApiSettings
 
 pytestmark = pytest.mark.anyio
 TOOL = {"name": "grep", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}

@@ -15,12 +15,12 @@ import pytest
 from deploy_testkit import MODEL, TINY_ENGINE
 from fastapi import FastAPI
 
-from deployments.anthropic.schemas import MessagesRequest
-from deployments.anthropic.session import session_of
-from deployments.anthropic.translate import to_chat
-from deployments.prepare import render_chat
-from deployments.settings import ApiSettings
-from deployments.standalone import background_server, standalone_app
+from deployments.api.anthropic.schemas import MessagesRequest
+from deployments.api.anthropic.session import session_of
+from deployments.api.anthropic.translate import to_chat
+from deployments.api.prepare import render_chat
+from deployments.api.settings import ApiSettings
+from deployments.api.standalone import background_server, standalone_app
 
 KEY = "sk-anthropic-test-key"
 SYSTEM = [

@@ -1,4 +1,4 @@
-"""Which session an Anthropic request is (the rule in `deployments.anthropic.session`), and
+"""Which session an Anthropic request is (the rule in `deployments.api.anthropic.session`), and
 Claude Code's attribution block kept out of the prompt."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deployments.anthropic.schemas import MessagesRequest
-from deployments.anthropic.session import session_of, system_blocks
-from deployments.anthropic.translate import to_chat
+from deployments.api.anthropic.schemas import MessagesRequest
+from deployments.api.anthropic.session import session_of, system_blocks
+from deployments.api.anthropic.translate import to_chat
 
 USER_ID = "user_abc123_account_0f0e_session_5b3c1d2e-aaaa-4bbb-8ccc-0123456789ab"
 

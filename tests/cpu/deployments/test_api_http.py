@@ -12,9 +12,9 @@ import httpx
 import pytest
 from deploy_testkit import MODEL, TINY_ENGINE, open_client
 
-from deployments.api import create_app
-from deployments.backend import LocalBackend
-from deployments.settings import ApiSettings
+from deployments.api.app import create_app
+from deployments.api.backend import LocalBackend
+from deployments.api.settings import ApiSettings
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.model.registry import LoadedModel
 

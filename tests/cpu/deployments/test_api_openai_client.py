@@ -16,8 +16,8 @@ import pytest
 from deploy_testkit import MODEL, TINY_ENGINE
 from fastapi import FastAPI
 
-from deployments.settings import ApiSettings
-from deployments.standalone import background_server, standalone_app
+from deployments.api.settings import ApiSettings
+from deployments.api.standalone import background_server, standalone_app
 
 SYSTEM = "You are a coding agent. Tools: read_file, write_file, run_tests. " * 4
 LONG = 4096  # a generation that runs for seconds on the tiny model

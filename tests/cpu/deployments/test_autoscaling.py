@@ -8,8 +8,8 @@ import pytest
 from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
-from deployments.autoscaling import OCCUPANCY, RECOMPUTE, WORKING_SET, KvSignals
-from deployments.autoscaling_policy import KvAwarePolicy
+from deployments.metrics.autoscaling import OCCUPANCY, RECOMPUTE, WORKING_SET, KvSignals
+from deployments.metrics.autoscaling_policy import KvAwarePolicy
 from penelope_engine.errors import ConfigError
 from penelope_engine.protocol import EngineStats, SessionDigest
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from deployments.standalone import background_server
+from deployments.api.standalone import background_server
 
 
 def hello_app() -> FastAPI:

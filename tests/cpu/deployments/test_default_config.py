@@ -13,8 +13,8 @@ from deploy_testkit import open_client
 
 from bench.sim.setups import CACHES
 from cache_store.files import resolve_uri
-from deployments.serve_config import parse_serve_config
-from deployments.standalone import standalone_app
+from deployments.api.standalone import standalone_app
+from deployments.ray.serve_config import parse_serve_config
 from penelope_engine.config import EngineConfig
 from penelope_engine.shipped import SHIPPED_AGENT, SHIPPED_POLICY
 

@@ -21,9 +21,9 @@ import torch
 from deploy_testkit import MODEL, TINY_ENGINE, open_client
 from fastapi import FastAPI
 
-from deployments.api import create_app
-from deployments.backend import LocalBackend
-from deployments.standalone import background_server
+from deployments.api.app import create_app
+from deployments.api.backend import LocalBackend
+from deployments.api.standalone import background_server
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.config import CacheConfig
 from penelope_engine.model.registry import LoadedModel

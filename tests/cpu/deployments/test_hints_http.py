@@ -11,9 +11,9 @@ import pytest
 from deploy_testkit import MODEL, TINY_ENGINE, open_client
 from fastapi import FastAPI
 
-from deployments.api import create_app
-from deployments.backend import LocalBackend
-from deployments.settings import ApiSettings
+from deployments.api.app import create_app
+from deployments.api.backend import LocalBackend
+from deployments.api.settings import ApiSettings
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.config import CacheConfig
 from penelope_engine.model.registry import LoadedModel

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments import launch
+from deployments.ray import launch
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -20,11 +20,11 @@ from fastapi import FastAPI
 from openai import AsyncOpenAI
 from tool_testkit import SMOLLM2, SMOLLM2_ENGINE, SYSTEM, wait_idle
 
-from deployments.settings import ApiSettings
-from deployments.standalone import background_server, standalone_app
-from deployments.tools.parsers import HermesParser
-from deployments.tools.render import render_prompt
-from deployments.tools.types import ToolDef
+from deployments.api.settings import ApiSettings
+from deployments.api.standalone import background_server, standalone_app
+from deployments.api.tools.parsers import HermesParser
+from deployments.api.tools.render import render_prompt
+from deployments.api.tools.types import ToolDef
 
 pytestmark = pytest.mark.timeout(600)
 calls: list[str] = []

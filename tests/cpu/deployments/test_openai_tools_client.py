@@ -13,8 +13,8 @@ import pytest
 from fastapi import FastAPI
 from tool_testkit import SMOLLM2, SMOLLM2_ENGINE, SYSTEM, WEATHER, WEATHER_PARAMS, wait_idle
 
-from deployments.settings import ApiSettings
-from deployments.standalone import background_server, standalone_app
+from deployments.api.settings import ApiSettings
+from deployments.api.standalone import background_server, standalone_app
 
 pytestmark = pytest.mark.timeout(600)
 QUESTION = {"role": "user", "content": "What is the weather in Paris, in celsius?"}

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from deploy_testkit import MODEL, TINY_ENGINE
 
-from deployments.standalone import background_server, standalone_app
+from deployments.api.standalone import background_server, standalone_app
 
 ROOT = Path(__file__).resolve().parents[3]
 PROM = ROOT / "deployments" / "prometheus"

@@ -28,10 +28,10 @@ from ray.serve import api as serve_api
 
 from bench.net import free_port
 from bench.side.ray_app import wait_running
-from deployments.autoscaling import OCCUPANCY, RECOMPUTE, WORKING_SET
-from deployments.builder import ENGINE_DEPLOYMENT, build_application
-from deployments.launch import RAY_PROCESS_ENV
-from deployments.serve_config import parse_serve_config
+from deployments.metrics.autoscaling import OCCUPANCY, RECOMPUTE, WORKING_SET
+from deployments.ray.builder import ENGINE_DEPLOYMENT, build_application
+from deployments.ray.launch import RAY_PROCESS_ENV
+from deployments.ray.serve_config import parse_serve_config
 from router.digest import decode_digest
 
 # Ray's start-up and the replicas' model loads take a minute here; past 10 the run is stuck.

@@ -12,7 +12,7 @@ import logging
 
 import pytest
 
-from deployments.engine_replica import SERVE_LOG, EngineReplica
+from deployments.ray.engine_replica import SERVE_LOG, EngineReplica
 
 
 class FakeEngine:

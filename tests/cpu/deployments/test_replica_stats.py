@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.replica_stats import ReplicaStatsBook
+from deployments.ray.replica_stats import ReplicaStatsBook
 from penelope_engine.protocol import EngineStats, MissTokens
 
 
@@ -44,7 +44,7 @@ def test_a_ttl_must_be_positive() -> None:
 
 
 def test_every_ingress_exports_every_replica_from_the_routing_stats() -> None:
-    from deployments.replica_stats import STATS_KEY, merged, stats_to_wire
+    from deployments.ray.replica_stats import STATS_KEY, merged, stats_to_wire
 
     reported = {"r1": EngineStats(tokens_new=10)}  # the reports that reached this ingress
     routed = {
@@ -64,7 +64,7 @@ def test_every_ingress_exports_every_replica_from_the_routing_stats() -> None:
 
 
 def test_the_miss_ledger_travels_in_the_routing_stats() -> None:
-    from deployments.replica_stats import STATS_KEY, merged, stats_from_wire, stats_to_wire
+    from deployments.ray.replica_stats import STATS_KEY, merged, stats_from_wire, stats_to_wire
 
     stats = EngineStats(tokens_new=9, misses=MissTokens(new=5, prompt_edit=4))
     assert stats_from_wire(stats_to_wire(stats)) == stats

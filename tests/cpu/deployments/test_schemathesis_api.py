@@ -20,8 +20,8 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 
-from deployments.settings import ApiSettings
-from deployments.standalone import background_server, standalone_app
+from deployments.api.settings import ApiSettings
+from deployments.api.standalone import background_server, standalone_app
 
 MAX_EXAMPLES = 40
 SETTINGS = ApiSettings(max_tokens_limit=16, default_max_tokens=4, request_timeout_s=20)
@@ -42,12 +42,12 @@ def api_schema(served: tuple[FastAPI, str]) -> Any:
 OPERATIONS = [
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/completions"),
-    ("POST", "/v1/messages"),  # Anthropic's (deployments/anthropic)
+    ("POST", "/v1/messages"),  # Anthropic's (deployments/api/anthropic)
     ("POST", "/v1/messages/count_tokens"),
     ("GET", "/v1/models"),
     ("GET", "/health"),
     ("GET", "/metrics"),
-    # SGLang's metadata probes, for sgl-router (deployments/sglang_probes.py)
+    # SGLang's metadata probes, for sgl-router (deployments/api/sglang_probes.py)
     ("GET", "/server_info"),
     ("GET", "/get_server_info"),
     ("GET", "/model_info"),

@@ -8,9 +8,9 @@ import pytest
 import yaml
 from ray.serve.config import AutoscalingConfig, RequestRouterConfig
 
-from deployments.autoscaling_policy import KvAwarePolicy
-from deployments.builder import POLICY_FUNCTION, ROUTER_CLASS, engine_options, ingress_options
-from deployments.serve_config import ServeConfig, parse_serve_config
+from deployments.metrics.autoscaling_policy import KvAwarePolicy
+from deployments.ray.builder import POLICY_FUNCTION, ROUTER_CLASS, engine_options, ingress_options
+from deployments.ray.serve_config import ServeConfig, parse_serve_config
 from penelope_engine.errors import ConfigError
 from router.ray_router import PenelopeRequestRouter
 
@@ -21,7 +21,7 @@ def app_args() -> dict:
     doc = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     assert doc["http_options"]["host"] == "127.0.0.1"
     (app,) = doc["applications"]
-    assert app["import_path"] == "deployments.builder:build_app"
+    assert app["import_path"] == "deployments.ray.builder:build_app"
     return app["args"]
 
 

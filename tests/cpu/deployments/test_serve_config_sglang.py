@@ -2,7 +2,7 @@
 
 import pytest
 
-from deployments.serve_config import SGLangSettings, parse_serve_config
+from deployments.ray.serve_config import SGLangSettings, parse_serve_config
 from penelope_engine.errors import ConfigError
 
 
@@ -29,7 +29,7 @@ def test_the_default_engine_is_the_torch_engine() -> None:
 
 def test_building_an_sglang_replica_without_sglang_says_how_to_install_it() -> None:
     pytest.importorskip("ray")
-    from deployments.engine_replica import _sglang_engine
+    from deployments.ray.engine_replica import _sglang_engine
 
     try:
         import sglang  # noqa: F401

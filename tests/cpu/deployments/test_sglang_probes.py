@@ -16,9 +16,9 @@ from deploy_testkit import MODEL, TINY_ENGINE, open_client
 from fastapi import FastAPI
 
 from cache_store import StoreStats
-from deployments.api import create_app
-from deployments.backend import ReplicaOutput
-from deployments.settings import ApiSettings
+from deployments.api.app import create_app
+from deployments.api.backend import ReplicaOutput
+from deployments.api.settings import ApiSettings
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.protocol import EngineStats, GenerateRequest
 

@@ -19,9 +19,9 @@ import pytest
 from deploy_testkit import MODEL, TINY_ENGINE, open_client
 from fastapi import FastAPI
 
-from deployments.api import create_app
-from deployments.backend import LocalBackend
-from deployments.schemas import (
+from deployments.api.app import create_app
+from deployments.api.backend import LocalBackend
+from deployments.api.schemas import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.textstream import TextStream
+from deployments.api.textstream import TextStream
 from penelope_engine.model.registry import qwen3_tokenizer
 from penelope_engine.model.tokenizer import Tokenizer
 

@@ -16,9 +16,9 @@ import pytest
 from deploy_testkit import MODEL, TINY_ENGINE, open_client
 from fastapi import FastAPI
 
-from deployments.serve_config import parse_serve_config
-from deployments.settings import ApiSettings
-from deployments.standalone import background_server, standalone_app
+from deployments.api.settings import ApiSettings
+from deployments.api.standalone import background_server, standalone_app
+from deployments.ray.serve_config import parse_serve_config
 from penelope_engine.errors import ConfigError
 
 LONG = {"model": MODEL, "prompt": "Write a long story.", "max_tokens": 4096, "temperature": 0}

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployments.auth import Authenticator
-from deployments.errors import ApiError
-from deployments.serve_config import parse_serve_config
-from deployments.settings import ApiSettings, load_api_keys, parse_api_keys
+from deployments.api.auth import Authenticator
+from deployments.api.errors import ApiError
+from deployments.api.settings import ApiSettings, load_api_keys, parse_api_keys
+from deployments.ray.serve_config import parse_serve_config
 from penelope_cli.serve import add_serve_args, config_from_args
 from penelope_engine.config import AgentConfig, SchedulerConfig
 from penelope_engine.errors import ConfigError

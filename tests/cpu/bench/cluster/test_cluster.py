@@ -34,8 +34,8 @@ from bench.cluster.config import (
 )
 from bench.cluster.nodes import ENGINE_SLOT, HEAD, WORKER, NodeSpec, node_command, pids_of
 from cache_store import StoreLocation
-from deployments.serve_config import parse_serve_config
-from deployments.settings import parse_api_keys
+from deployments.api.settings import parse_api_keys
+from deployments.ray.serve_config import parse_serve_config
 
 ROOT = Path(__file__).resolve().parents[4]
 RUN_TIMEOUT_S = 900  # the run's own waits are bounded well inside this

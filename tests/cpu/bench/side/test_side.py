@@ -21,8 +21,8 @@ from bench.side.config import (
 )
 from bench.side.plan import build_plan, draw_workload, one_token_words
 from bench.side.ray_app import build_setup_application, engine_deployment_options
-from deployments.builder import ENGINE_DEPLOYMENT, ROUTER_CLASS
-from deployments.serve_config import parse_serve_config
+from deployments.ray.builder import ENGINE_DEPLOYMENT, ROUTER_CLASS
+from deployments.ray.serve_config import parse_serve_config
 from penelope_engine.protocol import GenerateRequest
 
 CFG = SideConfig(sessions=3, turns=3, max_tokens=8, max_think_s=2.0, window_tokens=2048)

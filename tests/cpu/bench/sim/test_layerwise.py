@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.experiments.peers import sim_config
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import StepLoad, step_load
-from bench.sim.peers import sim_config
 from bench.sim.replica import Replica, SimRequest, Step
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.sim.setups import CACHES, setups

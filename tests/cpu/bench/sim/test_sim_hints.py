@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from sim_testkit import growing_session, growing_workload
 
-from bench.sim import peers
+from bench.experiments import peers
+from bench.experiments.peers import sim_config
 from bench.sim.costmodel import CpuCostModel
 from bench.sim.hints import TraceHints, next_gap
 from bench.sim.loop import Simulator
 from bench.sim.metrics import RunMetrics
-from bench.sim.peers import sim_config
 from bench.sim.setups import hinted, setups
 from bench.sim.turns import SimRequest, served_stop
 from penelope_engine.protocol import MISS_CAUSES

@@ -8,10 +8,10 @@ import dataclasses
 import numpy as np
 from sim_testkit import growing_workload
 
+from bench.experiments.peers import sim_config
 from bench.sim.costmodel import CpuCostModel
 from bench.sim.loop import Simulator
 from bench.sim.metrics import RunMetrics
-from bench.sim.peers import sim_config
 from bench.sim.setups import hinted, setups
 from bench.sim.tiers import Found, NullTiers, TimedTiers
 from penelope_engine.cache.tier import Tier

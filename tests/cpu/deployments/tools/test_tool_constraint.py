@@ -8,9 +8,9 @@ import llguidance
 import numpy as np
 import pytest
 
-from deployments.tools.constraint import check_tool_schemas, json_object, json_schema, tool_call
-from deployments.tools.parsers import HermesParser, Llama3JsonParser
-from deployments.tools.types import ToolChoice, ToolDef, ToolsError
+from deployments.api.tools.constraint import check_tool_schemas, json_object, json_schema, tool_call
+from deployments.api.tools.parsers import HermesParser, Llama3JsonParser
+from deployments.api.tools.types import ToolChoice, ToolDef, ToolsError
 from penelope_engine.model.registry import qwen3_tokenizer
 
 CITY = {

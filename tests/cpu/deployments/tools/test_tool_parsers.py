@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deployments.tools.parsers import (
+from deployments.api.tools.parsers import (
     HermesParser,
     Llama3JsonParser,
     get_parser,
     parser_for_template,
 )
-from deployments.tools.streaming import joined, stream_events
-from deployments.tools.types import ArgsDelta, CallStart, TextDelta, ToolsError
+from deployments.api.tools.streaming import joined, stream_events
+from deployments.api.tools.types import ArgsDelta, CallStart, TextDelta, ToolsError
 
 HERMES = HermesParser()
 LLAMA = Llama3JsonParser()

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from deployments.tools.parsers import HermesParser
-from deployments.tools.render import fallback_messages, render_prompt, template_reads_tools
-from deployments.tools.types import ToolDef
+from deployments.api.tools.parsers import HermesParser
+from deployments.api.tools.render import fallback_messages, render_prompt, template_reads_tools
+from deployments.api.tools.types import ToolDef
 from penelope_engine.model.registry import qwen3_tokenizer
 from penelope_engine.model.tokenizer import Tokenizer
 

@@ -1,0 +1,30 @@
+"""The HTTP edge: from strict JSON to streamed tokens, for the OpenAI and Anthropic APIs.
+
+Imports no Ray: `penelope serve` (standalone) runs this room alone.
+
+Modules:
+    app                 FastAPI app factory; takes its backend as a factory
+    auth                bearer keys and `x-api-key` (constant-time) -> tenant
+    backend             what the app talks to; ``LocalBackend`` (one in-process engine,
+                        replaced when its step loop dies)
+    chat_tools          an OpenAI chat request's tools, tool choice, response format and
+                        history, checked and planned
+    completions         run a request: admission (429), JSON or SSE, disconnect/timeout ->
+                        abort; one reply shape per API
+    deadline            per-request deadlines (``api.request_timeout_s``, 504)
+    errors              OpenAI error shape and status codes
+    hints               a harness's hints: the `penelope` body object, `x-penelope-*`
+                        headers, `cache_control`, the session endpoint; what each was granted
+    middleware          body-size limit (413), request counting
+    prepare             body -> engine request: tokens, sampling, session, tenant, limits
+    responses           OpenAI response bodies, usage with Penelope's breakdown, SSE framing
+    schemas             pydantic request bodies (HTTP edge only)
+    settings            ``ApiSettings`` and API-key loading
+    sglang_probes       SGLang's metadata probes, so that sgl-router can put Penelope
+                        workers behind it
+    standalone          the app and one engine in one process, no Ray (``penelope serve``)
+    textstream          token ids -> text deltas, stop strings
+    tools/              tool calls and structured outputs, API-neutral: types, per-model
+                        parsers (whole and streaming), chat-template rendering, grammars
+    anthropic/          the Anthropic Messages API over the same engine path
+"""

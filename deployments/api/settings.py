@@ -1,0 +1,101 @@
+"""Frozen settings of the HTTP API: auth, limits, defaults.
+
+Both the standalone server and the Ray ingress build the same app from one
+`ApiSettings`; nothing reads the environment after construction.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from deployments.api.tools.parsers import PARSER_CHOICES
+from penelope_engine.util import require
+
+API_KEYS_ENV = "PENELOPE_API_KEYS"
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """What the HTTP layer enforces before a request reaches the engine.
+
+    `api_keys` maps a bearer key to its tenant; empty disables auth. The tenant
+    namespaces the request's cache pages, so two tenants never share KV.
+    """
+
+    api_keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    metrics_require_auth: bool = False
+    tenant_header: str | None = None  # trusted gateway header naming the tenant; None: off
+    max_body_bytes: int = 4 << 20
+    max_pending: int = 256  # admitted, unfinished requests per API process; above: 429
+    retry_after_s: int = 1
+    max_tokens_limit: int = 4096  # largest `max_tokens` a client may ask for
+    default_max_tokens: int = 256  # when the client sets none (bounded by the context)
+    max_stop_sequences: int = 4
+    max_stop_chars: int = 256
+    request_timeout_s: float = 600.0  # from arrival; past it the request is aborted (504)
+    replica_name: str = "standalone"  # `replica` label of this process's metrics
+    # The tool-call format (`deployments.api.tools.parsers`): "auto" reads the chat template.
+    tool_parser: str = "auto"
+    max_tools: int = 128  # tools one request may offer
+    max_tools_bytes: int = 256 << 10  # their JSON together (names, descriptions, schemas)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "api_keys", MappingProxyType(dict(self.api_keys)))
+        for key, tenant in self.api_keys.items():
+            require(len(key) >= 8, "an API key must have at least 8 characters")
+            require(bool(tenant), f"API key ...{key[-4:]} has an empty tenant")
+        for name in ("max_body_bytes", "max_pending", "max_tokens_limit", "default_max_tokens"):
+            require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        require(self.retry_after_s >= 0, f"retry_after_s must be >= 0, got {self.retry_after_s}")
+        require(
+            0 < self.request_timeout_s < math.inf,
+            f"request_timeout_s must be positive and finite, got {self.request_timeout_s}",
+        )
+        require(self.max_stop_sequences >= 0, "max_stop_sequences must be >= 0")
+        require(self.max_stop_chars > 0, "max_stop_chars must be positive")
+        require(
+            self.default_max_tokens <= self.max_tokens_limit,
+            f"default_max_tokens ({self.default_max_tokens}) must be <= max_tokens_limit "
+            f"({self.max_tokens_limit})",
+        )
+        require(bool(self.replica_name), "replica_name must not be empty")
+        require(
+            self.tool_parser in PARSER_CHOICES,
+            f"tool_parser must be one of {', '.join(PARSER_CHOICES)}, got {self.tool_parser!r}",
+        )
+        require(self.max_tools > 0, "max_tools must be positive")
+        require(self.max_tools_bytes > 0, "max_tools_bytes must be positive")
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_keys)
+
+
+def parse_api_keys(text: str) -> dict[str, str]:
+    """Parse `key[:tenant]` entries separated by commas or new lines.
+
+    A key without a tenant gets the default tenant. Lines starting with `#`
+    are comments.
+    """
+    keys: dict[str, str] = {}
+    for raw in text.replace(",", "\n").splitlines():
+        entry = raw.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        key, _, tenant = entry.partition(":")
+        keys[key.strip()] = tenant.strip() or DEFAULT_TENANT
+    return keys
+
+
+def load_api_keys(path: str | None = None, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """API keys from a file (if given) plus the `PENELOPE_API_KEYS` variable."""
+    environ = os.environ if env is None else env
+    keys = parse_api_keys(Path(path).read_text()) if path else {}
+    keys.update(parse_api_keys(environ.get(API_KEYS_ENV, "")))
+    return keys
