@@ -25,8 +25,17 @@ lint: setup
 typecheck: setup
 	$(PY) -m mypy penelope_engine penelope_cli cache_store router deployments bench
 
-test: setup lint typecheck test-sglang test-peers-real
+test: setup lint typecheck test-sglang test-peers-real claude-code
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+
+# The real Claude Code CLI for `penelope bench claude-code` and its test, pinned, from npm
+# into .claude-code/ (git-ignored), when node is here; without node the test skips, saying so.
+CLAUDE_CODE_VERSION := $(shell sed -n 's/^CLAUDE_CODE_VERSION = "\(.*\)"/\1/p' bench/claude_code/cli.py)
+claude-code:
+	@if ! command -v npm >/dev/null; then echo "claude-code: npm not found; its test skips"; \
+	elif [ -x .claude-code/node_modules/.bin/claude ] && grep -q '"version": "$(CLAUDE_CODE_VERSION)"' .claude-code/node_modules/@anthropic-ai/claude-code/package.json; then :; \
+	else npm install --silent --no-audit --no-fund --prefix .claude-code @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) \
+	  || echo "claude-code: npm install failed; its test skips"; fi
 
 # The SGLang backend's tests run on CPU against SGLang's real classes, in their own
 # venv (.venv-sglang, built when missing): SGLang pins packages the engine does not.

@@ -113,6 +113,9 @@ def _serve(port: int, log: Path) -> subprocess.Popen[bytes]:
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "penelope_cli.cli", "serve", "--model", MODEL]
+    # A device pool that holds Claude Code's ~12K-token prompt in the model's 64K window,
+    # and no store: a run starts cold, whatever earlier runs left in ~/.cache.
+    cmd += ["--device-pages", "4096", "--store-uri", "none"]
     cmd += ["--port", str(port), "--log-level", "warning"]
     with log.open("wb") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)

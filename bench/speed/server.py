@@ -39,6 +39,7 @@ def serve_argv(cfg: SpeedConfig, port: int) -> list[str]:
         "--page-size", str(cfg.page_size),
         "--device-pages", str(cfg.device_pages),
         "--host-pages", "0",
+        "--store-uri", "none",  # the raw engine: no state from earlier runs
         "--log-level", "warning",
     ]  # fmt: skip
 

