@@ -24,7 +24,7 @@ from deployments.api.tools.parsers import PARSER_CHOICES
 from deployments.ray.serve_config import DEFAULT_MODEL
 from penelope_cli.helpformat import parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
-from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from penelope_engine.config import DTYPE_NAMES, CacheConfig, EngineConfig, SchedulerConfig
 from penelope_engine.shipped import (
     SHIPPED_HOST_FACTOR,
     SHIPPED_POLICY,
@@ -49,7 +49,7 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--device", default=d.device, help="cpu or cuda[:N]")
     ap.add_argument(
-        "--dtype", default=d.dtype, choices=("float32", "float16", "bfloat16"), help="model dtype"
+        "--dtype", default=d.dtype, choices=DTYPE_NAMES, help="model dtype"
     )
     ap.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
     ap.add_argument("--device-pages", type=int, default=DEVICE_PAGES, help="KV pages on the device")

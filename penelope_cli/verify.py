@@ -37,6 +37,7 @@ import torch
 from penelope_cli.closeness import max_abs_diff, passes, worst
 from penelope_cli.helpformat import parser
 from penelope_cli.verify_engine import run_engine, run_reference
+from penelope_engine.config import DType
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest
 from penelope_engine.runner import step_inputs
@@ -164,7 +165,7 @@ def verify(
     cases: int = 50,
     page_size: int = 16,
     seed: int = 0,
-    dtype: str = "float32",
+    dtype: DType = "float32",
     device: str = "cpu",
     tolerance: float = 1e-4,
     sessions: int = 4,

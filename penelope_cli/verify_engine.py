@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from penelope_cli.closeness import max_abs_diff, passes, worst
-from penelope_engine.config import CacheConfig, EngineConfig, ModelConfig
+from penelope_engine.config import CacheConfig, DType, EngineConfig, ModelConfig
 from penelope_engine.engine import Engine
 from penelope_engine.model.attention import build_metadata
 from penelope_engine.model.registry import LoadedModel
@@ -101,7 +101,7 @@ def tight_cache(lengths: list[int], page_size: int, store_uri: str, kv_bytes: in
 def run_engine(
     lm: LoadedModel,
     model: str,
-    dtype: str,
+    dtype: DType,
     device: str,
     page_size: int,
     sessions: int,
@@ -161,7 +161,7 @@ def run_engine(
 
 
 def _engine(
-    lm: LoadedModel, model: str, dtype: str, device: str, cache: CacheConfig
+    lm: LoadedModel, model: str, dtype: DType, device: str, cache: CacheConfig
 ) -> tuple[Engine, LogitsTap]:
     engine = Engine(EngineConfig(model=model, device=device, dtype=dtype, cache=cache), lm)
     return engine, LogitsTap(engine)
@@ -172,7 +172,7 @@ def _stack(rows: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _from_scratch(
-    lm: LoadedModel, model: str, dtype: str, device: str, page_size: int, req: GenerateRequest
+    lm: LoadedModel, model: str, dtype: DType, device: str, page_size: int, req: GenerateRequest
 ) -> tuple[tuple[int, ...], list[torch.Tensor]]:
     """One request on a fresh engine whose device pool holds it all (no host, no store)."""
     pages = cdiv(len(req.prompt_token_ids) + req.sampling.max_tokens, page_size) + 1

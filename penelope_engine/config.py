@@ -23,6 +23,9 @@ EvictionPolicyName = str
 WritePolicy = Literal["off", "write_through", "write_back"]
 AdmissionOrder = Literal["fcfs", "program", "aged"]
 RetentionMode = Literal["none", "ttl", "return_aware"]
+# The model and KV dtypes, named once (`tiers.kv_pool.DTYPES` maps them to torch's).
+DType = Literal["float32", "float16", "bfloat16"]
+DTYPE_NAMES: tuple[str, ...] = get_args(DType)
 
 WRITE_POLICIES: tuple[WritePolicy, ...] = get_args(WritePolicy)
 ADMISSION_ORDERS: tuple[AdmissionOrder, ...] = get_args(AdmissionOrder)
@@ -302,15 +305,15 @@ class EngineConfig:
 
     model: str = "tiny-qwen3"
     device: str = "cpu"
-    dtype: str = "float32"
+    dtype: DType = "float32"
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     seed: int = 0
 
     def __post_init__(self) -> None:
         require(
-            self.dtype in ("float32", "float16", "bfloat16"),
-            f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}",
+            self.dtype in DTYPE_NAMES,
+            f"dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.dtype!r}",
         )
         require(
             self.device == "cpu" or self.device.startswith("cuda"),

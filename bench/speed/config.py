@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from penelope_engine.config import DType
+
 
 @dataclass(frozen=True)
 class SpeedConfig:
@@ -13,7 +15,7 @@ class SpeedConfig:
         default="smollm2-135m",
         metadata={"help": "our server's model (registered name or checkpoint directory)"},
     )
-    dtype: str = field(default="float32", metadata={"help": "our server's model and KV dtype"})
+    dtype: DType = field(default="float32", metadata={"help": "our server's model and KV dtype"})
     prompt_tokens: int = field(
         default=2048,
         metadata={"help": "length of the fresh prompt of the prefill and TTFT figures"},

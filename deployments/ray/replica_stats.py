@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -66,19 +67,44 @@ def stats_to_wire(stats: EngineStats) -> dict[str, Any]:
 
 
 def stats_from_wire(data: object) -> EngineStats | None:
-    """The inverse of `stats_to_wire`; None for anything malformed (never an error:
-    an ingress must not fail its /metrics over one replica's payload)."""
+    """The inverse of `stats_to_wire`, typed by `EngineStats`' own annotations; None for
+    anything malformed (never an error: an ingress must not fail its /metrics over one
+    replica's payload). An int is accepted where a float is declared (JSON drops `.0`);
+    a field this ingress does not know is malformed too."""
     if not isinstance(data, Mapping):
         return None
     try:
         fields = dict(data)
         evictions = tuple((str(p), str(r), int(n)) for p, r, n in fields.pop("evictions", ()))
         misses = dict(fields.pop("misses", {}))
-        if not all(type(v) is int for v in (*fields.values(), *misses.values())):
+        if not (fields.keys() <= _STATS_TYPES.keys() and misses.keys() <= _MISS_TYPES.keys()):
+            return None
+        if not all(_fits(v, _STATS_TYPES[k]) for k, v in fields.items()):
+            return None
+        if not all(_fits(v, _MISS_TYPES[k]) for k, v in misses.items()):
             return None
         return EngineStats(**fields, evictions=evictions, misses=MissTokens(**misses))
     except (TypeError, ValueError):
         return None
+
+
+def _scalar_types(cls: type) -> dict[str, type]:
+    """A stats dataclass's fields -> their declared scalar type (others: `object`)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _fits(value: object, declared: object) -> bool:
+    """Whether a wire value is of the declared scalar type (bool is not an int here)."""
+    if declared is float:
+        return type(value) in (int, float)
+    if declared in (int, str, bool):
+        return type(value) is declared
+    return True  # a structured field, decoded by name above
+
+
+_STATS_TYPES = _scalar_types(EngineStats)
+_MISS_TYPES = _scalar_types(MissTokens)
 
 
 def _progress(s: EngineStats) -> int:

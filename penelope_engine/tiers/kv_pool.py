@@ -12,6 +12,7 @@ import torch
 
 from penelope_engine.config import ModelConfig
 
+# Keyed by `config.DType` (a test holds the names equal).
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 

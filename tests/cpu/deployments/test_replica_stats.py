@@ -72,3 +72,38 @@ def test_the_miss_ledger_travels_in_the_routing_stats() -> None:
     bad = {**wire, "misses": {**wire["misses"], "new": "five"}}
     assert merged({}, {"r1": {STATS_KEY: bad}}) == {}
     assert stats_from_wire({**wire, "misses": {"bogus": 1}}) is None
+
+
+def test_every_stats_field_round_trips_through_the_typed_wire_form() -> None:
+    """Each field of `EngineStats` (and `MissTokens`) decodes by its declared type: a new
+    field of any scalar type travels without a change here, and a mistyped one is refused."""
+    import dataclasses
+    import json
+    import typing
+
+    from deployments.ray.replica_stats import stats_from_wire, stats_to_wire
+
+    samples = {int: 7, float: 2.5, str: "x", bool: True}
+    values: dict[str, object] = {}
+    for f in dataclasses.fields(EngineStats):
+        declared = typing.get_type_hints(EngineStats)[f.name]
+        if declared in samples:
+            values[f.name] = samples[declared]
+    stats = EngineStats(
+        **values,  # type: ignore[arg-type]
+        evictions=(("lru", "drop", 3),),
+        misses=MissTokens(new=2, tenant=1),
+    )
+    wire = json.loads(json.dumps(stats_to_wire(stats)))  # as JSON carries it
+    assert stats_from_wire(wire) == stats
+    for name, value in values.items():
+        assert stats_from_wire({**wire, name: [value]}) is None, name  # mistyped: refused
+    assert stats_from_wire({**wire, "unknown_field": 1}) is None
+
+
+def test_a_float_field_decodes_where_json_dropped_its_fraction() -> None:
+    """A float-typed field arriving as an int (JSON writes 3.0 as 3) is accepted."""
+    from deployments.ray import replica_stats
+
+    assert replica_stats._fits(3, float) and replica_stats._fits(3.5, float)
+    assert not replica_stats._fits(True, int) and not replica_stats._fits("3", float)
