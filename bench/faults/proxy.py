@@ -77,16 +77,21 @@ class FaultProxy:
         async def close() -> None:
             if self._server is not None:
                 self._server.close()
-            for w in list(self._open):  # each connection's task then ends on its own
+            for w in list(self._open):
                 w.close()
-            for _ in range(100):
-                if len(asyncio.all_tasks()) <= 1:
-                    break
-                await asyncio.sleep(0.01)
+            # A connection waiting out `delay_s` or a slow upstream does not notice its
+            # socket closing: cancel what is left, and wait for it, so no task outlives
+            # the loop.
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     def __enter__(self) -> FaultProxy:
         return self.start()

@@ -74,7 +74,7 @@ def test_a_fixed_replica_count_when_autoscaling_is_off() -> None:
             "unknown key(s) ['pagesize'] in args.engine.cache",
         ),
         ({"enigne": {}}, "unknown key(s) ['enigne'] in args"),
-        ({"engine": {"dtype": "int8"}}, "dtype must be"),
+        ({"engine": {"dtype": "int8"}}, "engine.EngineConfig.dtype: Input should be 'float32'"),
         ({"engine_deployment": {"num_cpus": 0}}, "num_cpus must be positive"),
         ({"engine_deployment": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}, "max_r"),
         ({"router": {"policy": "random"}}, "router policy must be one of"),
