@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,13 @@ def config_from(args: argparse.Namespace) -> VersusConfig:
     )
 
 
-def document(cfg: VersusConfig, baseline: str, runs: list[dict[str, Any]], plans: list) -> dict:
+def document(
+    cfg: VersusConfig,
+    baseline: str,
+    runs: list[dict[str, Any]],
+    plans: list,
+    failed: list[dict[str, Any]] | None = None,
+) -> dict:
     from bench.versus.report import grouped, ratios
     from bench.versus.runs import cpu_info
 
@@ -151,12 +158,13 @@ def document(cfg: VersusConfig, baseline: str, runs: list[dict[str, Any]], plans
         "config": json.loads(json.dumps(conf, default=str)),
         "baseline": baseline,
         "cpu": cpu_info(),
-        "machine_note": "shared machine: other processes ran beside the servers",
+        "load_avg_at_end": os.getloadavg(),  # each run records its own too
         "plans": plans,
         "raw_prefill_ttft_s": {k: statistics.median(v) for k, v in raw.items()},
         "rows": grouped(runs, rats),
         "ratios": rats,
         "runs": runs,
+        "failed": failed or [],
     }
 
 
@@ -170,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     if baseline not in {s.name for s in cfg.servers}:
         raise SystemExit(f"--baseline {baseline!r} names no --server")
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    runs, plans = run_all(cfg)
-    doc = document(cfg, baseline, runs, plans)
+    runs, failed, plans = run_all(cfg)
+    doc = document(cfg, baseline, runs, plans, failed)
     print(table(doc["rows"], doc["raw_prefill_ttft_s"]))
     out = args.json or cfg.out_dir / "versus.json"
     title = f"{cfg.sessions} sessions, seeds {list(cfg.seeds)}, S={cfg.length_divisor:g}"
@@ -181,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
             r.pop("records")
     out.write_text(json.dumps(doc, indent=1))
     print(f"wrote {out} and {png}")
-    return 0 if not any(r["summary"]["errors"] for r in runs) else 1
+    for f in failed:
+        print(f"did not run: {f['server']} at kv {f['kv_tokens']} seed {f['seed']}: "
+              f"{f['error'].splitlines()[0]}")  # fmt: skip
+    return 0 if not failed and not any(r["summary"]["errors"] for r in runs) else 1
 
 
 if __name__ == "__main__":

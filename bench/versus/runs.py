@@ -10,6 +10,7 @@ then not cold, which the run records.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,7 @@ def run_one(
 ) -> dict[str, Any]:
     """One server, one seed's plan, one capacity: records, summary, capacity, raw speed."""
     t_start = time.monotonic()
+    load_before = os.getloadavg()
     with servers.running(spec, kv or 0, cfg.block_tokens, log, cfg.startup_timeout_s) as got:
         startup_s = time.monotonic() - t_start
         model = client.first_model(spec.url)
@@ -60,6 +62,7 @@ def run_one(
         "kv_tokens": kv,
         "cold_start": bool(spec.start),
         "startup_s": startup_s,
+        "load_avg": {"before": load_before, "after": os.getloadavg()},  # 1, 5, 15 min
         "model": model,
         "kv_capacity": capacity,
         "working_set_tokens": plan.working_set_tokens,
@@ -70,16 +73,27 @@ def run_one(
     }
 
 
-def run_all(cfg: VersusConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every capacity x seed x server; the runs and each seed's plan description."""
+def run_all(
+    cfg: VersusConfig,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every capacity x seed x server: the runs, the runs whose server did not come up
+    (recorded, and the sweep goes on: one capacity a server refuses costs only its
+    cells), and each seed's plan description."""
     plans = {s: make_plan(cfg, s) for s in cfg.seeds}
-    runs = []
+    runs: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     for kv in cfg.kv_tokens or (None,):
         for i, seed in enumerate(cfg.seeds):
             order = cfg.servers if i % 2 == 0 else cfg.servers[::-1]
             for spec in order:
                 log = cfg.out_dir / "logs" / f"{spec.name}-kv{kv or 0}-seed{seed}.log"
-                r = run_one(cfg, spec, plans[seed], kv, log)
+                try:
+                    r = run_one(cfg, spec, plans[seed], kv, log)
+                except servers.StartFailed as exc:
+                    print(f"[kv {kv or '-'} seed {seed}] {spec.name}: {exc}", file=sys.stderr)
+                    failed.append({"server": spec.name, "seed": seed, "kv_tokens": kv,
+                                   "log": str(log), "error": str(exc)})  # fmt: skip
+                    continue
                 s = {k: (v if v is not None else float("nan")) for k, v in r["summary"].items()}
                 print(
                     f"[kv {kv or '-'} seed {seed}] {spec.name}: ttft mean {s['mean_ttft_s']:.3f} "
@@ -90,4 +104,4 @@ def run_all(cfg: VersusConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any
                     flush=True,
                 )
                 runs.append(r)
-    return runs, [describe(p) for p in plans.values()]
+    return runs, failed, [describe(p) for p in plans.values()]

@@ -33,6 +33,20 @@ _VLLM_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.M)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 _LOG_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _LOG_BLOCKS = re.compile(r"#\s*(?:cpu|gpu) blocks:\s*(\d+)", re.I)
+_ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception): \S")
+
+
+class StartFailed(RuntimeError):
+    """A started server exited, or did not answer /health in time."""
+
+
+def _why(name: str, log: Path) -> str:
+    """The root cause a log names (its first `...Error: ...` line), then its end."""
+    lines = log.read_text(errors="replace").splitlines()
+    cause = next((ln for ln in lines if _ERROR_LINE.search(ln)), None)
+    tail = "\n".join(lines[-20:])
+    head = f"; {cause.strip()}" if cause else ""
+    return f"server {name} did not come up{head}\nend of its log:\n{tail}"
 
 
 @contextmanager
@@ -54,9 +68,7 @@ def running(
         try:
             wait_http(f"{spec.url}/health", timeout_s, alive=lambda: proc.poll() is None)
         except (TimeoutError, ServerExited) as exc:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-            why = f"server {spec.name} did not come up; end of its log:\n{tail}"
-            raise RuntimeError(why) from exc
+            raise StartFailed(_why(spec.name, log)) from exc
         yield log
     finally:
         stop_group(proc, STOP_GRACE_S)

@@ -122,3 +122,32 @@ def test_a_replay_against_two_penelope_servers_writes_every_figure(tmp_path: Pat
     assert row["kv_tokens"] == kv and row["sim_ratio"] > 0
     assert row["measured_ratio"] == pytest.approx(ratio["mean_ttft_s"])
     assert row["error"] == pytest.approx(row["sim_ratio"] / row["measured_ratio"] - 1)
+
+
+def test_a_server_that_does_not_come_up_is_recorded_and_the_sweep_goes_on(
+    tmp_path: Path,
+) -> None:
+    """vLLM refuses a pool smaller than its max model length at start-up: that cell is
+    recorded with the log's root cause, the other capacities still run, and the exit
+    code says a cell is missing."""
+    port = free_port()
+    refuse_small = (
+        "if [ {kv_tokens} -lt 700 ]; then echo 'ValueError: the pool is too small'; exit 3; fi; "
+        f"{serve_cmd('lru')}"
+    )
+    args = [
+        "--server", f"x=http://127.0.0.1:{port}", "--start", f"x={refuse_small}",
+        "--kv-tokens", "640,1024", "--seeds", "0",
+        "--sessions", "2", "--max-turns", "2", "--max-output-tokens", "2",
+        "--window-tokens", "600", "--mean-interarrival-s", "0.2", "--max-gap-s", "0.3",
+        "--raw-prompt-tokens", "64", "--raw-repeats", "1",
+        "--startup-timeout-s", "120", "--out-dir", str(tmp_path),
+    ]  # fmt: skip
+    assert main(args) == 1
+    doc = json.loads((tmp_path / "versus.json").read_text())
+    (failed,) = doc["failed"]
+    assert (failed["server"], failed["kv_tokens"], failed["seed"]) == ("x", 640, 0)
+    assert "ValueError: the pool is too small" in failed["error"].splitlines()[0]
+    (run,) = doc["runs"]
+    assert run["kv_tokens"] == 1024 and run["summary"]["errors"] == 0
+    assert len(run["load_avg"]["before"]) == 3
