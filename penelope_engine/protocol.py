@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from penelope_engine.errors import InvalidRequestError
+from penelope_engine.errors import ConfigError, InvalidRequestError
 from penelope_engine.hints import NO_HINTS, HintGrant, SessionHints
 
 if TYPE_CHECKING:  # (this module stays light: no tokenizers, no pyarrow)
@@ -219,6 +219,29 @@ class EngineStats:
 
 
 @dataclass(frozen=True)
+class DigestLimits:
+    """How much of a replica's cache its router digest carries: the `sessions` most
+    recently used sessions and the first `prefix_pages` shared-prefix page ids.
+
+    `DIGEST_LIMITS` is the one home of these numbers: every `session_digests` and
+    `shared_prefix_hashes` default (engines, caches, the SGLang adapter), the digest a
+    replica publishes (`router.digest.build_digest`) and the simulator's take them."""
+
+    sessions: int = 1024
+    prefix_pages: int = 256
+
+    def __post_init__(self) -> None:
+        if self.sessions < 0 or self.prefix_pages < 0:
+            raise ConfigError(
+                f"digest limits must be >= 0, got sessions={self.sessions}, "
+                f"prefix_pages={self.prefix_pages}"
+            )
+
+
+DIGEST_LIMITS = DigestLimits()
+
+
+@dataclass(frozen=True)
 class SessionDigest:
     """What a replica holds of one session, for the router."""
 
@@ -279,9 +302,9 @@ class EngineProtocol(Protocol):
         """The shared KV store's counters; None without a store."""
         ...
 
-    def session_digests(self, limit: int = 1024) -> list[SessionDigest]: ...
+    def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]: ...
 
-    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+    def shared_prefix_hashes(self, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
         """Page ids of shared prefixes held on the device (the router's digest)."""
         ...
 

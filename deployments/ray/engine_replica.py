@@ -39,13 +39,16 @@ from penelope_engine.cache.pages import PageNaming
 from penelope_engine.config import EngineConfig
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.tokenizer import Tokenizer
-from penelope_engine.protocol import EngineProtocol, EngineStats, GenerateRequest
+from penelope_engine.protocol import (
+    DIGEST_LIMITS,
+    EngineProtocol,
+    EngineStats,
+    GenerateRequest,
+)
 from router.digest import build_digest
 
 log = logging.getLogger(__name__)
 SERVE_LOG = logging.getLogger("ray.serve")  # lands in the replica's own log file
-PREFIX_DIGEST_LIMIT = 256
-SESSION_DIGEST_LIMIT = 1024
 REPORT_TIMEOUT_S = 5.0  # one stats report to the ingress; a late one is skipped
 
 
@@ -168,9 +171,9 @@ class EngineReplica:
     def _routing_digest(self) -> dict[str, Any]:
         stats = self._engine.stats()
         digest = build_digest(
-            self._engine.session_digests(SESSION_DIGEST_LIMIT),
-            self._engine.shared_prefix_hashes(PREFIX_DIGEST_LIMIT),
-            limit=SESSION_DIGEST_LIMIT,
+            self._engine.session_digests(DIGEST_LIMITS.sessions),
+            self._engine.shared_prefix_hashes(DIGEST_LIMITS.prefix_pages),
+            limit=DIGEST_LIMITS.sessions,
             queue_len=stats.queue_length + stats.running,
             now=self._engine.clock(),  # the clock of the sessions' last_access
         )
@@ -179,7 +182,7 @@ class EngineReplica:
         return {**digest, STATS_KEY: stats_to_wire(stats)}
 
     def _kv_signals(self) -> dict[str, float]:
-        digests = self._engine.session_digests(SESSION_DIGEST_LIMIT)
+        digests = self._engine.session_digests(DIGEST_LIMITS.sessions)
         return self._signals.sample(self._engine.stats(), digests, now=self._engine.clock())
 
     async def check_health(self) -> None:

@@ -34,6 +34,7 @@ from penelope_engine.errors import ConfigError, InvalidRequestError
 from penelope_engine.hints import HintGrant, SessionHints, refused
 from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import (
+    DIGEST_LIMITS,
     EngineStats,
     FinishReason,
     GenerateRequest,
@@ -273,7 +274,7 @@ class SGLangEngine:
         """None: SGLang spills to its own storage backends, not to Penelope's Arrow store."""
         return None
 
-    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
+    def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
         """Per session: device and host tokens the penelope cache still holds, last access."""
         return digests.session_digests(self.view(), limit)
 
@@ -281,7 +282,7 @@ class SGLangEngine:
         """The cache's clock: monotonic seconds, shared by the scheduler process."""
         return time.monotonic()
 
-    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+    def shared_prefix_hashes(self, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
         """Page ids (Penelope's naming, `page_naming`) of the cache's shared device prefixes."""
         return digests.shared_prefix_hashes(self.view(), self._hasher, limit)
 
