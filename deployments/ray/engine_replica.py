@@ -19,7 +19,6 @@ so every ingress's /metrics lists exactly the replicas that are up
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -33,7 +32,6 @@ from ray.serve.handle import DeploymentHandle
 from deployments.api.backend import ReplicaOutput, stream_with_abort
 from deployments.metrics.autoscaling import KvSignals
 from deployments.ray.replica_stats import REPORT_PERIOD_S, STATS_KEY, stats_to_wire
-from deployments.ray.serve_config import SGLangSettings
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.config import EngineConfig
@@ -45,6 +43,7 @@ from penelope_engine.protocol import (
     EngineStats,
     GenerateRequest,
 )
+from penelope_engine.sglang.config import SGLangEngineConfig
 from router.digest import build_digest
 
 log = logging.getLogger(__name__)
@@ -89,11 +88,11 @@ class EngineInfo:
     page_naming: PageNaming | None = None
 
 
-def _sglang_engine(settings: SGLangSettings) -> EngineProtocol:
+def _sglang_engine(config: SGLangEngineConfig) -> EngineProtocol:
     """SGLang in-process with the penelope backend (needs CUDA and sglang==0.5.23)."""
-    from penelope_engine.sglang.engine import SGLangEngine, SGLangEngineConfig
+    from penelope_engine.sglang.engine import SGLangEngine
 
-    return SGLangEngine(SGLangEngineConfig(**dataclasses.asdict(settings)))
+    return SGLangEngine(config)
 
 
 class EngineReplica:
@@ -101,7 +100,7 @@ class EngineReplica:
 
     def __init__(
         self,
-        engine_config: EngineConfig | SGLangSettings,
+        engine_config: EngineConfig | SGLangEngineConfig,
         working_set_window_s: float,
         stats_sink: str | None = None,
     ) -> None:
@@ -109,7 +108,7 @@ class EngineReplica:
 
         Ray Serve runs this on the replica's event loop, where the reporter starts."""
         self._engine: EngineProtocol
-        if isinstance(engine_config, SGLangSettings):
+        if isinstance(engine_config, SGLangEngineConfig):
             self._engine = _sglang_engine(engine_config)
             page_size = engine_config.page_size
         else:
