@@ -281,11 +281,7 @@ class Engine:
     def stats(self) -> EngineStats:
         t, c = self.scheduler.totals, self.cache
         return EngineStats(
-            tokens_device=t.device_tokens,
-            tokens_host=t.host_tokens,
-            tokens_store=t.store_tokens,
-            tokens_recomputed=t.recomputed_tokens,
-            tokens_new=t.new_tokens,
+            tokens=t,
             pages_device_used=c.device.num_used,
             pages_device_total=c.device.capacity,
             pages_host_used=c.host.num_used,
@@ -297,7 +293,6 @@ class Engine:
             locked_nodes=c.locked_nodes(),
             tree_nodes=c.tree_nodes,
             session_records=len(c.sessions),
-            misses=t.misses,
             **self._store_faults(),
         )
 

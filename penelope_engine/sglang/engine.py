@@ -39,6 +39,7 @@ from penelope_engine.protocol import (
     GenerateRequest,
     RequestOutput,
     SessionDigest,
+    TokenUsage,
 )
 from penelope_engine.sglang import require_sglang
 
@@ -198,13 +199,14 @@ class SGLangEngine:
 
     def stats(self) -> EngineStats:
         cached = self._cached_tokens + self._host_tokens
-        return EngineStats(
-            tokens_device=self._cached_tokens,
-            tokens_host=self._host_tokens,
-            tokens_recomputed=self._evicted_tokens,
-            tokens_new=self._prompt_tokens - cached - self._evicted_tokens,
-            running=self._running,
+        tokens = TokenUsage(
+            prompt_tokens=self._prompt_tokens,
+            device_tokens=self._cached_tokens,
+            host_tokens=self._host_tokens,
+            recomputed_tokens=self._evicted_tokens,
+            new_tokens=self._prompt_tokens - cached - self._evicted_tokens,
         )
+        return EngineStats(tokens=tokens, running=self._running)
 
     def view(self) -> dict[str, Any]:
         """The penelope cache's snapshot (`views.SessionViews.snapshot`); {} before the
