@@ -31,6 +31,7 @@ from penelope_engine.options import (
     as_retention,
     as_write_policy,
     one_of,
+    with_help,
 )
 from penelope_engine.util import require
 
@@ -57,6 +58,7 @@ __all__ = [
     "as_retention",
     "as_write_policy",
     "one_of",
+    "with_help",
 ]
 
 
@@ -157,8 +159,8 @@ class AgentConfig:
 class SchedulerConfig:
     """Continuous batching: how many tokens and sequences one step may carry."""
 
-    max_batch_tokens: int = 2048  # prefill + decode tokens per forward step
-    max_running: int = 64
+    max_batch_tokens: int = with_help(2048, "most tokens of one step")  # prefill + decode
+    max_running: int = with_help(64, "most requests running at once")
     prefill_chunk: int = 1024  # max query tokens of one request in one step
     max_queue: int = 1024
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -177,9 +179,9 @@ class SchedulerConfig:
 class EngineConfig:
     """Everything one engine replica needs. `model` names a registry entry or a directory."""
 
-    model: str = "tiny-qwen3"
-    device: str = "cpu"
-    dtype: DType = "float32"
+    model: str = with_help("tiny-qwen3", "registered model name or checkpoint directory")
+    device: str = with_help("cpu", "cpu or cuda[:N]")
+    dtype: DType = with_help("float32", "model dtype")
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     seed: int = 0

@@ -8,6 +8,7 @@ names are `cache.eviction.EVICTION_POLICIES`'s, checked there.
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Any, Literal, TypeVar, get_args
 
 from penelope_engine.errors import ConfigError
@@ -28,6 +29,12 @@ ADMISSION_ORDERS: tuple[AdmissionOrder, ...] = get_args(AdmissionOrder)
 RETENTIONS: tuple[RetentionMode, ...] = get_args(RetentionMode)
 
 _Option = TypeVar("_Option", bound=str)
+
+
+def with_help(default: Any, help: str) -> Any:
+    """A config field with its `--help` text (`penelope_cli.helpformat` builds options
+    from it): `x: int = with_help(3, "what x does")`."""
+    return field(default=default, metadata={"help": help})
 
 
 class _CheckedInPostInit:
