@@ -7,6 +7,11 @@ the same everywhere; tests/cpu/penelope_cli/test_cli_help.py holds each option t
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Union
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -58,3 +63,44 @@ def add_config_args(ap: argparse.ArgumentParser, config: type) -> None:
         kind = type(default) if isinstance(default, (int, float, str)) else str
         shown = ",".join(default) if isinstance(default, tuple) else default
         ap.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=shown, help=help_)
+
+
+def add_field_args(
+    ap: argparse.ArgumentParser,
+    config: type,
+    names: Sequence[str],
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    choices: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """One `--field-name` option per named field of the dataclass `config`: its help the
+    field's `metadata["help"]` (a field without one is a TypeError), its type and choices
+    from the annotation (a `Literal` gives its values; `X | None` reads an X; a bool is a
+    flag), its default the field's unless `defaults` names another (what a command serves
+    differs from a config's default), its choices `choices`' where given (a registry's)."""
+    defaults, choices = defaults or {}, choices or {}
+    hints = typing.get_type_hints(config, include_extras=False)
+    by_name = {f.name: f for f in dataclasses.fields(config)}
+    for name in names:
+        f = by_name[name]
+        help_ = f.metadata.get("help")
+        if not help_:
+            raise TypeError(f"{config.__name__}.{name} has no help metadata")
+        default = defaults[name] if name in defaults else f.default
+        flag = f"--{name.replace('_', '-')}"
+        kind = _scalar(hints[name])
+        if kind is bool:
+            ap.add_argument(flag, action="store_true", default=default, help=help_)
+            continue
+        allowed = choices.get(name)
+        if typing.get_origin(kind) is Literal:
+            allowed, kind = allowed or typing.get_args(kind), str
+        ap.add_argument(flag, type=kind, default=default, choices=allowed, help=help_)
+
+
+def _scalar(hint: Any) -> Any:
+    """`X | None` -> X; anything else as it is."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return hint

@@ -17,14 +17,15 @@ Options become an `EngineConfig` and `ApiSettings`; the server itself is
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from deployments.api.settings import ApiSettings, load_api_keys
 from deployments.api.standalone import serve_standalone
 from deployments.api.tools.parsers import PARSER_CHOICES
 from deployments.ray.serve_config import DEFAULT_MODEL
-from penelope_cli.helpformat import parser
+from penelope_cli.helpformat import add_field_args, parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
-from penelope_engine.config import DTYPE_NAMES, CacheConfig, EngineConfig, SchedulerConfig
+from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from penelope_engine.shipped import (
     SHIPPED_HOST_FACTOR,
     SHIPPED_POLICY,
@@ -38,21 +39,33 @@ from penelope_engine.shipped import (
 DEVICE_PAGES, MAX_RUNNING, MAX_BATCH_TOKENS = 512, 16, 2048
 
 
+# The options that are config fields, by config: name, type, choices and help come from
+# the field (`helpformat.add_field_args`); the defaults are what `penelope serve` serves.
+ENGINE_OPTIONS = ("model", "device", "dtype")
+CACHE_OPTIONS = ("page_size", "device_pages")
+STORE_OPTIONS = ("store_bytes", "policy")
+SESSION_OPTIONS = (
+    "session_ttl_s",
+    "max_session_records",
+    "tenant_pin_seconds",
+    "tenant_pin_tokens",
+    "store_endpoint",
+    "store_region",
+    "write_behind_bytes",
+    "store_read_budget_s",
+    "store_request_timeout_s",
+    "store_probe_s",
+)
+SCHEDULER_OPTIONS = ("max_running", "max_batch_tokens")
+API_OPTIONS = ("max_pending",)
+
+
 def add_serve_args(ap: argparse.ArgumentParser) -> None:
     """The `penelope serve` options."""
-    d, c = EngineConfig(), CacheConfig()
-    a = ApiSettings()
     ap.add_argument("--host", default="127.0.0.1", help="bind address")
     ap.add_argument("--port", type=int, default=8000, help="TCP port")
-    ap.add_argument(
-        "--model", default=DEFAULT_MODEL, help="registered model name or checkpoint directory"
-    )
-    ap.add_argument("--device", default=d.device, help="cpu or cuda[:N]")
-    ap.add_argument(
-        "--dtype", default=d.dtype, choices=DTYPE_NAMES, help="model dtype"
-    )
-    ap.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
-    ap.add_argument("--device-pages", type=int, default=DEVICE_PAGES, help="KV pages on the device")
+    add_field_args(ap, EngineConfig, ENGINE_OPTIONS, defaults={"model": DEFAULT_MODEL})
+    add_field_args(ap, CacheConfig, CACHE_OPTIONS, defaults={"device_pages": DEVICE_PAGES})
     ap.add_argument(
         "--host-pages",
         type=int,
@@ -62,16 +75,14 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--store-uri",
         default=SHIPPED_STORE_URI,
-        help="Arrow store under the host tier: a path or s3:// URI; none: no store",
+        help=f"{_help(CacheConfig, 'store_uri')}; none: no store",
     )
-    ap.add_argument(
-        "--store-bytes", type=int, default=SHIPPED_STORE_BYTES, help="the store's byte budget"
-    )
-    ap.add_argument(
-        "--policy",
-        default=SHIPPED_POLICY,
-        choices=sorted(EVICTION_POLICIES),
-        help="eviction policy (default: what ships, `penelope_engine.shipped`)",
+    add_field_args(
+        ap,
+        CacheConfig,
+        STORE_OPTIONS,
+        defaults={"store_bytes": SHIPPED_STORE_BYTES, "policy": SHIPPED_POLICY},
+        choices={"policy": sorted(EVICTION_POLICIES)},
     )
     ap.add_argument(
         "--agent-levers",
@@ -80,74 +91,30 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
         help="shipped: aged order, backfill, return-aware retention, parking and a prefill "
         "chunk of a quarter step (`penelope_engine.shipped`); off: FCFS, chunk of half a step",
     )
-    ap.add_argument(
-        "--session-ttl-s",
-        type=float,
-        default=c.session_ttl_s,
-        help="drop an idle session's record once it holds no cached page after this long",
+    add_field_args(ap, CacheConfig, SESSION_OPTIONS)
+    add_field_args(
+        ap,
+        SchedulerConfig,
+        SCHEDULER_OPTIONS,
+        defaults={"max_running": MAX_RUNNING, "max_batch_tokens": MAX_BATCH_TOKENS},
     )
-    ap.add_argument(
-        "--max-session-records",
-        type=int,
-        default=c.max_session_records,
-        help="session records kept at most (the least recently used idle ones go first)",
-    )
-    ap.add_argument(
-        "--tenant-pin-seconds",
-        type=float,
-        default=c.tenant_pin_seconds,
-        help="longest pin a harness's retain_s hint gets; longer ones are clipped",
-    )
-    ap.add_argument(
-        "--tenant-pin-tokens",
-        type=int,
-        default=c.tenant_pin_tokens,
-        help="tokens one tenant's hinted pins may hold at once (default: no per-tenant quota)",
-    )
-    ap.add_argument(
-        "--store-endpoint", default=None, help="an S3-compatible server's URL"
-    )
-    ap.add_argument("--store-region", default=None, help="the S3 region")
-    ap.add_argument(
-        "--write-behind-bytes",
-        type=int,
-        default=c.write_behind_bytes,
-        help="KV bytes queued for the store at once (the write-behind cap)",
-    )
-    for name in ("store_read_budget_s", "store_request_timeout_s", "store_probe_s"):
-        ap.add_argument(
-            "--" + name.replace("_", "-"),
-            type=float,
-            default=getattr(c, name),
-            help=f"`CacheConfig.{name}` (deployments/README.md)",
-        )
-    ap.add_argument(
-        "--max-running", type=int, default=MAX_RUNNING, help="most requests running at once"
-    )
-    ap.add_argument(
-        "--max-batch-tokens", type=int, default=MAX_BATCH_TOKENS, help="most tokens of one step"
-    )
-    ap.add_argument(
-        "--max-pending",
-        type=int,
-        default=a.max_pending,
-        help="admitted unfinished requests before 429",
-    )
+    add_field_args(ap, ApiSettings, API_OPTIONS)
     ap.add_argument(
         "--api-keys-file",
         default=None,
         help="file of 'key[:tenant]' lines, with $PENELOPE_API_KEYS (neither: no auth)",
     )
-    ap.add_argument(
-        "--metrics-require-auth", action="store_true", help="/metrics needs an API key too"
-    )
-    ap.add_argument(
-        "--tool-parser",
-        default=a.tool_parser,
-        choices=PARSER_CHOICES,
-        help="the model's tool-call format (auto: read from its chat template)",
+    add_field_args(
+        ap,
+        ApiSettings,
+        ("metrics_require_auth", "tool_parser"),
+        choices={"tool_parser": PARSER_CHOICES},
     )
     ap.add_argument("--log-level", default="info", help="uvicorn log level")
+
+
+def _help(config: type, name: str) -> str:
+    return str(next(f for f in dataclasses.fields(config) if f.name == name).metadata["help"])
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -148,7 +148,7 @@ def run_engine(
         "host_pages": cache.host_pages,
         "store_bytes": cache.store_bytes,
         **counts,
-        "tokens": {k: getattr(stats, f"tokens_{k}") for k in TIERS},
+        "tokens": {k: getattr(stats.tokens, f"{k}_tokens") for k in TIERS},
         "tokens_exact": not mismatched,
         "mismatched_turns": mismatched,
         "max_abs_diff": diff,

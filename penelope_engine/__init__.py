@@ -17,9 +17,12 @@ Modules:
     async_engine  `AsyncEngine`: the `EngineProtocol` over `Engine`, its own step thread
     runner        `ModelRunner`: one forward over a batch, then sampling
     grammar       structured outputs: a request's llguidance grammar masks its own logits row
-    protocol      the engine interface: requests, outputs, usage, stats, digests
+    protocol      the engine interface: requests, outputs, digests and their limits
+    stats         `TokenUsage` (the one token-counter type), `EngineStats`, their series metadata
     hints         a harness's session hints (retain, expected gap, end, parent) and grants
-    config        frozen, validated configs: model, cache, scheduler, engine
+    config        frozen, validated configs: model, scheduler, engine (re-exports the two below)
+    cache_config  `CacheConfig`: page size, tier budgets, eviction policy, the store's tuning
+    options       the named string options, each once: `DType`, `Arch`, write policy, ...
     shipped       what ships and is measured: policy, agent levers, prefill chunk share
     costs         the default prefill cost constants (c_lin, c_attn)
     registry      `Registry`: strategies chosen by name

@@ -29,7 +29,13 @@ from penelope_engine.engine import Engine
 from penelope_engine.errors import EngineError
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.registry import LoadedModel
-from penelope_engine.protocol import EngineStats, GenerateRequest, RequestOutput, SessionDigest
+from penelope_engine.protocol import (
+    DIGEST_LIMITS,
+    EngineStats,
+    GenerateRequest,
+    RequestOutput,
+    SessionDigest,
+)
 from penelope_engine.sched.sequence import Sequence, output_of
 
 log = logging.getLogger(__name__)
@@ -238,14 +244,14 @@ class AsyncEngine:
     def store_stats(self) -> StoreStats | None:
         return self.engine.store_stats()  # the store has its own lock
 
-    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
+    def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
         with self._reading():
             return self.engine.session_digests(limit)
 
     def clock(self) -> float:
         return self.engine.clock()  # a clock read: no need to wait for the step
 
-    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+    def shared_prefix_hashes(self, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
         with self._reading():
             return self.engine.shared_prefix_hashes(limit)
 

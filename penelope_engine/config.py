@@ -2,75 +2,71 @@
 
 Configs never change after construction; values discovered at run time (the
 number of pages that fit in memory, say) live in their own result objects.
+The named string options live in `penelope_engine.options` and the cache's
+config in `penelope_engine.cache_config`; both are re-exported here.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated
 
-from cache_store.health import StoreTuning
-from cache_store.location import StoreLocation
-from penelope_engine.cache.eviction import EVICTION_POLICIES
-from penelope_engine.errors import ConfigError
+from penelope_engine.cache_config import CacheConfig
+from penelope_engine.options import (
+    ADMISSION_ORDERS,
+    ARCH_NAMES,
+    CHECKED_IN_POST_INIT,
+    DTYPE_NAMES,
+    RETENTIONS,
+    WRITE_POLICIES,
+    AdmissionOrder,
+    Arch,
+    DType,
+    EvictionPolicyName,
+    RetentionMode,
+    WritePolicy,
+    as_admission_order,
+    as_arch,
+    as_retention,
+    as_write_policy,
+    one_of,
+    with_help,
+)
 from penelope_engine.util import require
 
-# The string options, each listed once: mypy checks the Literal, and the validation
-# of configs read from YAML or the command line takes its values (`get_args`).
-# Eviction policies are strategies: their names are `EVICTION_POLICIES`'s, checked there.
-EvictionPolicyName = str
-WritePolicy = Literal["off", "write_through", "write_back"]
-AdmissionOrder = Literal["fcfs", "program", "aged"]
-RetentionMode = Literal["none", "ttl", "return_aware"]
-# The model and KV dtypes, named once (`tiers.kv_pool.DTYPES` maps them to torch's).
-DType = Literal["float32", "float16", "bfloat16"]
-DTYPE_NAMES: tuple[str, ...] = get_args(DType)
-
-WRITE_POLICIES: tuple[WritePolicy, ...] = get_args(WritePolicy)
-ADMISSION_ORDERS: tuple[AdmissionOrder, ...] = get_args(AdmissionOrder)
-RETENTIONS: tuple[RetentionMode, ...] = get_args(RetentionMode)
-
-_Option = TypeVar("_Option", bound=str)
-
-
-class _CheckedInPostInit:
-    """Marks a Literal field that `__post_init__` checks: loaders that read annotations
-    (pydantic, for the serve config's YAML) take it as a str, so a wrong value gets
-    the config's own error, which names the valid ones."""
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
-        return handler(str)
-
-
-CHECKED_IN_POST_INIT = _CheckedInPostInit()
-
-
-def one_of(allowed: tuple[_Option, ...], value: str, what: str) -> _Option:
-    """`value` as one of `allowed` (a Literal's values); ConfigError naming them otherwise."""
-    for option in allowed:
-        if value == option:
-            return option
-    raise ConfigError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
-
-
-def as_write_policy(value: str) -> WritePolicy:
-    return one_of(WRITE_POLICIES, value, "write_policy")
-
-
-def as_admission_order(value: str) -> AdmissionOrder:
-    return one_of(ADMISSION_ORDERS, value, "admission")
-
-
-def as_retention(value: str) -> RetentionMode:
-    return one_of(RETENTIONS, value, "retention")
+__all__ = [
+    "ADMISSION_ORDERS",
+    "ARCH_NAMES",
+    "CHECKED_IN_POST_INIT",
+    "DTYPE_NAMES",
+    "RETENTIONS",
+    "WRITE_POLICIES",
+    "AdmissionOrder",
+    "AgentConfig",
+    "Arch",
+    "CacheConfig",
+    "DType",
+    "EngineConfig",
+    "EvictionPolicyName",
+    "ModelConfig",
+    "RetentionMode",
+    "SchedulerConfig",
+    "WritePolicy",
+    "as_admission_order",
+    "as_arch",
+    "as_retention",
+    "as_write_policy",
+    "one_of",
+    "with_help",
+]
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture of a Llama- or Qwen3-style decoder."""
 
-    arch: str  # "llama" or "qwen3"
+    arch: Arch
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -85,9 +81,7 @@ class ModelConfig:
     name: str = "model"
 
     def __post_init__(self) -> None:
-        require(
-            self.arch in ("llama", "qwen3"), f"arch must be 'llama' or 'qwen3', got {self.arch!r}"
-        )
+        as_arch(self.arch)
         for f in (
             "vocab_size",
             "hidden_size",
@@ -112,124 +106,6 @@ class ModelConfig:
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
-
-
-@dataclass(frozen=True)
-class CacheConfig:
-    """The KV cache: page size, tier budgets (in pages) and the eviction policy."""
-
-    page_size: int = 16
-    device_pages: int = 4096
-    host_pages: int = 0  # 0 disables the host tier
-    policy: Annotated[EvictionPolicyName, CHECKED_IN_POST_INIT] = "penelope"
-    # How device pages reach the host tier: write_through copies a session's new
-    # pages at the end of each turn (later demotion is free); write_back copies
-    # a page when it is evicted from the device; off keeps the host tier unused.
-    write_policy: Annotated[WritePolicy, CHECKED_IN_POST_INIT] = "write_through"
-    store_uri: str | None = None  # Arrow store under the host tier (a path or URI); None: none
-    store_bytes: int = 8 << 30
-    # A session's path record (what another replica reads to continue it) not rewritten
-    # for this long is deleted, so records do not pile up in a long-lived store.
-    store_record_ttl_s: float = 24 * 3600.0
-    # An S3-compatible server for an s3:// store_uri (MinIO, Ceph, ...; None: AWS or
-    # $AWS_ENDPOINT_URL) and its region; credentials come from the AWS environment
-    # ($AWS_ACCESS_KEY_ID / $AWS_SECRET_ACCESS_KEY, $AWS_PROFILE, an instance role).
-    store_endpoint: str | None = None
-    store_region: str | None = None
-    # Bytes of KV copies waiting for the store at once: at each turn end a session's
-    # new pages are written behind, so another replica can continue it. 0: never.
-    write_behind_bytes: int = 256 << 20
-    # How store calls fail (`cache_store.health`): S3's connect and response timeouts;
-    # a failed call is retried `store_retries` times, each after a random sleep up to
-    # store_backoff_s * 2**attempt (at most store_backoff_max_s); a call failing after
-    # its retries marks the store degraded: then calls fail at once, but one probe every
-    # `store_probe_s` (a success ends it). A store read on the request path (pages for
-    # an admission, a session's record) waits `store_read_budget_s` at most: past it the
-    # pages are recomputed, and the ledger counts them as `store_miss`.
-    store_connect_timeout_s: float = 2.0
-    store_request_timeout_s: float = 10.0
-    store_retries: int = 2
-    store_backoff_s: float = 0.1
-    store_backoff_max_s: float = 2.0
-    store_probe_s: float = 2.0
-    store_read_budget_s: float = 0.5
-    namespace: str = "default"  # model fingerprint; tenants are namespaced inside it
-    # Token sequences an operator declares public (a shared system prompt): a
-    # prompt starting with one shares those pages across tenants; everything
-    # after them stays the tenant's own.
-    public_prefixes: tuple[tuple[int, ...], ...] = ()
-    # A session's record (its timing, the pages it has seen) is dropped once it holds
-    # no cached page and has been idle this long; past `max_session_records`, the least
-    # recently used idle records go first. A request without a session id keeps none.
-    session_ttl_s: float = 3600.0
-    max_session_records: int = 100_000
-    # Quotas on a harness's `retain_s` hints (`penelope_engine.hints`), per tenant: the
-    # longest pin one hint gets, and the tokens a tenant's hinted pins may hold at once
-    # (None: only `AgentConfig.max_pinned_fraction` of the device bounds them). A hint
-    # past a quota is clipped and reported, never an error.
-    tenant_pin_seconds: float = 600.0
-    tenant_pin_tokens: int | None = None
-
-    def __post_init__(self) -> None:
-        require(
-            0 <= self.tenant_pin_seconds < math.inf,
-            f"tenant_pin_seconds must be finite and >= 0, got {self.tenant_pin_seconds}",
-        )
-        require(
-            self.tenant_pin_tokens is None or self.tenant_pin_tokens >= 0,
-            f"tenant_pin_tokens must be >= 0 (or None: no quota), got {self.tenant_pin_tokens}",
-        )
-        require(self.session_ttl_s > 0, f"session_ttl_s must be positive, got {self.session_ttl_s}")
-        require(
-            self.max_session_records > 0,
-            f"max_session_records must be positive, got {self.max_session_records}",
-        )
-        require(self.page_size > 0, f"page_size must be positive, got {self.page_size}")
-        require(self.device_pages > 0, f"device_pages must be positive, got {self.device_pages}")
-        require(self.host_pages >= 0, f"host_pages must be >= 0, got {self.host_pages}")
-        as_write_policy(self.write_policy)
-        require(self.store_bytes > 0, "store_bytes must be positive")
-        require(self.store_record_ttl_s > 0, "store_record_ttl_s must be positive")
-        require(self.write_behind_bytes >= 0, "write_behind_bytes must be >= 0")
-        self.store_tuning()  # raises on a bad timeout, retry or backoff
-        require(
-            0 < self.store_read_budget_s < math.inf,
-            f"store_read_budget_s must be positive and finite, got {self.store_read_budget_s}",
-        )
-        location = self.store_location()  # raises on a malformed URI, endpoint or region
-        require(
-            location is not None or not (self.store_endpoint or self.store_region),
-            "store_endpoint and store_region need a store_uri (s3://bucket/prefix)",
-        )
-        EVICTION_POLICIES.check(self.policy)  # UnknownNameError lists the valid ones
-
-    @property
-    def active_host_pages(self) -> int:
-        """Host pages the cache uses: none when `write_policy` is off."""
-        return self.host_pages if self.write_policy != "off" else 0
-
-    def store_tuning(self) -> StoreTuning:
-        """The store calls' timeouts, retries and probe interval."""
-        try:
-            return StoreTuning(
-                connect_timeout_s=self.store_connect_timeout_s,
-                request_timeout_s=self.store_request_timeout_s,
-                retries=self.store_retries,
-                backoff_s=self.store_backoff_s,
-                backoff_max_s=self.store_backoff_max_s,
-                probe_s=self.store_probe_s,
-            )
-        except ValueError as e:
-            raise ConfigError(f"store_{e}") from e
-
-    def store_location(self) -> StoreLocation | None:
-        """Where the Arrow store is, or None without one."""
-        if not self.store_uri:
-            return None
-        try:
-            return StoreLocation(self.store_uri, self.store_endpoint, self.store_region)
-        except ValueError as e:
-            raise ConfigError(str(e)) from e
 
 
 @dataclass(frozen=True)
@@ -283,8 +159,8 @@ class AgentConfig:
 class SchedulerConfig:
     """Continuous batching: how many tokens and sequences one step may carry."""
 
-    max_batch_tokens: int = 2048  # prefill + decode tokens per forward step
-    max_running: int = 64
+    max_batch_tokens: int = with_help(2048, "most tokens of one step")  # prefill + decode
+    max_running: int = with_help(64, "most requests running at once")
     prefill_chunk: int = 1024  # max query tokens of one request in one step
     max_queue: int = 1024
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -303,9 +179,9 @@ class SchedulerConfig:
 class EngineConfig:
     """Everything one engine replica needs. `model` names a registry entry or a directory."""
 
-    model: str = "tiny-qwen3"
-    device: str = "cpu"
-    dtype: DType = "float32"
+    model: str = with_help("tiny-qwen3", "registered model name or checkpoint directory")
+    device: str = with_help("cpu", "cpu or cuda[:N]")
+    dtype: DType = with_help("float32", "model dtype")
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     seed: int = 0

@@ -21,6 +21,7 @@ from penelope_engine.grammar import GrammarMasks
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import (
+    DIGEST_LIMITS,
     EngineStats,
     GenerateRequest,
     RequestOutput,
@@ -280,11 +281,7 @@ class Engine:
     def stats(self) -> EngineStats:
         t, c = self.scheduler.totals, self.cache
         return EngineStats(
-            tokens_device=t.device_tokens,
-            tokens_host=t.host_tokens,
-            tokens_store=t.store_tokens,
-            tokens_recomputed=t.recomputed_tokens,
-            tokens_new=t.new_tokens,
+            tokens=t,
             pages_device_used=c.device.num_used,
             pages_device_total=c.device.capacity,
             pages_host_used=c.host.num_used,
@@ -296,7 +293,6 @@ class Engine:
             locked_nodes=c.locked_nodes(),
             tree_nodes=c.tree_nodes,
             session_records=len(c.sessions),
-            misses=t.misses,
             **self._store_faults(),
         )
 
@@ -321,7 +317,7 @@ class Engine:
         """The Arrow store's counters (write and read errors included); None without one."""
         return self.store.stats() if self.store is not None else None
 
-    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
+    def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
         return self.cache.session_digests(limit)
 
     def clock(self) -> float:
@@ -333,7 +329,7 @@ class Engine:
         self.scheduler.records.check()
         self.scheduler.prefetch.check()
 
-    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+    def shared_prefix_hashes(self, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
         """Page ids of shared prefixes this replica holds on the device (router digests)."""
         return self.cache.shared_prefix_hashes(limit)
 

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from penelope_engine.errors import InvalidRequestError
+from penelope_engine.errors import ConfigError, InvalidRequestError
 from penelope_engine.hints import NO_HINTS, HintGrant, SessionHints
+from penelope_engine.stats import MISS_CAUSES, EngineStats, MissTokens, TokenUsage
+
+__all__ = ["MISS_CAUSES", "EngineStats", "MissTokens", "TokenUsage"]  # re-exported (`stats`)
 
 if TYPE_CHECKING:  # (this module stays light: no tokenizers, no pyarrow)
     from cache_store import StoreStats
@@ -95,65 +98,6 @@ class GenerateRequest:
 
 
 @dataclass(frozen=True)
-class MissTokens:
-    """Computed prompt tokens by why they were not cache hits (`sched.ledger` says how
-    each is told); they sum to recomputed + new tokens. The fields are the causes."""
-
-    new: int = 0
-    evicted_device: int = 0
-    dropped_host: int = 0
-    store_miss: int = 0
-    recompute_cheaper: int = 0
-    moved_replica: int = 0
-    prompt_edit: int = 0
-    tenant: int = 0
-
-    @property
-    def total(self) -> int:
-        return sum(self.as_dict().values())
-
-    def as_dict(self) -> dict[str, int]:
-        return {c: getattr(self, c) for c in MISS_CAUSES}
-
-    def __add__(self, other: MissTokens) -> MissTokens:
-        return MissTokens(*(getattr(self, c) + getattr(other, c) for c in MISS_CAUSES))
-
-
-MISS_CAUSES = tuple(f.name for f in fields(MissTokens))  # in the ledger's order
-
-
-@dataclass(frozen=True)
-class TokenUsage:
-    """Where each prompt token's KV came from, plus completion tokens.
-
-    prompt_tokens == device_tokens + host_tokens + store_tokens
-                     + recomputed_tokens + new_tokens
-    `recomputed_tokens` were cached once and evicted (holes); `new_tokens` were
-    never cached for this session (including a partial last page). `misses`
-    splits the computed ones (recomputed + new) by why (the miss ledger).
-    """
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    device_tokens: int = 0
-    host_tokens: int = 0
-    store_tokens: int = 0
-    recomputed_tokens: int = 0
-    new_tokens: int = 0
-    misses: MissTokens = field(default_factory=MissTokens)
-
-    @property
-    def cached_tokens(self) -> int:
-        return self.device_tokens + self.host_tokens + self.store_tokens
-
-    def __add__(self, other: TokenUsage) -> TokenUsage:
-        return replace(
-            self,
-            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)},
-        )
-
-
-@dataclass(frozen=True)
 class RequestOutput:
     request_id: str
     token_ids: tuple[int, ...]
@@ -168,54 +112,26 @@ class RequestOutput:
 
 
 @dataclass(frozen=True)
-class EngineStats:
-    """Cumulative counters and current gauges of one engine replica."""
+class DigestLimits:
+    """How much of a replica's cache its router digest carries: the `sessions` most
+    recently used sessions and the first `prefix_pages` shared-prefix page ids.
 
-    tokens_device: int = 0
-    tokens_host: int = 0
-    tokens_store: int = 0
-    tokens_recomputed: int = 0
-    tokens_new: int = 0
-    pages_device_used: int = 0
-    pages_device_total: int = 0
-    pages_host_used: int = 0
-    pages_host_total: int = 0
-    evictions: tuple[tuple[str, str, int], ...] = ()  # (policy, reason, pages)
-    queue_length: int = 0
-    running: int = 0
-    # Leak checks (bench.load): both are 0 once every request has ended.
-    request_pages: int = 0  # device pages running requests hold outside the prefix tree
-    locked_nodes: int = 0  # prefix-tree nodes locked by running requests
-    # Bounded state (bench.soak): flat once traffic is steady.
-    tree_nodes: int = 0  # prefix-tree nodes
-    session_records: int = 0  # sessions the cache keeps a record of
-    misses: MissTokens = field(default_factory=MissTokens)  # computed prompt tokens by cause
-    # The store's faults (`cache_store.health`, `tiers.budget`, `tiers.handover`):
-    store_degraded: int = 0  # 1 while the store is degraded
-    write_behind_bytes: int = 0  # KV and record bytes queued for the store now
-    write_behind_jobs: int = 0
-    write_behind_cap_bytes: int = 0  # the queues' bound (`CacheConfig.write_behind_bytes`)
-    write_behind_refused: int = 0  # jobs refused by a full queue
-    write_behind_deferred_pages: int = 0  # pages left unstored (full queue, degraded store)
-    store_lost_pages: int = 0  # pages whose write failed after their copy (recomputed)
-    store_read_timeouts: int = 0  # request-path reads past the budget, or not started
+    `DIGEST_LIMITS` is the one home of these numbers: every `session_digests` and
+    `shared_prefix_hashes` default (engines, caches, the SGLang adapter), the digest a
+    replica publishes (`router.digest.build_digest`) and the simulator's take them."""
 
-    @property
-    def hit_ratio(self) -> float:
-        cached = self.tokens_device + self.tokens_host + self.tokens_store
-        total = cached + self.tokens_recomputed + self.tokens_new
-        return cached / total if total else 0.0
+    sessions: int = 1024
+    prefix_pages: int = 256
 
-    @property
-    def recompute_ratio(self) -> float:
-        total = (
-            self.tokens_device
-            + self.tokens_host
-            + self.tokens_store
-            + self.tokens_recomputed
-            + self.tokens_new
-        )
-        return self.tokens_recomputed / total if total else 0.0
+    def __post_init__(self) -> None:
+        if self.sessions < 0 or self.prefix_pages < 0:
+            raise ConfigError(
+                f"digest limits must be >= 0, got sessions={self.sessions}, "
+                f"prefix_pages={self.prefix_pages}"
+            )
+
+
+DIGEST_LIMITS = DigestLimits()
 
 
 @dataclass(frozen=True)
@@ -279,9 +195,9 @@ class EngineProtocol(Protocol):
         """The shared KV store's counters; None without a store."""
         ...
 
-    def session_digests(self, limit: int = 1024) -> list[SessionDigest]: ...
+    def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]: ...
 
-    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+    def shared_prefix_hashes(self, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
         """Page ids of shared prefixes held on the device (the router's digest)."""
         ...
 

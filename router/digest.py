@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from penelope_engine.errors import PenelopeError
+from penelope_engine.protocol import DIGEST_LIMITS
 
 if TYPE_CHECKING:
     from penelope_engine.protocol import SessionDigest
 
 DIGEST_VERSION = 1
-DEFAULT_SESSION_LIMIT = 1024
-DEFAULT_PREFIX_LIMIT = 256
 _U64_LIMIT = 1 << 64
 
 
@@ -72,9 +71,9 @@ EMPTY_DIGEST = ReplicaDigest()
 def build_digest(
     digests: Iterable[SessionDigest],
     prefix_hashes: Iterable[int] = (),
-    limit: int = DEFAULT_SESSION_LIMIT,
+    limit: int = DIGEST_LIMITS.sessions,
     *,
-    prefix_limit: int = DEFAULT_PREFIX_LIMIT,
+    prefix_limit: int = DIGEST_LIMITS.prefix_pages,
     queue_len: int | None = None,
     now: float,
 ) -> dict[str, Any]:

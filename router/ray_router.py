@@ -38,8 +38,10 @@ from router.digest import build_digest
     )
     class EngineDeployment:
         async def record_routing_stats(self) -> dict:  # sync or async, no arguments
-            return build_digest(self.engine.session_digests(1024), self.prefix_hashes(),
-                                limit=1024, queue_len=self.engine.stats().queue_length,
+            # DIGEST_LIMITS: penelope_engine.protocol's, the one home of the limits
+            return build_digest(self.engine.session_digests(DIGEST_LIMITS.sessions),
+                                self.prefix_hashes(), limit=DIGEST_LIMITS.sessions,
+                                queue_len=self.engine.stats().queue_length,
                                 now=self.engine.clock())
 
 ``request_router_kwargs`` must be JSON-serializable: ``policy`` ("affinity" or

@@ -94,11 +94,11 @@ def run(
         s = engine.stats()
         engine.close()  # its store writes behind end before the store's directory goes
     return {
-        "device_tokens": s.tokens_device,
-        "host_tokens": s.tokens_host,
-        "store_tokens": s.tokens_store,
-        "recomputed_tokens": s.tokens_recomputed,
-        "new_tokens": s.tokens_new,
+        "device_tokens": s.tokens.device_tokens,
+        "host_tokens": s.tokens.host_tokens,
+        "store_tokens": s.tokens.store_tokens,
+        "recomputed_tokens": s.tokens.recomputed_tokens,
+        "new_tokens": s.tokens.new_tokens,
         "exact": outs == ref,
         "requests": len(prompts),
         "device_pages": device,

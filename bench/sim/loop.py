@@ -39,6 +39,7 @@ from bench.sim.tiers import FreeCopies
 from bench.sim.turns import SessionState, SimRequest, make_request
 from bench.tokens import TokenMap
 from bench.workload import Workload
+from penelope_engine.protocol import DIGEST_LIMITS
 from router.digest import build_digest, decode_digest
 from router.schema import ROUTE_PREFIX_PAGES, RouterConfig
 
@@ -179,8 +180,8 @@ class Simulator:
             self._digest_at = self.now
             for i, rep in enumerate(self.replicas):
                 wire = build_digest(
-                    rep.cache.session_digests(1024),
-                    rep.cache.shared_prefix_hashes(256),
+                    rep.cache.session_digests(DIGEST_LIMITS.sessions),
+                    rep.cache.shared_prefix_hashes(DIGEST_LIMITS.prefix_pages),
                     queue_len=rep.queue_len,
                     now=self.now,
                 )

@@ -38,15 +38,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from bench.sim.costmodel import CostModel, StepLoad
-from penelope_engine.cache.prefix_cache import TierIO
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
-from penelope_engine.tiers.contract import ReadAhead, SchedulerTiers
+from penelope_engine.core import CoreTiers
+from penelope_engine.tiers.contract import ReadAhead
 
 READ_WAIT_S = 60.0  # over real tiers: longest wait for a read the clock says is done
 
@@ -168,10 +168,6 @@ class TimedRead:
         return ok
 
 
-class _Tiers(TierIO, SchedulerTiers, Protocol):
-    """Both faces of a tier implementation (the cache's and the scheduler's)."""
-
-
 @dataclass
 class CopyStats:
     """Pages each kind of copy moved, and the seconds the step thread spent copying."""
@@ -188,7 +184,7 @@ class CopyStats:
 class TimedTiers:
     def __init__(
         self,
-        inner: _Tiers | NullTiers,
+        inner: CoreTiers | NullTiers,
         cost: CostModel,
         page_size: int,
         clock: Callable[[], float],

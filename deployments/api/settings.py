@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from deployments.api.tools.parsers import PARSER_CHOICES
+from penelope_engine.options import with_help
 from penelope_engine.util import require
 
 API_KEYS_ENV = "PENELOPE_API_KEYS"
@@ -29,10 +30,12 @@ class ApiSettings:
     """
 
     api_keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    metrics_require_auth: bool = False
+    metrics_require_auth: bool = with_help(False, "/metrics needs an API key too")
     tenant_header: str | None = None  # trusted gateway header naming the tenant; None: off
     max_body_bytes: int = 4 << 20
-    max_pending: int = 256  # admitted, unfinished requests per API process; above: 429
+    max_pending: int = with_help(  # per API process
+        256, "admitted unfinished requests before 429"
+    )
     retry_after_s: int = 1
     max_tokens_limit: int = 4096  # largest `max_tokens` a client may ask for
     default_max_tokens: int = 256  # when the client sets none (bounded by the context)
@@ -41,7 +44,9 @@ class ApiSettings:
     request_timeout_s: float = 600.0  # from arrival; past it the request is aborted (504)
     replica_name: str = "standalone"  # `replica` label of this process's metrics
     # The tool-call format (`deployments.api.tools.parsers`): "auto" reads the chat template.
-    tool_parser: str = "auto"
+    tool_parser: str = with_help(
+        "auto", "the model's tool-call format (auto: read from its chat template)"
+    )
     max_tools: int = 128  # tools one request may offer
     max_tools_bytes: int = 256 << 10  # their JSON together (names, descriptions, schemas)
 

@@ -105,7 +105,7 @@ def model_info(backend: Backend) -> dict[str, Any]:
     if model is not None:
         from penelope_engine.model.hf_checkpoint import ARCHITECTURES  # torch is loaded here
 
-        architectures = [ARCHITECTURES[model.arch]] if model.arch in ARCHITECTURES else None
+        architectures = [ARCHITECTURES[model.arch]]
     return {
         "model_path": path,
         "served_model_name": backend.model_name,

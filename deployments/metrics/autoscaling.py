@@ -58,7 +58,7 @@ class KvPressureSettings:
 
 
 def _prompt_tokens(s: EngineStats) -> int:
-    return s.tokens_device + s.tokens_host + s.tokens_store + s.tokens_recomputed + s.tokens_new
+    return s.tokens.sourced_tokens
 
 
 class KvSignals:
@@ -85,9 +85,9 @@ class KvSignals:
 
 def _interval_recompute(prev: EngineStats | None, now: EngineStats) -> float:
     base_total = _prompt_tokens(prev) if prev else 0
-    base_recomputed = prev.tokens_recomputed if prev else 0
+    base_recomputed = prev.tokens.recomputed_tokens if prev else 0
     total = _prompt_tokens(now) - base_total
-    return (now.tokens_recomputed - base_recomputed) / total if total > 0 else 0.0
+    return (now.tokens.recomputed_tokens - base_recomputed) / total if total > 0 else 0.0
 
 
 def _mean(values: Mapping[Any, float]) -> float:

@@ -2,7 +2,9 @@
 
 Engine counters and gauges are read from each replica's `EngineStats` at
 scrape time (a custom collector); latencies are observed by the API as the
-client sees them. Every series carries a `replica` label.
+client sees them. Every series carries a `replica` label. The engine's series
+are derived from `EngineStats`' field metadata (`penelope_engine.stats.metric`:
+name, kind, help, labels), so a new engine metric is a new field there.
 
 | metric                                    | kind      | labels                  |
 |-------------------------------------------|-----------|-------------------------|
@@ -43,7 +45,12 @@ recomputed and new tokens.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import typing
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -51,6 +58,7 @@ from prometheus_client.registry import Collector
 
 from cache_store import StoreStats
 from penelope_engine.protocol import EngineStats
+from penelope_engine.stats import Series
 
 StatsSource = Callable[[], Mapping[str, EngineStats]]
 StoreSource = Callable[[], Mapping[str, StoreStats]]
@@ -59,14 +67,60 @@ TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 ITL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 
 
-def _token_sources(s: EngineStats) -> dict[str, int]:
-    return {
-        "device": s.tokens_device,
-        "host": s.tokens_host,
-        "store": s.tokens_store,
-        "recomputed": s.tokens_recomputed,
-        "new": s.tokens_new,
-    }
+@dataclass(frozen=True)
+class _Sample:
+    """One sample source of a family: how to read it from a replica's `EngineStats`."""
+
+    read: Callable[[EngineStats], Any]
+    series: Series
+
+
+def _samples(cls: type, read: Callable[[Any], Any] = lambda s: s) -> Iterator[_Sample]:
+    """Every exported field of the stats dataclass `cls` (walking into nested ones without
+    metadata), then its `DERIVED` properties, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        get = functools.partial(_read_field, read, f.name)
+        series = f.metadata.get("series")
+        if series is not None:
+            yield _Sample(get, series)
+        elif dataclasses.is_dataclass(hints[f.name]):
+            yield from _samples(hints[f.name], get)
+    for name, series in getattr(cls, "DERIVED", ()):
+        yield _Sample(functools.partial(_read_field, read, name), series)
+
+
+def _read_field(read: Callable[[Any], Any], name: str, stats: EngineStats) -> Any:
+    return getattr(read(stats), name)
+
+
+def _families() -> dict[str, list[_Sample]]:
+    """The engine's metric families, named and ordered by `EngineStats`' field metadata."""
+    families: dict[str, list[_Sample]] = {}
+    for sample in _samples(EngineStats):
+        families.setdefault(sample.series.name, []).append(sample)
+    return families
+
+
+ENGINE_FAMILIES = _families()
+
+
+def _family(samples: list[_Sample], by_replica: Mapping[str, EngineStats]) -> Metric:
+    first = samples[0].series
+    kind = GaugeMetricFamily if first.kind == "gauge" else CounterMetricFamily
+    family = kind(first.name, first.help, labels=["replica", *first.label_names])
+    for replica, s in sorted(by_replica.items()):
+        for sample in samples:
+            value, series = sample.read(s), sample.series
+            if series.each is not None:
+                for f in dataclasses.fields(value):
+                    family.add_metric([replica, f.name], getattr(value, f.name))
+            elif series.rows:
+                for row in value:
+                    family.add_metric([replica, *row[:-1]], row[-1])
+            else:
+                family.add_metric([replica, *(v for _, v in series.labels)], value)
+    return family
 
 
 class EngineStatsCollector(Collector):
@@ -77,98 +131,8 @@ class EngineStatsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         by_replica = dict(self._source())
-        tokens = CounterMetricFamily(
-            "penelope_tokens",
-            "Prompt tokens by where their KV came from.",
-            labels=["replica", "source"],
-        )
-        hit = GaugeMetricFamily(
-            "penelope_cache_hit_ratio",
-            "Cached prompt tokens / prompt tokens, since start.",
-            labels=["replica"],
-        )
-        recompute = GaugeMetricFamily(
-            "penelope_recompute_ratio",
-            "Recomputed (evicted) prompt tokens / prompt tokens.",
-            labels=["replica"],
-        )
-        misses = CounterMetricFamily(
-            "penelope_miss_tokens",
-            "Computed prompt tokens by why they were not cache hits.",
-            labels=["replica", "cause"],
-        )
-        for replica, s in sorted(by_replica.items()):
-            for source, n in _token_sources(s).items():
-                tokens.add_metric([replica, source], n)
-            for cause, n in s.misses.as_dict().items():
-                misses.add_metric([replica, cause], n)
-            hit.add_metric([replica], s.hit_ratio)
-            recompute.add_metric([replica], s.recompute_ratio)
-        yield from (tokens, misses, hit, recompute)
-        yield from _page_families(by_replica)
-        yield from _load_families(by_replica)
-        yield from _store_fault_families(by_replica)
-
-
-def _page_families(by_replica: Mapping[str, EngineStats]) -> Iterator[Metric]:
-    used = GaugeMetricFamily("penelope_pages", "KV pages in use.", labels=["replica", "tier"])
-    total = GaugeMetricFamily(
-        "penelope_pages_capacity", "KV pages a tier can hold.", labels=["replica", "tier"]
-    )
-    evictions = CounterMetricFamily(
-        "penelope_evictions", "Evicted KV pages.", labels=["replica", "policy", "reason"]
-    )
-    for replica, s in sorted(by_replica.items()):
-        used.add_metric([replica, "device"], s.pages_device_used)
-        used.add_metric([replica, "host"], s.pages_host_used)
-        total.add_metric([replica, "device"], s.pages_device_total)
-        total.add_metric([replica, "host"], s.pages_host_total)
-        for policy, reason, pages in s.evictions:
-            evictions.add_metric([replica, policy, reason], pages)
-    yield from (used, total, evictions)
-
-
-def _load_families(by_replica: Mapping[str, EngineStats]) -> Iterator[Metric]:
-    queue = GaugeMetricFamily(
-        "penelope_queue_length", "Requests waiting in the engine.", labels=["replica"]
-    )
-    running = GaugeMetricFamily(
-        "penelope_running_requests", "Requests the engine is running.", labels=["replica"]
-    )
-    for replica, s in sorted(by_replica.items()):
-        queue.add_metric([replica], s.queue_length)
-        running.add_metric([replica], s.running)
-    yield from (queue, running)
-
-
-_STORE_FAULTS = (  # (EngineStats field, metric, kind, help)
-    ("store_degraded", "penelope_store_degraded", "gauge",
-     "1 while the KV store is degraded (its calls failed after their retries)."),
-    ("write_behind_bytes", "penelope_write_behind_queue_bytes", "gauge",
-     "KV and record bytes queued for the store."),
-    ("write_behind_jobs", "penelope_write_behind_queue_jobs", "gauge",
-     "Writes queued for the store."),
-    ("write_behind_cap_bytes", "penelope_write_behind_cap_bytes", "gauge",
-     "The write-behind queues' bound in bytes."),
-    ("write_behind_refused", "penelope_write_behind_refused", "counter",
-     "Writes refused by a full write-behind queue (their pages stay unstored)."),
-    ("write_behind_deferred_pages", "penelope_write_behind_deferred_pages", "counter",
-     "Pages not written behind (full queue or degraded store), offered again later."),
-    ("store_lost_pages", "penelope_store_lost_pages", "counter",
-     "Pages whose store write failed after they were copied (recomputed if needed)."),
-    ("store_read_timeouts", "penelope_store_read_timeouts", "counter",
-     "Request-path store reads past store_read_budget_s (their pages recomputed)."),
-)  # fmt: skip
-
-
-def _store_fault_families(by_replica: Mapping[str, EngineStats]) -> Iterator[Metric]:
-    for field, name, kind, doc in _STORE_FAULTS:
-        family = (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(
-            name, doc, labels=["replica"]
-        )
-        for replica, s in sorted(by_replica.items()):
-            family.add_metric([replica], getattr(s, field))
-        yield family
+        for samples in ENGINE_FAMILIES.values():
+            yield _family(samples, by_replica)
 
 
 class StoreStatsCollector(Collector):

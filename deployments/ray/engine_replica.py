@@ -19,7 +19,6 @@ so every ingress's /metrics lists exactly the replicas that are up
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -33,19 +32,22 @@ from ray.serve.handle import DeploymentHandle
 from deployments.api.backend import ReplicaOutput, stream_with_abort
 from deployments.metrics.autoscaling import KvSignals
 from deployments.ray.replica_stats import REPORT_PERIOD_S, STATS_KEY, stats_to_wire
-from deployments.ray.serve_config import SGLangSettings
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.config import EngineConfig
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.tokenizer import Tokenizer
-from penelope_engine.protocol import EngineProtocol, EngineStats, GenerateRequest
+from penelope_engine.protocol import (
+    DIGEST_LIMITS,
+    EngineProtocol,
+    EngineStats,
+    GenerateRequest,
+)
+from penelope_engine.sglang.config import SGLangEngineConfig
 from router.digest import build_digest
 
 log = logging.getLogger(__name__)
 SERVE_LOG = logging.getLogger("ray.serve")  # lands in the replica's own log file
-PREFIX_DIGEST_LIMIT = 256
-SESSION_DIGEST_LIMIT = 1024
 REPORT_TIMEOUT_S = 5.0  # one stats report to the ingress; a late one is skipped
 
 
@@ -86,11 +88,11 @@ class EngineInfo:
     page_naming: PageNaming | None = None
 
 
-def _sglang_engine(settings: SGLangSettings) -> EngineProtocol:
+def _sglang_engine(config: SGLangEngineConfig) -> EngineProtocol:
     """SGLang in-process with the penelope backend (needs CUDA and sglang==0.5.23)."""
-    from penelope_engine.sglang.engine import SGLangEngine, SGLangEngineConfig
+    from penelope_engine.sglang.engine import SGLangEngine
 
-    return SGLangEngine(SGLangEngineConfig(**dataclasses.asdict(settings)))
+    return SGLangEngine(config)
 
 
 class EngineReplica:
@@ -98,7 +100,7 @@ class EngineReplica:
 
     def __init__(
         self,
-        engine_config: EngineConfig | SGLangSettings,
+        engine_config: EngineConfig | SGLangEngineConfig,
         working_set_window_s: float,
         stats_sink: str | None = None,
     ) -> None:
@@ -106,7 +108,7 @@ class EngineReplica:
 
         Ray Serve runs this on the replica's event loop, where the reporter starts."""
         self._engine: EngineProtocol
-        if isinstance(engine_config, SGLangSettings):
+        if isinstance(engine_config, SGLangEngineConfig):
             self._engine = _sglang_engine(engine_config)
             page_size = engine_config.page_size
         else:
@@ -168,9 +170,9 @@ class EngineReplica:
     def _routing_digest(self) -> dict[str, Any]:
         stats = self._engine.stats()
         digest = build_digest(
-            self._engine.session_digests(SESSION_DIGEST_LIMIT),
-            self._engine.shared_prefix_hashes(PREFIX_DIGEST_LIMIT),
-            limit=SESSION_DIGEST_LIMIT,
+            self._engine.session_digests(DIGEST_LIMITS.sessions),
+            self._engine.shared_prefix_hashes(DIGEST_LIMITS.prefix_pages),
+            limit=DIGEST_LIMITS.sessions,
             queue_len=stats.queue_length + stats.running,
             now=self._engine.clock(),  # the clock of the sessions' last_access
         )
@@ -179,7 +181,7 @@ class EngineReplica:
         return {**digest, STATS_KEY: stats_to_wire(stats)}
 
     def _kv_signals(self) -> dict[str, float]:
-        digests = self._engine.session_digests(SESSION_DIGEST_LIMIT)
+        digests = self._engine.session_digests(DIGEST_LIMITS.sessions)
         return self._signals.sample(self._engine.stats(), digests, now=self._engine.clock())
 
     async def check_health(self) -> None:

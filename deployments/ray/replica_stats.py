@@ -26,7 +26,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from penelope_engine.protocol import EngineStats, MissTokens
+from penelope_engine.protocol import EngineStats
 
 REPORT_PERIOD_S = 2.0
 STATS_KEY = "engine_stats"  # the routing-stats key that carries a replica's EngineStats
@@ -67,50 +67,48 @@ def stats_to_wire(stats: EngineStats) -> dict[str, Any]:
 
 
 def stats_from_wire(data: object) -> EngineStats | None:
-    """The inverse of `stats_to_wire`, typed by `EngineStats`' own annotations; None for
-    anything malformed (never an error: an ingress must not fail its /metrics over one
-    replica's payload). An int is accepted where a float is declared (JSON drops `.0`);
-    a field this ingress does not know is malformed too."""
-    if not isinstance(data, Mapping):
-        return None
+    """The inverse of `stats_to_wire`, typed by `EngineStats`' own annotations (nested
+    stats dataclasses and tuples too); None for anything malformed (never an error: an
+    ingress must not fail its /metrics over one replica's payload). An int is accepted
+    where a float is declared (JSON drops `.0`); a field this ingress does not know is
+    malformed too."""
     try:
-        fields = dict(data)
-        evictions = tuple((str(p), str(r), int(n)) for p, r, n in fields.pop("evictions", ()))
-        misses = dict(fields.pop("misses", {}))
-        if not (fields.keys() <= _STATS_TYPES.keys() and misses.keys() <= _MISS_TYPES.keys()):
-            return None
-        if not all(_fits(v, _STATS_TYPES[k]) for k, v in fields.items()):
-            return None
-        if not all(_fits(v, _MISS_TYPES[k]) for k, v in misses.items()):
-            return None
-        return EngineStats(**fields, evictions=evictions, misses=MissTokens(**misses))
+        stats = _decode(data, EngineStats)
     except (TypeError, ValueError):
         return None
+    assert isinstance(stats, EngineStats)
+    return stats
 
 
-def _scalar_types(cls: type) -> dict[str, type]:
-    """A stats dataclass's fields -> their declared scalar type (others: `object`)."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
-
-
-def _fits(value: object, declared: object) -> bool:
-    """Whether a wire value is of the declared scalar type (bool is not an int here)."""
-    if declared is float:
-        return type(value) in (int, float)
-    if declared in (int, str, bool):
-        return type(value) is declared
-    return True  # a structured field, decoded by name above
-
-
-_STATS_TYPES = _scalar_types(EngineStats)
-_MISS_TYPES = _scalar_types(MissTokens)
+def _decode(value: object, declared: Any) -> Any:
+    """A wire value as the declared type; ValueError where it does not fit."""
+    if dataclasses.is_dataclass(declared) and isinstance(declared, type):
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{declared.__name__}: not a mapping")
+        hints = typing.get_type_hints(declared)
+        names = {f.name for f in dataclasses.fields(declared)}
+        if not value.keys() <= names:
+            raise ValueError(f"{declared.__name__}: unknown fields {set(value) - names}")
+        return declared(**{k: _decode(v, hints[k]) for k, v in value.items()})
+    if typing.get_origin(declared) is tuple:
+        args = typing.get_args(declared)
+        if not isinstance(value, (list, tuple)):
+            raise ValueError("not a sequence")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_decode(v, args[0]) for v in value)
+        if len(value) != len(args):
+            raise ValueError(f"{len(value)} values for {len(args)}")
+        return tuple(_decode(v, a) for v, a in zip(value, args, strict=True))
+    if declared is float and isinstance(value, (int, float)) and type(value) is not bool:
+        return float(value)
+    if declared in (int, str, bool) and type(value) is declared:
+        return value
+    raise ValueError(f"{value!r} is not a {declared}")
 
 
 def _progress(s: EngineStats) -> int:
     """How far along a snapshot is: its cumulative counters, which never go back."""
-    served = s.tokens_device + s.tokens_host + s.tokens_store + s.tokens_recomputed
-    return served + s.tokens_new + sum(n for _, _, n in s.evictions)
+    return s.tokens.sourced_tokens + sum(n for _, _, n in s.evictions)
 
 
 def merged(

@@ -8,7 +8,8 @@ the key, and everything past this point is frozen dataclasses.
     args:
       engine:      penelope_engine.config.EngineConfig (model, cache, scheduler),
                    or the string "sglang" to run SGLang with the Penelope backend
-      sglang:      SGLangSettings (with engine: sglang; CUDA only)
+      sglang:      penelope_engine.sglang.config.SGLangEngineConfig (with engine: sglang;
+                   CUDA only to run, parsed anywhere)
       api:         deployments.api.settings.ApiSettings (limits; keys come from a file/env)
       engine_deployment: EngineDeploymentSettings (CPUs, queue bounds, autoscaling)
       ingress:     IngressSettings
@@ -29,6 +30,7 @@ from deployments.api.settings import ApiSettings
 from deployments.metrics.autoscaling import KvPressureSettings
 from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.errors import ConfigError
+from penelope_engine.sglang.config import SGLangEngineConfig
 from penelope_engine.util import require
 from router.policies import ROUTING_POLICIES
 from router.schema import RouterConfig
@@ -125,29 +127,6 @@ class RouterSettings:
         return {"policy": self.policy, **changed}
 
 
-@dataclass(frozen=True)
-class SGLangSettings:
-    """`engine: sglang`: each replica runs SGLang in-process with the penelope backend.
-
-    The fields are those of `penelope_engine.sglang.engine.SGLangEngineConfig`,
-    which imports SGLang; the replica builds it, so this config parses anywhere.
-    """
-
-    model_path: str
-    page_size: int = 16
-    load_format: str = "auto"
-    dtype: str = "auto"
-    context_length: int | None = None
-    max_total_tokens: int | None = None
-    mem_fraction_static: float | None = None
-    chunked_prefill_size: int | None = None
-    radix_cache_backend: str | None = "penelope"
-
-    def __post_init__(self) -> None:
-        require(bool(self.model_path), "sglang.model_path must name a model directory")
-        require(self.page_size >= 1, f"sglang.page_size must be >= 1, got {self.page_size}")
-
-
 def _default_engine() -> EngineConfig:
     return EngineConfig(model=DEFAULT_MODEL, cache=CacheConfig(device_pages=2048))
 
@@ -157,7 +136,7 @@ class ServeConfig:
     """Everything `build_application` needs."""
 
     engine: EngineConfig | typing.Literal["sglang"] = field(default_factory=_default_engine)
-    sglang: SGLangSettings | None = None
+    sglang: SGLangEngineConfig | None = None
     api: ApiSettings = field(default_factory=ApiSettings)
     engine_deployment: EngineDeploymentSettings = field(default_factory=EngineDeploymentSettings)
     ingress: IngressSettings = field(default_factory=IngressSettings)
@@ -172,7 +151,7 @@ class ServeConfig:
         )
 
     @property
-    def replica_engine(self) -> EngineConfig | SGLangSettings:
+    def replica_engine(self) -> EngineConfig | SGLangEngineConfig:
         """What each engine replica builds."""
         if isinstance(self.engine, EngineConfig):
             return self.engine

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 
 from penelope_engine.cache.sessions import SessionInfo
 from penelope_engine.cache.tree import PageTree
-from penelope_engine.protocol import SessionDigest
+from penelope_engine.protocol import DIGEST_LIMITS, SessionDigest
 
 
-def shared_prefix_hashes(tree: PageTree, limit: int = 256) -> list[int]:
+def shared_prefix_hashes(tree: PageTree, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
     """Page ids of shared prefixes held on the device, depth first (router digests)."""
     out: list[int] = []
     stack = list(tree.root.children.values())
@@ -26,7 +26,7 @@ def shared_prefix_hashes(tree: PageTree, limit: int = 256) -> list[int]:
 
 
 def session_digests(
-    sessions: Mapping[str, SessionInfo], page_size: int, limit: int = 1024
+    sessions: Mapping[str, SessionInfo], page_size: int, limit: int = DIGEST_LIMITS.sessions
 ) -> list[SessionDigest]:
     """Tokens each of the `limit` most recent sessions holds per tier (device, host, store)."""
     recent = sorted(sessions.items(), key=lambda kv: -kv[1].last_access)[:limit]

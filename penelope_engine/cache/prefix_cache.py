@@ -42,7 +42,7 @@ from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node, PageTree, TreeMatch
 from penelope_engine.costs import C_ATTN, C_LIN
 from penelope_engine.errors import CapacityError
-from penelope_engine.protocol import SessionDigest
+from penelope_engine.protocol import DIGEST_LIMITS, SessionDigest
 
 # Names importable from here since before the split (they live in the modules above).
 __all__ = ["InsertResult", "LockHandle", "PrefixCache", "SessionInfo", "TierIO"]
@@ -249,11 +249,11 @@ class PrefixCache(SessionEvents):
         return store_pages.install(self, sid, *read, due, now, copy_in)
 
     # -- digests and checks ---------------------------------------------------------
-    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+    def shared_prefix_hashes(self, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
         """Page ids of shared prefixes held on the device, depth first (router digests)."""
         return digests.shared_prefix_hashes(self.tree, limit)
 
-    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
+    def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
         return digests.session_digests(self.sessions, self.page_size, limit)
 
     def check_integrity(self, request_pages: int = 0) -> None:

@@ -25,7 +25,7 @@ import torch
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from penelope_engine.config import ModelConfig
+from penelope_engine.config import ARCH_NAMES, ModelConfig, as_arch
 from penelope_engine.errors import ConfigError
 from penelope_engine.model.decoder import Decoder
 from penelope_engine.model.gguf_tokenizer import tokenizer_from_gguf
@@ -126,9 +126,12 @@ def read_gguf(path: str | Path) -> tuple[ModelConfig, Decoder, Tokenizer]:
 
 
 def config_from_gguf(meta: dict[str, Any], tied: bool) -> ModelConfig:
-    arch = meta.get("general.architecture")
-    if arch not in ("llama", "qwen3"):
-        raise ConfigError(f"GGUF architecture {arch!r} is not supported (llama or qwen3)")
+    name = meta.get("general.architecture")
+    if name not in ARCH_NAMES:
+        raise ConfigError(
+            f"GGUF architecture {name!r} is not supported ({' or '.join(ARCH_NAMES)})"
+        )
+    arch = as_arch(name)
     hidden, heads = int(meta[f"{arch}.embedding_length"]), int(meta[f"{arch}.attention.head_count"])
     head_dim = meta.get(f"{arch}.attention.key_length") or meta.get(f"{arch}.rope.dimension_count")
     return ModelConfig(

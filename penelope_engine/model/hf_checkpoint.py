@@ -14,20 +14,22 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from penelope_engine.config import ModelConfig
+from penelope_engine.config import ARCH_NAMES, Arch, ModelConfig, as_arch
 from penelope_engine.errors import ConfigError
 from penelope_engine.model.decoder import Decoder
 
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+# Our architectures (`config.Arch`) as HF names their classes; a test holds the keys equal.
+ARCHITECTURES: dict[Arch, str] = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
 def config_from_hf(hf: dict[str, Any], name: str = "model") -> ModelConfig:
     """A `ModelConfig` from a ``config.json`` dict; unsupported features raise `ConfigError`."""
-    arch = hf.get("model_type")
-    if arch not in ARCHITECTURES:
+    model_type = hf.get("model_type")
+    if model_type not in ARCH_NAMES:
         raise ConfigError(
-            f"model_type {arch!r} is not supported; use one of {sorted(ARCHITECTURES)}"
+            f"model_type {model_type!r} is not supported; use one of {sorted(ARCH_NAMES)}"
         )
+    arch = as_arch(model_type)
     for flag in ("attention_bias", "mlp_bias", "use_sliding_window"):
         if hf.get(flag):
             raise ConfigError(f"{flag}=true is not supported")

@@ -1,13 +1,14 @@
 """Penelope inside SGLang 0.5.23, as a plugin rather than a fork.
 
 Modules that need SGLang import it themselves; importing this package,
-`shelf`, `policy` or `results` does not.
+`config`, `shelf`, `policy` or `results` does not.
 
 SGLang users select the cache with `--radix-cache-backend penelope`; the
 plugin registers it when SGLang loads its plugins (package entry point
 `sglang.srt.plugins`: `penelope = penelope_engine.sglang.plugin:register`).
 
 Modules:
+    config       `SGLangEngineConfig`: the adapter's settings, parsed anywhere (no SGLang)
     digests      the adapter's side of the backend's view: router digests, usage -> ledger
     engine       `SGLangEngine`, the `EngineProtocol` adapter over `sglang.Engine`
     eviction     Penelope's eviction over SGLang's tree, with or without HiCache's host tier

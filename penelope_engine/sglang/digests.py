@@ -14,13 +14,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from penelope_engine.cache.pages import PageHasher
-from penelope_engine.protocol import MissTokens, SessionDigest, TokenUsage
+from penelope_engine.protocol import DIGEST_LIMITS, MissTokens, SessionDigest, TokenUsage
 
 EVICTED_KEY = "penelope_evicted"  # added to SGLang's cached_tokens_details by the hook
 REFILLED_KEY = "penelope_refilled"  # hole tokens a refill request recomputed (SGLang: cached)
 
 
-def session_digests(snapshot: Mapping[str, Any], limit: int = 1024) -> list[SessionDigest]:
+def session_digests(
+    snapshot: Mapping[str, Any], limit: int = DIGEST_LIMITS.sessions
+) -> list[SessionDigest]:
     """The snapshot's sessions (most recent first), as the router's `SessionDigest`s."""
     rows = snapshot.get("sessions", ())[:limit]
     return [
@@ -30,7 +32,7 @@ def session_digests(snapshot: Mapping[str, Any], limit: int = 1024) -> list[Sess
 
 
 def shared_prefix_hashes(
-    snapshot: Mapping[str, Any], hasher: PageHasher, limit: int = 256
+    snapshot: Mapping[str, Any], hasher: PageHasher, limit: int = DIGEST_LIMITS.prefix_pages
 ) -> list[int]:
     """Page ids of the snapshot's shared device prefixes (tenant = the key's cache salt)."""
     out: list[int] = []

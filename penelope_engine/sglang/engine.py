@@ -25,20 +25,21 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from penelope_engine.cache.pages import PageNaming
-from penelope_engine.errors import ConfigError, InvalidRequestError
+from penelope_engine.errors import InvalidRequestError
 from penelope_engine.hints import HintGrant, SessionHints, refused
 from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import (
+    DIGEST_LIMITS,
     EngineStats,
     FinishReason,
     GenerateRequest,
     RequestOutput,
     SessionDigest,
+    TokenUsage,
 )
 from penelope_engine.sglang import require_sglang
 
@@ -47,58 +48,13 @@ require_sglang("penelope_engine.sglang.engine (the `sglang` engine)")
 import sglang  # noqa: E402
 
 from penelope_engine.sglang import digests  # noqa: E402
-from penelope_engine.sglang.plugin import BACKEND_NAME, register  # noqa: E402
+from penelope_engine.sglang.config import SGLangEngineConfig  # noqa: E402
+from penelope_engine.sglang.plugin import register  # noqa: E402
 from penelope_engine.sglang.sessions import SessionHint  # noqa: E402
 from penelope_engine.sglang.views import VIEW_KEY  # noqa: E402
 
 if TYPE_CHECKING:
     from cache_store import StoreStats
-
-
-@dataclass(frozen=True)
-class SGLangEngineConfig:
-    """What the adapter passes to `sglang.Engine` (all validated here)."""
-
-    model_path: str
-    page_size: int = 16
-    load_format: str = "auto"  # "dummy": random weights from the model's config
-    dtype: str = "auto"
-    context_length: int | None = None
-    max_total_tokens: int | None = None  # KV capacity in tokens; None: from memory
-    mem_fraction_static: float | None = None
-    chunked_prefill_size: int | None = None
-    radix_cache_backend: str | None = BACKEND_NAME  # None: SGLang's default tree
-    random_seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.model_path:
-            raise ConfigError("model_path must name a model directory or hub id")
-        if self.page_size < 1:
-            raise ConfigError(f"page_size must be positive, got {self.page_size}")
-        if self.max_total_tokens is not None and self.max_total_tokens < self.page_size:
-            raise ConfigError("max_total_tokens must hold at least one page")
-        if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
-            raise ConfigError("mem_fraction_static must be in (0, 1)")
-
-    def engine_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "model_path": self.model_path,
-            "page_size": self.page_size,
-            "load_format": self.load_format,
-            "dtype": self.dtype,
-            "random_seed": self.random_seed,
-            "incremental_streaming_output": True,
-            "log_level": "error",
-        }
-        optional = {
-            "context_length": self.context_length,
-            "max_total_tokens": self.max_total_tokens,
-            "mem_fraction_static": self.mem_fraction_static,
-            "chunked_prefill_size": self.chunked_prefill_size,
-            "radix_cache_backend": self.radix_cache_backend,
-        }
-        kwargs.update({k: v for k, v in optional.items() if v is not None})
-        return kwargs
 
 
 def _hf_config(model_path: str) -> dict[str, Any]:
@@ -243,13 +199,14 @@ class SGLangEngine:
 
     def stats(self) -> EngineStats:
         cached = self._cached_tokens + self._host_tokens
-        return EngineStats(
-            tokens_device=self._cached_tokens,
-            tokens_host=self._host_tokens,
-            tokens_recomputed=self._evicted_tokens,
-            tokens_new=self._prompt_tokens - cached - self._evicted_tokens,
-            running=self._running,
+        tokens = TokenUsage(
+            prompt_tokens=self._prompt_tokens,
+            device_tokens=self._cached_tokens,
+            host_tokens=self._host_tokens,
+            recomputed_tokens=self._evicted_tokens,
+            new_tokens=self._prompt_tokens - cached - self._evicted_tokens,
         )
+        return EngineStats(tokens=tokens, running=self._running)
 
     def view(self) -> dict[str, Any]:
         """The penelope cache's snapshot (`views.SessionViews.snapshot`); {} before the
@@ -273,7 +230,7 @@ class SGLangEngine:
         """None: SGLang spills to its own storage backends, not to Penelope's Arrow store."""
         return None
 
-    def session_digests(self, limit: int = 1024) -> list[SessionDigest]:
+    def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
         """Per session: device and host tokens the penelope cache still holds, last access."""
         return digests.session_digests(self.view(), limit)
 
@@ -281,7 +238,7 @@ class SGLangEngine:
         """The cache's clock: monotonic seconds, shared by the scheduler process."""
         return time.monotonic()
 
-    def shared_prefix_hashes(self, limit: int = 256) -> list[int]:
+    def shared_prefix_hashes(self, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
         """Page ids (Penelope's naming, `page_naming`) of the cache's shared device prefixes."""
         return digests.shared_prefix_hashes(self.view(), self._hasher, limit)
 

@@ -21,10 +21,9 @@ from sglang.srt.mem_cache.registry import (
     registered_radix_cache_backends,
 )
 
+from penelope_engine.sglang.config import BACKEND_NAME
 from penelope_engine.sglang.hooks import register_scheduler_hooks
 from penelope_engine.sglang.radix_cache import PenelopeRadixCache
-
-BACKEND_NAME = "penelope"
 
 
 def penelope_cache_factory(ctx: TreeCacheBuildContext) -> Any:

@@ -106,7 +106,7 @@ def test_generate_streams_new_tokens_and_finishes_once() -> None:
     call = engine._engine.calls[0]
     assert call["input_ids"] == [5, 6, 7] and call["cache_salt"] == "acme" and call["stream"]
     stats = engine.stats()
-    assert (stats.tokens_device, stats.tokens_new, stats.running) == (2, 1, 0)
+    assert (stats.tokens.device_tokens, stats.tokens.new_tokens, stats.running) == (2, 1, 0)
 
 
 def test_the_adapter_answers_every_member_of_the_engine_protocol(

@@ -162,7 +162,8 @@ async def test_bad_requests_are_400s_naming_the_field_and_other_sessions_keep_th
     after = engine.stats()
     assert after.running == 0 and after.queue_length == 0
     assert after.pages_device_used == before.pages_device_used  # nothing admitted or evicted
-    assert after.tokens_new == before.tokens_new and after.session_records == before.session_records
+    assert after.tokens.new_tokens == before.tokens.new_tokens
+    assert after.session_records == before.session_records
     engine.check_integrity()
     again = await client.post("/v1/messages", json=other, headers=headers)
     usage = again.json()["usage"]

@@ -191,7 +191,7 @@ async def test_invalid_requests_get_openai_errors_and_touch_no_cache(make_app: A
         r = await client.post("/v1/completions", json=long_prompt)
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
         stats = app.state.penelope.backend.engine.stats()
-        assert stats.tokens_new == 0 and stats.pages_device_used == 0
+        assert stats.tokens.new_tokens == 0 and stats.pages_device_used == 0
 
 
 async def test_body_size_limit_gives_413_with_and_without_content_length(make_app: Any) -> None:

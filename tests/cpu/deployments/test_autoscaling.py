@@ -11,7 +11,7 @@ from ray.serve.config import AutoscalingConfig, AutoscalingContext
 from deployments.metrics.autoscaling import OCCUPANCY, RECOMPUTE, WORKING_SET, KvSignals
 from deployments.metrics.autoscaling_policy import KvAwarePolicy
 from penelope_engine.errors import ConfigError
-from penelope_engine.protocol import EngineStats, SessionDigest
+from penelope_engine.protocol import EngineStats, SessionDigest, TokenUsage
 
 DEPLOYMENT = DeploymentID(name="PenelopeEngine", app_name="penelope")
 REPLICAS = [ReplicaID(unique_id=f"r{i}", deployment_id=DEPLOYMENT) for i in range(2)]
@@ -74,9 +74,7 @@ def test_policy_kwargs_are_validated() -> None:
 
 def stats(recomputed: int, new: int, device: int = 0, used: int = 10) -> EngineStats:
     return EngineStats(
-        tokens_device=device,
-        tokens_recomputed=recomputed,
-        tokens_new=new,
+        tokens=TokenUsage(device_tokens=device, recomputed_tokens=recomputed, new_tokens=new),
         pages_device_used=used,
         pages_device_total=100,
     )

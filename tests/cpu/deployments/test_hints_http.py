@@ -202,7 +202,7 @@ async def test_bad_hints_are_a_400_naming_the_field_and_change_nothing(
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param, r.json()
     stats = engine(happ).stats()
-    assert stats.tokens_new == stats.pages_device_used == stats.session_records == 0
+    assert stats.tokens.new_tokens == stats.pages_device_used == stats.session_records == 0
 
 
 async def test_the_ledger_names_moves_and_edits(hclient: httpx.AsyncClient) -> None:

@@ -259,6 +259,7 @@ def test_bad_tool_input_is_a_400_in_openai_s_shape_and_other_sessions_are_untouc
         assert isinstance(error, dict) and set(error) == {"message", "type", "param", "code"}
         assert error["type"] == "invalid_request_error" and error["param"] == param, (change, error)
     after = engine.stats()
-    assert after.tokens_new == before.tokens_new and after.session_records == before.session_records
+    assert after.tokens.new_tokens == before.tokens.new_tokens
+    assert after.session_records == before.session_records
     again = _ask(client, messages, "bystander", max_tokens=4)
     assert again.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 8

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deployments.ray.replica_stats import ReplicaStatsBook
-from penelope_engine.protocol import EngineStats, MissTokens
+from penelope_engine.protocol import EngineStats, MissTokens, TokenUsage
 
 
 class Clock:
@@ -46,37 +46,43 @@ def test_a_ttl_must_be_positive() -> None:
 def test_every_ingress_exports_every_replica_from_the_routing_stats() -> None:
     from deployments.ray.replica_stats import STATS_KEY, merged, stats_to_wire
 
-    reported = {"r1": EngineStats(tokens_new=10)}  # the reports that reached this ingress
+    def new(n: int) -> EngineStats:
+        return EngineStats(tokens=TokenUsage(new_tokens=n))
+
+    reported = {"r1": new(10)}  # the reports that reached this ingress
+    r2 = EngineStats(tokens=TokenUsage(device_tokens=7), evictions=(("a", "b", 2),))
     routed = {
-        "r1": {STATS_KEY: stats_to_wire(EngineStats(tokens_new=4))},  # older than the report
-        "r2": {STATS_KEY: stats_to_wire(EngineStats(tokens_device=7, evictions=(("a", "b", 2),)))},
+        "r1": {STATS_KEY: stats_to_wire(new(4))},  # older than the report
+        "r2": {STATS_KEY: stats_to_wire(r2)},
         "r3": {},  # no routing stats yet
-        "r4": {STATS_KEY: {"tokens_new": "many"}},  # malformed: ignored
-        "r5": {STATS_KEY: {"tokens_new": 1, "bogus": 1}},
+        "r4": {STATS_KEY: {"tokens": {"new_tokens": "many"}}},  # malformed: ignored
+        "r5": {STATS_KEY: {"tokens": {"new_tokens": 1}, "bogus": 1}},
         "r6": {STATS_KEY: [1, 2]},
     }
     out = merged(reported, routed)
     assert set(out) == {"r1", "r2"}
-    assert out["r1"].tokens_new == 10  # cumulative counters never go back
-    assert out["r2"].tokens_device == 7 and out["r2"].evictions == (("a", "b", 2),)
-    fresher = {"r1": {STATS_KEY: stats_to_wire(EngineStats(tokens_new=12))}}
-    assert merged(reported, fresher)["r1"].tokens_new == 12
+    assert out["r1"].tokens.new_tokens == 10  # cumulative counters never go back
+    assert out["r2"].tokens.device_tokens == 7 and out["r2"].evictions == (("a", "b", 2),)
+    fresher = {"r1": {STATS_KEY: stats_to_wire(new(12))}}
+    assert merged(reported, fresher)["r1"].tokens.new_tokens == 12
 
 
 def test_the_miss_ledger_travels_in_the_routing_stats() -> None:
     from deployments.ray.replica_stats import STATS_KEY, merged, stats_from_wire, stats_to_wire
 
-    stats = EngineStats(tokens_new=9, misses=MissTokens(new=5, prompt_edit=4))
+    stats = EngineStats(tokens=TokenUsage(new_tokens=9, misses=MissTokens(new=5, prompt_edit=4)))
     assert stats_from_wire(stats_to_wire(stats)) == stats
     wire = stats_to_wire(stats)
-    bad = {**wire, "misses": {**wire["misses"], "new": "five"}}
+    tokens = wire["tokens"]
+    bad = {**wire, "tokens": {**tokens, "misses": {**tokens["misses"], "new": "five"}}}
     assert merged({}, {"r1": {STATS_KEY: bad}}) == {}
-    assert stats_from_wire({**wire, "misses": {"bogus": 1}}) is None
+    assert stats_from_wire({**wire, "tokens": {**tokens, "misses": {"bogus": 1}}}) is None
 
 
 def test_every_stats_field_round_trips_through_the_typed_wire_form() -> None:
-    """Each field of `EngineStats` (and `MissTokens`) decodes by its declared type: a new
-    field of any scalar type travels without a change here, and a mistyped one is refused."""
+    """Each field of `EngineStats` (and of its nested `TokenUsage` and `MissTokens`) decodes
+    by its declared type: a new field of any scalar type travels without a change here,
+    and a mistyped one is refused."""
     import dataclasses
     import json
     import typing
@@ -89,21 +95,26 @@ def test_every_stats_field_round_trips_through_the_typed_wire_form() -> None:
         declared = typing.get_type_hints(EngineStats)[f.name]
         if declared in samples:
             values[f.name] = samples[declared]
+    tokens = TokenUsage(prompt_tokens=4, device_tokens=1, misses=MissTokens(new=2, tenant=1))
     stats = EngineStats(
         **values,  # type: ignore[arg-type]
+        tokens=tokens,
         evictions=(("lru", "drop", 3),),
-        misses=MissTokens(new=2, tenant=1),
     )
     wire = json.loads(json.dumps(stats_to_wire(stats)))  # as JSON carries it
     assert stats_from_wire(wire) == stats
     for name, value in values.items():
         assert stats_from_wire({**wire, name: [value]}) is None, name  # mistyped: refused
     assert stats_from_wire({**wire, "unknown_field": 1}) is None
+    assert stats_from_wire({**wire, "tokens": {**wire["tokens"], "device_tokens": 1.5}}) is None
+    assert stats_from_wire({**wire, "evictions": [["lru", "drop"]]}) is None
 
 
 def test_a_float_field_decodes_where_json_dropped_its_fraction() -> None:
     """A float-typed field arriving as an int (JSON writes 3.0 as 3) is accepted."""
     from deployments.ray import replica_stats
 
-    assert replica_stats._fits(3, float) and replica_stats._fits(3.5, float)
-    assert not replica_stats._fits(True, int) and not replica_stats._fits("3", float)
+    assert replica_stats._decode(3, float) == 3.0 and replica_stats._decode(3.5, float) == 3.5
+    for value, declared in ((True, int), ("3", float)):
+        with pytest.raises(ValueError):
+            replica_stats._decode(value, declared)

@@ -2,15 +2,16 @@
 
 import pytest
 
-from deployments.ray.serve_config import SGLangSettings, parse_serve_config
+from deployments.ray.serve_config import parse_serve_config
 from penelope_engine.errors import ConfigError
+from penelope_engine.sglang.config import SGLangEngineConfig
 
 
 def test_engine_sglang_selects_the_sglang_settings() -> None:
     config = parse_serve_config(
         {"engine": "sglang", "sglang": {"model_path": "/models/qwen3-8b", "page_size": 32}}
     )
-    assert config.replica_engine == SGLangSettings("/models/qwen3-8b", page_size=32)
+    assert config.replica_engine == SGLangEngineConfig("/models/qwen3-8b", page_size=32)
     assert config.replica_engine.radix_cache_backend == "penelope"
 
 
@@ -35,6 +36,18 @@ def test_building_an_sglang_replica_without_sglang_says_how_to_install_it() -> N
         import sglang  # noqa: F401
     except ImportError:
         with pytest.raises(ImportError, match="sglang"):
-            _sglang_engine(SGLangSettings("/models/qwen3-8b"))
+            _sglang_engine(SGLangEngineConfig("/models/qwen3-8b"))
     else:  # pragma: no cover - a machine with SGLang
         pytest.skip("SGLang is installed here; the GPU tests cover the real build")
+
+
+def test_the_yaml_section_validates_into_the_adapters_one_config() -> None:
+    section = {"model_path": "/m", "mem_fraction_static": 0.8, "random_seed": 7}
+    config = parse_serve_config({"engine": "sglang", "sglang": section})
+    assert config.replica_engine == SGLangEngineConfig(**section)
+    with pytest.raises(ConfigError, match="mem_fraction_static"):
+        parse_serve_config(
+            {"engine": "sglang", "sglang": {"model_path": "/m", "mem_fraction_static": 1.5}}
+        )
+    with pytest.raises(ConfigError, match="page_size"):
+        parse_serve_config({"engine": "sglang", "sglang": {"model_path": "/m", "page_size": "x"}})

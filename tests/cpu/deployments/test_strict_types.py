@@ -208,7 +208,8 @@ async def test_a_wrong_json_type_is_a_400_naming_the_field(
     backend = app.state.penelope.backend
     assert backend.admitted == 0
     stats = backend.engine.stats()
-    assert stats.tokens_new == stats.pages_device_used == stats.queue_length == stats.running == 0
+    assert stats.tokens.new_tokens == stats.pages_device_used == 0
+    assert stats.queue_length == stats.running == 0
 
 
 def test_every_request_field_is_covered() -> None:

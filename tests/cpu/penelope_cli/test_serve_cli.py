@@ -107,3 +107,26 @@ def test_keys_from_env_and_constant_time_matching() -> None:
 def test_short_keys_are_refused() -> None:
     with pytest.raises(ConfigError):
         ApiSettings(api_keys={"short": "t"})
+
+
+def test_the_config_options_take_type_choices_and_help_from_their_fields() -> None:
+    import dataclasses
+
+    from deployments.api.settings import ApiSettings
+    from penelope_cli import serve
+    from penelope_engine.config import DTYPE_NAMES, CacheConfig, EngineConfig, SchedulerConfig
+
+    actions = {a.dest: a for a in serve.build_parser()._actions}
+    by_config = {
+        EngineConfig: serve.ENGINE_OPTIONS,
+        CacheConfig: serve.CACHE_OPTIONS + serve.STORE_OPTIONS + serve.SESSION_OPTIONS,
+        SchedulerConfig: serve.SCHEDULER_OPTIONS,
+        ApiSettings: serve.API_OPTIONS + ("metrics_require_auth", "tool_parser"),
+    }
+    for config, names in by_config.items():
+        helps = {f.name: f.metadata.get("help") for f in dataclasses.fields(config)}
+        for name in names:
+            assert actions[name].help == helps[name], name
+    assert tuple(actions["dtype"].choices) == DTYPE_NAMES  # the Literal's values
+    assert actions["tenant_pin_tokens"].type is int and actions["store_region"].type is str
+    assert actions["metrics_require_auth"].default is False

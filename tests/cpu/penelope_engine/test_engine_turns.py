@@ -101,7 +101,7 @@ def test_a_host_tier_serves_evicted_pages_exactly(
     check_usage(run)
     assert sum(u.host_tokens for u in run.usage) > 0, "no page came back from the host"
     stats = engine.stats()
-    assert stats.tokens_host == sum(u.host_tokens for u in run.usage)
+    assert stats.tokens.host_tokens == sum(u.host_tokens for u in run.usage)
     assert dict(((p, r), n) for p, r, n in stats.evictions)[("penelope", "demote")] > 0
 
 

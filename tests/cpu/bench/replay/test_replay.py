@@ -57,7 +57,8 @@ def _replay(lm: LoadedModel, policy: str, device_tokens: int, host_tokens: int =
 def test_every_turn_completes_in_order_with_its_tool_gap(tiny_qwen3: LoadedModel) -> None:
     rep, m, stats = _replay(tiny_qwen3, "lru", 4096)
     assert (m.requests, m.sessions, m.failed_requests) == (4, 2, 0)
-    assert m.recompute_ratio == 0.0 and stats.tokens_device > 0  # roomy: turn 2 reuses turn 1
+    # roomy: turn 2 reuses turn 1
+    assert m.recompute_ratio == 0.0 and stats.tokens.device_tokens > 0
     by = {(r.session_id, r.turn): r for r in rep.requests}
     for sid in ("s0", "s1"):
         first, second = by[(sid, 0)], by[(sid, 1)]
@@ -98,7 +99,7 @@ def test_forced_eviction_recomputes_gpu_only_and_loads_with_a_host_tier(
     budget = 20 * PS  # one 17-page turn fits, two sessions' histories do not
     rep, m, stats = _replay(tiny_qwen3, policy, budget)
     assert m.failed_requests == 0 and m.requests == 4
-    assert stats.tokens_recomputed > 0 and m.recompute_ratio > 0
+    assert stats.tokens.recomputed_tokens > 0 and m.recompute_ratio > 0
     # the miss ledger: every request's computed tokens split by cause, exactly; the
     # evicted history is named as such, not as new
     for r in rep.requests:
@@ -106,7 +107,7 @@ def test_forced_eviction_recomputes_gpu_only_and_loads_with_a_host_tier(
     assert sum(r.misses.evicted_device for r in rep.requests) > 0
     rep, m, stats = _replay(tiny_qwen3, policy, budget, host_tokens=64 * PS)
     assert m.failed_requests == 0 and m.requests == 4
-    assert stats.tokens_host > 0 and stats.tokens_recomputed == 0
+    assert stats.tokens.host_tokens > 0 and stats.tokens.recomputed_tokens == 0
     for r in rep.requests:
         assert r.misses.total == r.recomputed_tokens + r.new_tokens, (r.session_id, r.turn)
 

@@ -49,7 +49,7 @@ def test_causes_sum_to_the_computed_tokens_on_every_request(
     e = Engine(EngineConfig(cache=cc), loaded=tiny_qwen3)
     usages = run_turns(e)
     total = sum(usages, TokenUsage())
-    assert e.stats().misses == total.misses
+    assert e.stats().tokens.misses == total.misses
     assert total.misses.total == total.recomputed_tokens + total.new_tokens
     misses = total.misses.as_dict()
     assert misses["prompt_edit"] > 0  # session 0's edited turn

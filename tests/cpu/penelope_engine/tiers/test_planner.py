@@ -87,11 +87,11 @@ def test_a_failed_host_load_is_recomputed_and_generation_stays_exact(
 
     loaded.tiers.host_to_device = counted
     assert run(loaded) == reference
-    served = loaded.stats().tokens_host
+    served = loaded.stats().tokens.host_tokens
     assert served > 0, "the fault-free run never loaded from the host"
     assert sum(copied) * loaded.config.cache.page_size == served
     engine = make_engine(device_pages=24, host_pages=64)
     engine.tiers.host_to_device = lambda host_pages, device_pages: False  # the copy fails
     assert run(engine) == reference
     stats = engine.stats()
-    assert stats.tokens_host == 0 and stats.tokens_recomputed > 0
+    assert stats.tokens.host_tokens == 0 and stats.tokens.recomputed_tokens > 0

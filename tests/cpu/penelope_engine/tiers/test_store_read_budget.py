@@ -57,7 +57,7 @@ def test_a_slow_store_read_is_cut_at_the_budget_and_recomputed(tiny_qwen3, proxi
     assert took < 2 * BUDGET_S + 1.0  # the record read and the page read, each cut
     assert second.usage.store_tokens == 0
     stats = arriving.stats()
-    assert stats.misses.store_miss >= 40  # the ledger names why the history recomputed
+    assert stats.tokens.misses.store_miss >= 40  # the ledger names why the history recomputed
     assert stats.store_read_timeouts >= 1
     arriving.check_integrity()
 

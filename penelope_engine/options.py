@@ -1,0 +1,73 @@
+"""The named string options of the configs, each listed once, and how they are checked.
+
+Each option is a `Literal` (mypy checks it) whose values (`get_args`) feed the
+validation of configs read from YAML or the command line, the CLI's choices and
+the error that names the valid ones. Eviction policies are strategies: their
+names are `cache.eviction.EVICTION_POLICIES`'s, checked there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any, Literal, TypeVar, get_args
+
+from penelope_engine.errors import ConfigError
+
+EvictionPolicyName = str
+WritePolicy = Literal["off", "write_through", "write_back"]
+AdmissionOrder = Literal["fcfs", "program", "aged"]
+RetentionMode = Literal["none", "ttl", "return_aware"]
+# The model and KV dtypes (`tiers.kv_pool.DTYPES` maps them to torch's).
+DType = Literal["float32", "float16", "bfloat16"]
+DTYPE_NAMES: tuple[str, ...] = get_args(DType)
+# The decoder architectures (`model.hf_checkpoint.ARCHITECTURES` maps them to HF's classes).
+Arch = Literal["llama", "qwen3"]
+ARCH_NAMES: tuple[Arch, ...] = get_args(Arch)
+
+WRITE_POLICIES: tuple[WritePolicy, ...] = get_args(WritePolicy)
+ADMISSION_ORDERS: tuple[AdmissionOrder, ...] = get_args(AdmissionOrder)
+RETENTIONS: tuple[RetentionMode, ...] = get_args(RetentionMode)
+
+_Option = TypeVar("_Option", bound=str)
+
+
+def with_help(default: Any, help: str) -> Any:
+    """A config field with its `--help` text (`penelope_cli.helpformat` builds options
+    from it): `x: int = with_help(3, "what x does")`."""
+    return field(default=default, metadata={"help": help})
+
+
+class _CheckedInPostInit:
+    """Marks a Literal field that `__post_init__` checks: loaders that read annotations
+    (pydantic, for the serve config's YAML) take it as a str, so a wrong value gets
+    the config's own error, which names the valid ones."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return handler(str)
+
+
+CHECKED_IN_POST_INIT = _CheckedInPostInit()
+
+
+def one_of(allowed: tuple[_Option, ...], value: str, what: str) -> _Option:
+    """`value` as one of `allowed` (a Literal's values); ConfigError naming them otherwise."""
+    for option in allowed:
+        if value == option:
+            return option
+    raise ConfigError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def as_write_policy(value: str) -> WritePolicy:
+    return one_of(WRITE_POLICIES, value, "write_policy")
+
+
+def as_admission_order(value: str) -> AdmissionOrder:
+    return one_of(ADMISSION_ORDERS, value, "admission")
+
+
+def as_retention(value: str) -> RetentionMode:
+    return one_of(RETENTIONS, value, "retention")
+
+
+def as_arch(value: str) -> Arch:
+    return one_of(ARCH_NAMES, value, "arch")
