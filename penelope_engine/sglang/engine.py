@@ -9,7 +9,8 @@ Streaming: the engine runs with incremental streaming output, so each chunk's
 `output_ids` are the new tokens of that step.
 
 Sessions: a request's session id and harness hints travel to the scheduler in
-SGLang's `kv_hints` envelope (`sessions.SessionHint.envelope`); the penelope
+SGLang's `kv_hints` envelope (`sessions.SessionHint.envelope`), and the session
+endpoint's hints between turns on SGLang's RPC channel (`hint_rpc`); the penelope
 cache keeps its per-session view, applies the hints (retain_s: a node lock,
 expected_gap_s and end_session: the victim order) and reports, per request,
 host hits and the ledger's evicted tokens in `cached_tokens_details`
@@ -49,6 +50,7 @@ import sglang  # noqa: E402
 
 from penelope_engine.sglang import digests  # noqa: E402
 from penelope_engine.sglang.config import SGLangEngineConfig  # noqa: E402
+from penelope_engine.sglang.hint_rpc import HintChannel  # noqa: E402
 from penelope_engine.sglang.plugin import register  # noqa: E402
 from penelope_engine.sglang.sessions import SessionHint  # noqa: E402
 from penelope_engine.sglang.views import VIEW_KEY  # noqa: E402
@@ -133,6 +135,7 @@ class SGLangEngine:
         self._evicted_tokens = 0
         self._running = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._hints: HintChannel | None = None
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[RequestOutput]:
         if not request.prompt_token_ids:
@@ -187,8 +190,15 @@ class SGLangEngine:
     async def session_hints(
         self, session_id: str, tenant: str, hints: SessionHints
     ) -> list[HintGrant]:
-        """SGLang's scheduler keeps no session records: every hint is refused (`no_session`)."""
-        return refused(hints, "no_session")
+        """Hints between turns, applied to the penelope cache's session record in the
+        scheduler (`hint_rpc`, `between_turns`); `no_session` where this process has no
+        RPC channel to the scheduler (a node other than SGLang's rank 0)."""
+        socket = getattr(self._engine, "send_to_rpc", None)
+        if socket is None:
+            return refused(hints, "no_session")
+        if self._hints is None:
+            self._hints = HintChannel(socket)
+        return await asyncio.to_thread(self._hints.send, session_id, tenant, hints)
 
     def _account(self, meta: dict[str, Any]) -> None:
         usage = usage_of(meta, 0)

@@ -14,7 +14,11 @@ AROUND hooks; the first three are no-ops unless the scheduler's tree cache is a
 - `SchedulerOutputStreamer.get_cached_tokens_details`: a request's details
   carry the miss ledger's evicted count (`digests.EVICTED_KEY`): prompt tokens
   its session had cached once (`PenelopeRadixCache.note_request`) and that
-  were not cached for it now.
+  were not cached for it now;
+- `Scheduler.handle_rpc_request`: the session endpoint's hints (`hint_rpc`,
+  method `HINTS_METHOD`) are applied to the cache's session records
+  (`between_turns.apply`) and answered with their grants; other RPCs run as
+  before. Without a penelope cache every hint is refused (`no_session`).
 
 `_add_request_to_queue` also hands every new request to `note_request`
 (session hints, known tokens) before planning its refill.
@@ -30,10 +34,13 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from sglang.srt.managers.io_struct import RpcReqOutput
 from sglang.srt.managers.schedule_batch import Req
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+from penelope_engine.hints import refused
+from penelope_engine.sglang import between_turns, hint_rpc
 from penelope_engine.sglang.digests import EVICTED_KEY, REFILLED_KEY
 from penelope_engine.sglang.radix_cache import PenelopeRadixCache
 from penelope_engine.sglang.refill import RefillCoordinator, RefillPlan, is_refill_rid
@@ -154,6 +161,23 @@ def get_cached_tokens_details(
     return details
 
 
+def handle_rpc_request(
+    original: Callable[..., Any], scheduler: Any, recv_req: Any, *args: Any, **kwargs: Any
+) -> Any:
+    if getattr(recv_req, "method", None) != hint_rpc.HINTS_METHOD:
+        return original(scheduler, recv_req, *args, **kwargs)
+    try:
+        session, tenant, hints = hint_rpc.hints_of(dict(recv_req.parameters or {}))
+    except (KeyError, TypeError, ValueError) as exc:  # InvalidRequestError is a ValueError
+        return RpcReqOutput(rid=recv_req.rid, success=False, message=str(exc))
+    cache = getattr(scheduler, "tree_cache", None)
+    if isinstance(cache, PenelopeRadixCache):
+        grants = between_turns.apply(cache, session, tenant, hints, cache.evictor.clock())
+    else:
+        grants = refused(hints, "no_session")
+    return hint_rpc.reply(recv_req.rid, grants)
+
+
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (f"{SCHEDULER}._add_request_to_queue", add_request_to_queue),
     (f"{SCHEDULER}.get_next_batch_to_run", get_next_batch_to_run),
@@ -161,6 +185,7 @@ HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (f"{STREAMER}.stream_output", stream_output),
     (f"{SCHEDULER}.get_internal_state", get_internal_state),
     (f"{STREAMER}.get_cached_tokens_details", get_cached_tokens_details),
+    (f"{SCHEDULER}.handle_rpc_request", handle_rpc_request),
 )
 
 

@@ -166,8 +166,7 @@ class SessionBook:
             self._trim()
         entry.last_access = now
         entry.ended = hint.end_session
-        if hint.expected_gap_s is not None:
-            entry.expected_gap_s = hint.expected_gap_s
+        entry.expected_gap_s = hint.expected_gap_s  # for the gap after this request only
         if hint.retain_s is not None:
             entry.retain_until = now + hint.retain_s
         if hint.end_session:
