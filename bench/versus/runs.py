@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from bench.versus import client, servers
 from bench.versus.config import ServerSpec, VersusConfig
 from bench.versus.plan import Plan, describe, make_plan
@@ -89,10 +91,12 @@ def run_all(
                 log = cfg.out_dir / "logs" / f"{spec.name}-kv{kv or 0}-seed{seed}.log"
                 try:
                     r = run_one(cfg, spec, plans[seed], kv, log)
-                except servers.StartFailed as exc:
-                    print(f"[kv {kv or '-'} seed {seed}] {spec.name}: {exc}", file=sys.stderr)
+                except (servers.StartFailed, httpx.HTTPError) as exc:
+                    # a server that did not come up, or went away before its replay began
+                    why = f"{type(exc).__name__}: {exc}"
+                    print(f"[kv {kv or '-'} seed {seed}] {spec.name}: {why}", file=sys.stderr)
                     failed.append({"server": spec.name, "seed": seed, "kv_tokens": kv,
-                                   "log": str(log), "error": str(exc)})  # fmt: skip
+                                   "log": str(log), "error": why})  # fmt: skip
                     continue
                 s = {k: (v if v is not None else float("nan")) for k, v in r["summary"].items()}
                 print(

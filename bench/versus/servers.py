@@ -16,11 +16,13 @@ it, else from its log:
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -49,6 +51,16 @@ def _why(name: str, log: Path) -> str:
     return f"server {name} did not come up{head}\nend of its log:\n{tail}"
 
 
+def _answers(url: str) -> bool:
+    """Whether something already accepts TCP connections at `url`'s host and port."""
+    u = urlsplit(url)
+    try:
+        with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 @contextmanager
 def running(
     spec: ServerSpec, kv_tokens: int, block_tokens: int, log: Path, timeout_s: float
@@ -58,6 +70,11 @@ def running(
         wait_http(f"{spec.url}/health", timeout_s)
         yield None
         return
+    if _answers(spec.url):
+        # Without this check /health would be answered by whoever holds the port, and
+        # the replay would run against a stranger (another bench's server did that once).
+        raise StartFailed(f"{spec.url} is taken before {spec.name} was started: another "
+                          "process listens on that port")  # fmt: skip
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         proc = subprocess.Popen(

@@ -148,6 +148,26 @@ def test_a_server_that_does_not_come_up_is_recorded_and_the_sweep_goes_on(
     (failed,) = doc["failed"]
     assert (failed["server"], failed["kv_tokens"], failed["seed"]) == ("x", 640, 0)
     assert "ValueError: the pool is too small" in failed["error"].splitlines()[0]
+    assert failed["error"].startswith("StartFailed: server x did not come up")
     (run,) = doc["runs"]
     assert run["kv_tokens"] == 1024 and run["summary"]["errors"] == 0
     assert len(run["load_avg"]["before"]) == 3
+
+
+def test_a_port_someone_else_holds_is_refused_before_the_start(tmp_path: Path) -> None:
+    """Another process on the server's port would answer /health for it: the start is
+    refused, and the command never runs."""
+    import socket
+
+    from bench.versus.servers import StartFailed, running
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        marker = tmp_path / "ran"
+        spec = ServerSpec("x", f"http://127.0.0.1:{port}", start=f"touch {marker}")
+        with pytest.raises(StartFailed, match="another process listens"):
+            with running(spec, 1024, 16, tmp_path / "x.log", 5.0):
+                pass
+        assert not marker.exists()
