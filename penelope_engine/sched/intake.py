@@ -91,4 +91,3 @@ class Intake:
             self.totals += usage
             self.retention.on_admit(now - seq.arrival)
         return True
-
