@@ -5,6 +5,7 @@ Modules:
     codec    Segment <-> one-row Arrow IPC file, with format, key and checksum checks
     files    file layout, atomic writes and memory-mapped reads over `pyarrow.fs`
     index    LRU order of segments and the (tenant, page hash) -> key index
+    ledger   the index, reservations and counters under the store's one lock (no I/O)
     location `StoreLocation`: a path or URI, plus an S3 endpoint and region
     health   timeouts, retries with backoff and jitter, the degraded state and its probe
     records  path records: a session's pages and their segments, for any replica

@@ -1,6 +1,6 @@
 """The in-memory index of a store: segments in LRU order and which segment holds a page.
 
-Not thread-safe on its own; the store calls it under its lock.
+Not thread-safe on its own; `ledger.StoreLedger` calls it under the store's lock.
 """
 
 from __future__ import annotations

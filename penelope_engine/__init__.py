@@ -14,6 +14,8 @@ Modules:
     sglang/       the SGLang 0.5.23 plugin (`--radix-cache-backend penelope`) and adapter
     core          `build_core`: cache + scheduler + tiers from configs and `CoreHooks`
     engine        `Engine`: the synchronous step loop over the core and the model runner
+    parts         the engine's parts from its config: KV pools, store, page identity, tiers
+    checks        a request checked before it is queued; how a turn ended (tool-call regex)
     async_engine  `AsyncEngine`: the `EngineProtocol` over `Engine`, its own step thread
     runner        `ModelRunner`: one forward over a batch, then sampling
     grammar       structured outputs: a request's llguidance grammar masks its own logits row

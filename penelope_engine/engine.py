@@ -7,19 +7,18 @@ background thread and is what the deployments serve.
 
 from __future__ import annotations
 
-import functools
 import logging
-import re
 import time
 
 from cache_store import ArrowSegmentStore, PathRecord, StoreStats
-from penelope_engine.cache.pages import PageNaming, PublicPrefixes
+from penelope_engine.checks import check_request, turn_stop
 from penelope_engine.config import EngineConfig
 from penelope_engine.core import CoreHooks, build_core
-from penelope_engine.errors import CapacityError, EngineError, InvalidRequestError
+from penelope_engine.errors import EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.registry import LoadedModel, load_model
+from penelope_engine.parts import kv_fingerprint, kv_pools, open_store, page_identity, torch_tiers
 from penelope_engine.protocol import (
     DIGEST_LIMITS,
     EngineStats,
@@ -29,22 +28,9 @@ from penelope_engine.protocol import (
 )
 from penelope_engine.runner import ModelRunner
 from penelope_engine.sched.sequence import BatchItem, Sequence, output_of
-from penelope_engine.tiers.budget import ReadBudget
-from penelope_engine.tiers.copies import TorchTiers
 from penelope_engine.tiers.handover import SessionHandover
-from penelope_engine.tiers.kv_pool import DTYPES, KVPool
-from penelope_engine.tiers.planner import CalibratedCost, CostCalibrator
-from penelope_engine.util import cdiv
 
 log = logging.getLogger(__name__)
-
-
-@functools.lru_cache(maxsize=64)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise InvalidRequestError(f"tool_call_pattern is not a valid regex: {exc}") from exc
 
 
 DRAIN_DEADLINE_S = 15.0  # within Ray Serve's graceful shutdown (20 s by default)
@@ -61,10 +47,15 @@ class Engine:
         """`hooks`: what a benchmark injects into the core (`CoreHooks`); None: serving."""
         self.config = config
         self._load(loaded)
-        fingerprint = self._pools()
-        self.store = store if store is not None else self._open_store(fingerprint)
-        self._name_pages(fingerprint)
-        self._tiers()
+        mc, cc = self.loaded.config, config.cache
+        self.host_pages = cc.active_host_pages
+        self.device_pool, self.host_pool = kv_pools(config, mc)
+        fingerprint = kv_fingerprint(config, self.model_name)
+        self.store = store if store is not None else open_store(cc, fingerprint)
+        self.page_naming, self.hasher, self.public = page_identity(cc, fingerprint)
+        self.calibrator, self.tiers = torch_tiers(
+            config, mc, self.device_pool, self.host_pool, self.store, self.public
+        )
         self.core = build_core(
             config.cache,
             config.scheduler,
@@ -98,54 +89,6 @@ class Engine:
         self.max_model_len = mc.max_position
         self.vocab_size = mc.vocab_size
 
-    def _pools(self) -> str:
-        """The device pool and the pinned host pool; returns the KV's fingerprint."""
-        config, mc, cc = self.config, self.loaded.config, self.config.cache
-        dtype = DTYPES[config.dtype]
-        self.host_pages = cc.active_host_pages
-        self.device_pool = KVPool(mc, cc.device_pages, cc.page_size, dtype, config.device)
-        self.host_pool = (
-            KVPool(mc, cc.host_pages, cc.page_size, dtype, "cpu", pin_memory=True)
-            if self.host_pages
-            else None
-        )
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{cc.namespace}-{self.model_name}-{config.dtype}")
-
-    def _open_store(self, fingerprint: str) -> ArrowSegmentStore | None:
-        """The configured Arrow store, or None without a location."""
-        cc = self.config.cache
-        where, ttl = cc.store_location(), cc.store_record_ttl_s
-        return (
-            ArrowSegmentStore(
-                where, cc.store_bytes, fingerprint, record_ttl_s=ttl, tuning=cc.store_tuning()
-            )
-            if where
-            else None
-        )
-
-    def _name_pages(self, fingerprint: str) -> None:
-        """Page identity: the hasher and the declared public prefixes."""
-        cc = self.config.cache
-        self.page_naming = PageNaming(cc.page_size, fingerprint, cc.public_prefixes)
-        self.hasher = self.page_naming.hasher()
-        self.public = PublicPrefixes(self.hasher, cc.public_prefixes)
-
-    def _tiers(self) -> None:
-        """The torch tiers, feeding each copy's time to the cost calibrator."""
-        cc = self.config.cache
-        itemsize = DTYPES[self.config.dtype].itemsize
-        self.calibrator = CostCalibrator(
-            CalibratedCost(kv_bytes_per_token=self.loaded.config.kv_bytes_per_token(itemsize))
-        )
-        self.tiers = TorchTiers(
-            self.device_pool,
-            self.host_pool,
-            self.store,
-            on_copy=self.calibrator.observe_copy,
-            public_hashes=self.public.hashes,
-            read_budget=ReadBudget(cc.store_read_budget_s) if self.store is not None else None,
-        )
-
     def _forget(self, sids: list[str]) -> None:
         """Dropped session records: the handover forgets them too."""
         if self.handover is not None:
@@ -163,26 +106,8 @@ class Engine:
         """Validate and queue a request. Raises InvalidRequestError; changes nothing then.
 
         `record` is the session's path record (`fetch_record`), when it has one."""
-        if not req.prompt_token_ids:
-            raise InvalidRequestError("prompt is empty")
-        if req.request_id in self._seqs:
-            raise InvalidRequestError(f"request id {req.request_id!r} is already running")
-        n = len(req.prompt_token_ids)
-        if n + 1 > self.max_model_len:
-            raise InvalidRequestError(
-                f"prompt has {n} tokens; the model's window is {self.max_model_len}"
-            )
-        vocab = self.vocab_size
-        if min(req.prompt_token_ids) < 0 or max(req.prompt_token_ids) >= vocab:
-            raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
-        pages = cdiv(n + 1, self.config.cache.page_size)
-        if pages > self.config.cache.device_pages:
-            raise CapacityError(
-                f"prompt needs {pages} pages; the device pool has {self.config.cache.device_pages}"
-            )
+        check_request(req, self._seqs, self.max_model_len, self.vocab_size, self.config.cache)
         public = self.public.pages(req.prompt_token_ids)
-        if req.tool_call_pattern is not None:
-            _compiled(req.tool_call_pattern)
         seq = Sequence(
             req,
             self.hasher.hashes(req.prompt_token_ids, req.tenant, public),
@@ -197,14 +122,8 @@ class Engine:
         return seq
 
     def turn_stop(self, seq: Sequence) -> str | None:
-        """How `seq`'s turn ended: its hint, else "tool_use" when its completion made a
-        tool call (`GenerateRequest.tool_call_pattern`), else "end_turn"; None when the
-        request says nothing of tools."""
-        req = seq.req
-        if req.stop_reason_hint is not None or req.tool_call_pattern is None:
-            return req.stop_reason_hint
-        text = self.tokenizer.decode(seq.tokens[seq.prompt_len :], skip_special_tokens=False)
-        return "tool_use" if _compiled(req.tool_call_pattern).search(text) else "end_turn"
+        """How `seq`'s turn ended (`checks.turn_stop`: its hint, or its reply's tool call)."""
+        return turn_stop(seq, self.tokenizer)
 
     def abort(self, request_id: str) -> bool:
         seq = self._seqs.pop(request_id, None)

@@ -10,7 +10,10 @@ Modules:
     chat_tools          an OpenAI chat request's tools, tool choice, response format and
                         history, checked and planned
     completions         run a request: admission (429), JSON or SSE, disconnect/timeout ->
-                        abort; one reply shape per API
+                        abort
+    generation          one request's engine outputs as text deltas (stop strings), usage,
+                        TTFT and ITL
+    replies             how an API writes a reply (`ReplyShape`); OpenAI's body and SSE chunks
     deadline            per-request deadlines (``api.request_timeout_s``, 504)
     errors              OpenAI error shape and status codes
     hints               a harness's hints: the `penelope` body object, `x-penelope-*`

@@ -2,6 +2,7 @@
 
 Modules:
     scheduler  continuous batching with chunked fused prefill, decode pages, preemption
+    intake     the waiting queue and who is admitted next: queue keys, backfill, retries
     admission  one request's admission: match, lock, allocate, load or recompute, usage
     agent      agent levers: queue order, backfill, KV retention during tool calls
     hinted     a harness's hints applied within the tenant's pin quotas

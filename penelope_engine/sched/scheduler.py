@@ -5,8 +5,8 @@ the real model runner and real tiers; `bench.sim` drives it with a cost model's
 clock, scripted tokens and tiers that only time their copies. Torch-free.
 
 Each step carries every running decode (one token each), then continues
-prefills, then admits waiting requests in queue order (arrival by default;
-the agent-aware orders, backfill and KV retention of `agent_sched` are
+prefills, then admits waiting requests in queue order (`intake`: arrival by
+default; the agent-aware orders, backfill and KV retention of `agent` are
 levers of `SchedulerConfig.agent`), within the step's token budget.
 Admission matches the prompt against the tree, locks the matched path,
 allocates device pages for everything not on the device (only when they
@@ -31,9 +31,10 @@ from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import CapacityError
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.protocol import TokenUsage
-from penelope_engine.sched.admission import admit, insert_path, release_lock
-from penelope_engine.sched.agent import Retention, WaitingQueue, prefill_estimate_s, queue_key
+from penelope_engine.sched.admission import insert_path, release_lock
+from penelope_engine.sched.agent import Retention, WaitingQueue
 from penelope_engine.sched.hinted import HintedSessions, HintQuotas
+from penelope_engine.sched.intake import Intake
 from penelope_engine.sched.prefetch import Prefetcher
 from penelope_engine.sched.records import SessionRecords
 from penelope_engine.sched.sequence import BatchItem, Sequence
@@ -70,29 +71,25 @@ class Scheduler:
         self.clock = clock
         self.page_size = cache.page_size
         self.agent = config.agent
-        self.waiting = WaitingQueue()
         self.running: list[Sequence] = []
         self.retention = Retention(config.agent, cache)
-        self.totals = TokenUsage()
-        self._released = 0  # bumps whenever pages may have become free or evictable
         self.records = SessionRecords(cache, self.retention)
         self.hinted = HintedSessions(hint_quotas or HintQuotas(), cache, self.retention)
+        self.intake = Intake(config.agent, cache, tiers, cost, self.retention, self.hinted)
         self.prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, tiers)
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
-        sid = seq.req.session
-        info = self.cache.session(sid)
-        gap = None if info.turn_end is None else max(0.0, seq.arrival - info.turn_end)
-        if self.retention.on_arrival(sid, gap, info.last_stop == "tool_use"):
-            self._released += 1
-        self.cache.on_arrival(sid, seq.arrival)
-        self.hinted.arrived(seq)
-        start = info.first_arrival if info.first_arrival is not None else seq.arrival
-        key = queue_key(self.agent, seq.arrival, start)
-        if self.agent.size_weight:
-            key += self.agent.size_weight * prefill_estimate_s(seq, self.cache, self.cost())
-        self.waiting.insert(seq, key)
+        self.intake.add(seq)
+
+    @property
+    def waiting(self) -> WaitingQueue:
+        return self.intake.waiting
+
+    @property
+    def totals(self) -> TokenUsage:
+        """Tokens by source over every request's first admission."""
+        return self.intake.totals
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -114,10 +111,10 @@ class Scheduler:
         for seq in [s for s in self.running if s.in_prefill]:
             budget -= self._take_chunk(seq, budget, items, now)
         if self.retention.expire(now):
-            self._released += 1
+            self.intake.note_release()
         self.prefetch.step(now, self._live_sessions())
         while budget > 0 and self.waiting and len(self.running) < self.config.max_running:
-            new = self._next_admitted(now)
+            new = self.intake.next_admitted(now)
             if new is None:
                 break
             self.waiting.remove(new)
@@ -125,28 +122,9 @@ class Scheduler:
             budget -= self._take_chunk(new, budget, items, now)
         return items
 
-    def _next_admitted(self, now: float) -> Sequence | None:
-        """Admit the first waiting request that fits, in queue order.
-
-        Without backfill only the head may go. With it, later requests may
-        pass a head that does not fit, until the head has waited
-        `starvation_s`. A head that does not fit first takes back the pins
-        that yield (`Retention.yield_one`), one at a time.
-        """
-        for i, seq in enumerate(self.waiting):
-            while not self._admit(seq, now):
-                if i or not self.retention.yield_one():
-                    break
-                self._released += 1
-            else:
-                return seq
-            if not self.agent.backfill or now - seq.arrival >= self.agent.starvation_s:
-                return None
-        return None
-
     def released(self) -> None:
         """Pages were given back outside the scheduler (the simulator's cut decode runs)."""
-        self._released += 1
+        self.intake.note_release()
 
     def next_ready(self) -> float | None:
         """When the first running prefill still waiting on its copies can start, or, with a
@@ -208,7 +186,7 @@ class Scheduler:
             seq.token_array(len(seq.tokens)), seq.req.tenant, seq.public_pages
         )
         seq.preemptions += 1
-        self._released += 1
+        self.intake.note_release()
         self.cache.on_arrival(seq.req.session)
         self.waiting.appendleft(seq)
 
@@ -219,19 +197,6 @@ class Scheduler:
             seq.extend_pages(self.cache.allocate(1))
         except CapacityError:
             return False
-        return True
-
-    def _admit(self, seq: Sequence, now: float) -> bool:
-        if seq.blocked_at == self._released:  # nothing was freed since it last failed
-            return False
-        usage = admit(seq, self.cache, self.tiers, self.cost(), now)
-        if usage is None:
-            seq.blocked_at = self._released
-            return False
-        if not seq.preemptions:  # usage describes the request's first admission
-            seq.usage = usage
-            self.totals += usage
-            self.retention.on_admit(now - seq.arrival)
         return True
 
     # -- results -----------------------------------------------------------------
@@ -262,11 +227,11 @@ class Scheduler:
         if seq in self.waiting:
             self.waiting.remove(seq)
             self.cache.on_abort(seq.req.session)
-            self._released += 1  # the head of the queue may have changed
+            self.intake.note_release()  # the head of the queue may have changed
             self.records.finished(seq, self._live_sessions)
             return
         self.running.remove(seq)
-        self._released += 1
+        self.intake.note_release()
         if not aborted and not seq.in_prefill:
             insert_path(seq, self.cache, self.hasher, len(seq.tokens) - 1)
         if seq.lock is not None:
@@ -287,7 +252,7 @@ class Scheduler:
         if gap is not None:
             self.prefetch.turn_ended(sid, self.cache.session(sid).turn_end, gap)
         if hints.end_session or hints.retain_s is not None:
-            self._released += 1  # a pin or pages may have gone: the queue may fit now
+            self.intake.note_release()  # a pin or pages may have gone: the queue may fit now
         return grants
 
     def discard(self, seq: Sequence) -> None:

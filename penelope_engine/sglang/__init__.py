@@ -1,14 +1,16 @@
 """Penelope inside SGLang 0.5.23, as a plugin rather than a fork.
 
 Modules that need SGLang import it themselves; importing this package,
-`config`, `shelf`, `policy` or `results` does not.
+`config`, `shelf`, `policy`, `results` or `contract` does not.
 
 SGLang users select the cache with `--radix-cache-backend penelope`; the
 plugin registers it when SGLang loads its plugins (package entry point
 `sglang.srt.plugins`: `penelope = penelope_engine.sglang.plugin:register`).
 
 Modules:
+    accounting   the suffix shelf in SGLang's memory accounting (a layer under radix_cache)
     config       `SGLangEngineConfig`: the adapter's settings, parsed anywhere (no SGLang)
+    contract     what eviction and views ask of the penelope cache (a Protocol; no SGLang)
     digests      the adapter's side of the backend's view: router digests, usage -> ledger
     engine       `SGLangEngine`, the `EngineProtocol` adapter over `sglang.Engine`
     eviction     Penelope's eviction over SGLang's tree, with or without HiCache's host tier
@@ -17,10 +19,11 @@ Modules:
     plugin       the `sglang.srt.plugins` entry point and the radix-cache factory
     policy       Penelope's victim order over SGLang tree nodes (no SGLang)
     radix_cache  `PenelopeRadixCache`, a `UnifiedRadixCache` subclass: holes, hole-aware
-                 matching, suffix reconnection, accounting
+                 matching, suffix reconnection, the eviction entry
     refill       the refill coordinator: one prefill-only request per hole
     sessions     the backend's per-session view: what each session left, its hints, pins
-    results      `PenelopeMatch` (prefix, holes, suffix) and counters (no SGLang)
+    results      `PenelopeMatch` (prefix, holes, suffix; from a shelf hit) and counters
+                 (no SGLang)
     shelf        the suffix shelf: shelved private suffixes behind a hole (no SGLang)
     support      What the penelope backend supports of SGLang's cache options, and a tree-
                  path helper

@@ -26,23 +26,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from penelope_engine.sglang.contract import PenelopeTree
 from penelope_engine.sglang.policy import PrivateChain, coldest_session, private_chains
 from penelope_engine.sglang.results import key_namespace, key_tokens
 from penelope_engine.sglang.shelf import ShelvedSuffix
 from penelope_engine.sglang.support import FULL, path_above
 
-if TYPE_CHECKING:
-    from penelope_engine.sglang.radix_cache import PenelopeRadixCache
-
 
 class Evictor:
     """Frees private device pages of one `PenelopeRadixCache` in Penelope's order."""
 
-    def __init__(self, cache: PenelopeRadixCache, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, cache: PenelopeTree, clock: Callable[[], float] = time.monotonic):
         self.cache = cache
         self.clock = clock
 

@@ -14,11 +14,9 @@ What changes against SGLang's default tree (everything else is inherited):
   device-resident (the refill request, see `refill`), the shelved suffix goes
   back into the tree below it through SGLang's own insert walk, so later
   matches, `cached_tokens` and `cache_hit_rate` count it like any cached page.
-- **Accounting**: shelved slots are evictable (or protected while a refill
-  pins them): `evictable_size`, `protected_size`, `total_size` and
-  `all_values_flatten` include them, so SGLang's memory invariant
-  (free + evictable + protected == total) holds; `sanity_check` checks the
-  shelf too.
+- **Accounting** (`accounting.ShelfAccounting`, the layer below this class):
+  shelved slots count as evictable or protected, so SGLang's memory invariant
+  (free + evictable + protected == total) holds.
 
 - **Host tier** (HiCache attached, `--enable-hierarchical-cache`): a history's
   device front goes to HiCache's host pool while it has room and is dropped
@@ -49,8 +47,8 @@ from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.components.base import get_and_increase_time_counter
-from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+from penelope_engine.sglang.accounting import ShelfAccounting
 from penelope_engine.sglang.eviction import Evictor
 from penelope_engine.sglang.host_tier import HostTier
 from penelope_engine.sglang.refill import RefillCoordinator, is_refill_rid
@@ -66,7 +64,7 @@ from penelope_engine.sglang.support import FULL, supported_params
 from penelope_engine.sglang.views import SessionViews
 
 
-class PenelopeRadixCache(UnifiedRadixCache):
+class PenelopeRadixCache(ShelfAccounting):
     def __init__(self, params: CacheInitParams) -> None:
         self.shelf = SuffixShelf(params.page_size)
         self.counters = PenelopeCounters()
@@ -112,20 +110,7 @@ class PenelopeRadixCache(UnifiedRadixCache):
         """
         prefix_len = self._match_tree(MatchPrefixParams(key=key)).device_prefix_len
         hit = self.shelf.find(key_namespace(key), key_tokens(key))
-        if hit is None or prefix_len >= hit.suffix_end:
-            return PenelopeMatch(prefix_len)
-        record = hit.record
-        hole_start = min(prefix_len, hit.hole_end)
-        holes = ((hole_start, hit.hole_end),) if hole_start < hit.hole_end else ()
-        host_end = min(record.host_end, hit.suffix_end)
-        host = (hit.hole_end, host_end) if host_end > hit.hole_end else None
-        return PenelopeMatch(
-            prefix_len,
-            holes=holes,
-            suffix=(hit.hole_end, hit.suffix_end),
-            record=record,
-            host=host,
-        )
+        return PenelopeMatch.behind(prefix_len, hit)
 
     def pin(self, record: ShelvedSuffix) -> None:
         """Keep a shelved suffix until a refill reconnects it (or `unpin`); it is in use."""
@@ -302,38 +287,3 @@ class PenelopeRadixCache(UnifiedRadixCache):
     def free_slots(self, slots: torch.Tensor) -> None:
         if len(slots):
             self._drain_device_frees({FULL: [slots]})
-
-    # ---- accounting -------------------------------------------------------
-
-    def evictable_size(self) -> int:
-        return super().evictable_size() + self.shelf.evictable_tokens()
-
-    def full_evictable_size(self) -> int:
-        return super().full_evictable_size() + self.shelf.evictable_tokens()
-
-    def protected_size(self) -> int:
-        return super().protected_size() + self.shelf.pinned_tokens()
-
-    def full_protected_size(self) -> int:
-        return super().full_protected_size() + self.shelf.pinned_tokens()
-
-    def total_size(self) -> tuple[int, int]:
-        tree, aux = super().total_size()
-        return tree + self.shelf.evictable_tokens() + self.shelf.pinned_tokens(), aux
-
-    def all_values_flatten(self) -> torch.Tensor:
-        tree = super().all_values_flatten()
-        return torch.cat([tree.to(torch.int64).cpu(), self.shelf.all_indices()])
-
-    def release_host_resources(self) -> None:
-        if self.host_tier is not None:
-            for record in self.shelf.host_records():
-                self.host_tier.free(self.shelf.drop_host_front(record, record.host_len))
-        super().release_host_resources()
-
-    def sanity_check(self) -> None:
-        super().sanity_check()
-        self.shelf.check()
-        tree_slots = set(super().all_values_flatten().tolist())
-        shelf_slots = set(self.shelf.all_indices().tolist())
-        assert not tree_slots & shelf_slots, "a slot is both in the tree and on the shelf"

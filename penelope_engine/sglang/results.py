@@ -15,7 +15,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from penelope_engine.sglang.shelf import ShelvedSuffix
+from penelope_engine.sglang.shelf import ShelfHit, ShelvedSuffix
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,26 @@ class PenelopeMatch:
     suffix: tuple[int, int] | None = None
     record: ShelvedSuffix | None = field(default=None, compare=False, repr=False)
     host: tuple[int, int] | None = None  # the suffix's leading span held on the host
+
+    @classmethod
+    def behind(cls, prefix_len: int, hit: ShelfHit | None) -> PenelopeMatch:
+        """The device prefix `[0, prefix_len)`, then what a shelf hit adds behind it: the
+        hole (what of it the prefix does not cover) and the cached suffix, its host span
+        first. Only the prefix when the hit adds nothing past it."""
+        if hit is None or prefix_len >= hit.suffix_end:
+            return cls(prefix_len)
+        record = hit.record
+        hole_start = min(prefix_len, hit.hole_end)
+        holes = ((hole_start, hit.hole_end),) if hole_start < hit.hole_end else ()
+        host_end = min(record.host_end, hit.suffix_end)
+        host = (hit.hole_end, host_end) if host_end > hit.hole_end else None
+        return cls(
+            prefix_len,
+            holes=holes,
+            suffix=(hit.hole_end, hit.suffix_end),
+            record=record,
+            host=host,
+        )
 
     @property
     def host_len(self) -> int:

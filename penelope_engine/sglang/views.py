@@ -15,22 +15,20 @@ never touch access times or split nodes.
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
+from penelope_engine.sglang.contract import PenelopeTree
 from penelope_engine.sglang.results import key_tokens
+from penelope_engine.sglang.sessions import SessionEntry
 from penelope_engine.sglang.support import FULL, path_above
-
-if TYPE_CHECKING:
-    from penelope_engine.sglang.radix_cache import PenelopeRadixCache
-    from penelope_engine.sglang.sessions import SessionEntry
 
 VIEW_KEY = "penelope"  # the key of Penelope's part of `get_internal_state`
 
 
 class SessionViews:
-    def __init__(self, cache: PenelopeRadixCache) -> None:
+    def __init__(self, cache: PenelopeTree) -> None:
         self.cache = cache
 
     def settle(self, session: str, req: Any) -> None:

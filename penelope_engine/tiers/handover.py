@@ -22,13 +22,14 @@ turn, off the step thread. A declared public prefix has a record of its own
 
 Pages are marked stored when copied, not when uploaded: if the upload fails
 the page reads as a miss and is recomputed (correct, only slower).
+
+This module decides when pages and records are written (turn end, drain); the
+records themselves are read and written by `path_records`.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -42,11 +43,10 @@ from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
 from penelope_engine.protocol import GenerateRequest
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
+from penelope_engine.tiers.path_records import PathRecords
 from penelope_engine.tiers.write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
-RECORD_JOB_BYTES = 4096  # what a record write counts against its queue's bound
-RECORD_QUEUE_BYTES = 1024 * RECORD_JOB_BYTES  # records queued at most; past it a turn won't wait
 
 
 @dataclass(frozen=True)
@@ -70,34 +70,18 @@ class SessionHandover:
         self.tiers = tiers
         self.cache = cache
         self.writer = WriteBehind(max_bytes) if max_bytes > 0 else None  # None: drain only
-        self.record_writer = (
-            WriteBehind(RECORD_QUEUE_BYTES, name="penelope-records") if self.writer else None
-        )
+        self.records = PathRecords(store, tiers, cache, queued=self.writer is not None)
         self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
         self.deferred_pages = 0  # pages not written behind for want of room (offered again)
         self.lost_pages = 0  # pages copied to be written whose write failed (recomputed)
         self._recorded: dict[str, int] = {}  # session id -> pages in its last record
-        self._record_lock = threading.Lock()  # record writes one at a time (`_put_record`)
         self.last_drain: DrainReport | None = None
 
     # -- any thread ------------------------------------------------------------------
     def fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
-        """The record of the request's session, its segments (and those of its public
-        prefix, ending at page `public_tail`) indexed by the store. Store I/O: call it
-        off the step thread. It waits the tiers' read budget at most: past it, or
-        with the store degraded, the session has no record here (its history
-        recomputes)."""
-        budget = self.tiers.read_budget
-        if budget is None:
-            return self._fetch(req, public_tail)
-        return budget.call(lambda: self._fetch(req, public_tail), None, "a path record read")
-
-    def _fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
-        if public_tail is not None and self.store.lookup(PUBLIC, public_tail) is None:
-            self.store.get_record(PUBLIC, _public_name(public_tail))
-        if req.session_id is None:
-            return None
-        return self.store.get_record(req.tenant, req.session_id)
+        """The record of the request's session (`PathRecords.fetch`; store I/O: call it
+        off the step thread)."""
+        return self.records.fetch(req, public_tail)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait for the writes queued so far; False if `timeout_s` passed first."""
@@ -117,7 +101,7 @@ class SessionHandover:
         )
 
     def _writers(self) -> list[WriteBehind]:
-        return [w for w in (self.record_writer, self.writer) if w is not None]
+        return [w for w in (self.records.writer, self.writer) if w is not None]
 
     # -- the step thread -------------------------------------------------------------
     def arrived(self, tenant: str, session_id: str, record: PathRecord | None) -> None:
@@ -125,23 +109,6 @@ class SessionHandover:
         self.tenants[session_id] = tenant
         if record is not None:
             self.cache.session(session_id).held_elsewhere(np.array(record.page_hashes, np.uint64))
-
-    def _put_record(self, tenant: str, session_id: str, pages: list[tuple[str, int]]) -> bool:
-        """(A writer thread.) The session's record from what is known when it is
-        written: the pages it has seen by now (its latest turn here, if longer than
-        `pages`) and the segments the store has indexed by now. Records are written
-        one at a time, so the last one written, whichever queue it came from, names
-        the most: an early record never hides segments a slower job wrote."""
-        with self._record_lock:
-            info = self.cache.session_info(session_id)  # an attribute read: thread-safe
-            seen = info.seen_hashes if info is not None else None
-            if seen is not None and len(seen) > len(pages):
-                pages = self._owned(tenant, seen)
-            return self.store.put_record(tenant, session_id, pages)
-
-    def _owned(self, tenant: str, hashes: np.ndarray) -> list[tuple[str, int]]:
-        """A record's pages: each hash with the tenant that owns it (public or `tenant`)."""
-        return [(self.tiers.owner(tenant, h), h) for h in hashes.tolist()]
 
     def forget(self, sids: list[str]) -> None:
         """The sessions' records in the cache were dropped (`sched.records`)."""
@@ -162,34 +129,13 @@ class SessionHandover:
         not (False); None without a writer.
         """
         self.tenants[session_id] = tenant
-        if self.writer is None or self.record_writer is None:
+        if self.writer is None or self.records.writer is None:
             return None
         info = self.cache.session(session_id)
-        pages = self._owned(tenant, info.seen_hashes)
-        recorded = self._record_first(tenant, session_id, pages)
+        pages = self.records.owned(tenant, info.seen_hashes)
+        recorded = self.records.first(tenant, session_id, pages)
         self._queue_pages(tenant, session_id, pages)
         return recorded
-
-    def _record_first(
-        self, tenant: str, session_id: str, pages: list[tuple[str, int]]
-    ) -> Future[bool]:
-        done: Future[bool] = Future()
-        if not pages:
-            done.set_result(True)
-            return done
-
-        def job() -> None:
-            ok = False
-            try:
-                ok = self._put_record(tenant, session_id, pages)
-            finally:
-                if done.set_running_or_notify_cancel():  # False: the waiter gave up
-                    done.set_result(ok)
-
-        assert self.record_writer is not None
-        if not self.record_writer.submit(RECORD_JOB_BYTES, job):
-            done.set_result(False)  # the queue is full: the turn does not wait for it
-        return done
 
     def _queue_pages(self, tenant: str, session_id: str, pages: list[tuple[str, int]]) -> None:
         """The session's unstored pages, then its record, on the write-behind queue."""
@@ -244,7 +190,7 @@ class SessionHandover:
             if time.monotonic() > end:
                 stale += 1
                 continue
-            if self.store.put_record(tenant, sid, self._owned(tenant, info.seen_hashes)):
+            if self.store.put_record(tenant, sid, self.records.owned(tenant, info.seen_hashes)):
                 self._recorded[sid] = len(info.seen_hashes)
                 records += 1
         in_time = flushed and not late
@@ -292,13 +238,7 @@ class SessionHandover:
         for snap in snaps:
             if not self.store.put(snap.segment(self.store.namespace)):
                 self.lost_pages += len(snap.hashes)
-        if pages and not self._put_record(tenant, session_id, pages):
+        if pages and not self.records.put(tenant, session_id, pages):
             self._recorded.pop(session_id, None)  # unwritten: a drain writes it
-        head = [p for p in itertools.takewhile(lambda p: p[0] == PUBLIC, pages)]
-        if public and head:
-            self.store.put_record(PUBLIC, _public_name(head[-1][1]), head)
-
-
-def _public_name(tail_hash: int) -> str:
-    """The record name of the public prefix whose last page is `tail_hash`."""
-    return f"public-prefix-{tail_hash:016x}"
+        if public:
+            self.records.put_public(pages)

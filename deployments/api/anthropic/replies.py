@@ -33,9 +33,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from deployments.api.anthropic.errors import error_body
-from deployments.api.completions import ErrorOf, Generation, timed_deltas
 from deployments.api.deadline import Deadline
+from deployments.api.generation import Generation, timed_deltas
 from deployments.api.prepare import Prepared
+from deployments.api.replies import ErrorOf
 from deployments.api.responses import Report, usage_body
 from deployments.api.tools import (
     ArgsDelta,
@@ -82,7 +83,7 @@ def content_of(parsed: ParsedReply) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class AnthropicReplies:
-    """A `deployments.api.completions.ReplyShape` for `/v1/messages`; the reply is parsed for
+    """A `deployments.api.replies.ReplyShape` for `/v1/messages`; the reply is parsed for
     tool calls when the prepared request has a parser (tools may be called)."""
 
     cache_control: bool

@@ -1,0 +1,84 @@
+"""The torch engine's parts, built from its config: KV pools, store, page identity, tiers.
+
+`Engine.__init__` calls these in order; each takes what it needs and returns what
+it builds, so the assembly reads as named steps and nothing is built twice:
+
+    kv_pools, kv_fingerprint -> open_store (unless one is injected)
+      -> page_identity (hasher, public prefixes) -> torch_tiers (+ cost calibrator)
+      -> core.build_core (cache, scheduler)
+"""
+
+from __future__ import annotations
+
+import re
+
+from cache_store import ArrowSegmentStore
+from penelope_engine.cache.pages import PageHasher, PageNaming, PublicPrefixes
+from penelope_engine.config import CacheConfig, EngineConfig, ModelConfig
+from penelope_engine.tiers.budget import ReadBudget
+from penelope_engine.tiers.copies import TorchTiers
+from penelope_engine.tiers.kv_pool import DTYPES, KVPool
+from penelope_engine.tiers.planner import CalibratedCost, CostCalibrator
+
+
+def kv_pools(config: EngineConfig, mc: ModelConfig) -> tuple[KVPool, KVPool | None]:
+    """The device pool and the pinned host pool (None without host pages)."""
+    cc = config.cache
+    dtype = DTYPES[config.dtype]
+    device_pool = KVPool(mc, cc.device_pages, cc.page_size, dtype, config.device)
+    host_pool = (
+        KVPool(mc, cc.host_pages, cc.page_size, dtype, "cpu", pin_memory=True)
+        if cc.active_host_pages
+        else None
+    )
+    return device_pool, host_pool
+
+
+def kv_fingerprint(config: EngineConfig, model_name: str) -> str:
+    """What names this KV in the store: namespace, model and dtype, as a file-safe name."""
+    cc = config.cache
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{cc.namespace}-{model_name}-{config.dtype}")
+
+
+def open_store(cc: CacheConfig, fingerprint: str) -> ArrowSegmentStore | None:
+    """The configured Arrow store, or None without a location."""
+    where, ttl = cc.store_location(), cc.store_record_ttl_s
+    return (
+        ArrowSegmentStore(
+            where, cc.store_bytes, fingerprint, record_ttl_s=ttl, tuning=cc.store_tuning()
+        )
+        if where
+        else None
+    )
+
+
+def page_identity(
+    cc: CacheConfig, fingerprint: str
+) -> tuple[PageNaming, PageHasher, PublicPrefixes]:
+    """Page identity: the naming, its hasher and the declared public prefixes."""
+    naming = PageNaming(cc.page_size, fingerprint, cc.public_prefixes)
+    hasher = naming.hasher()
+    return naming, hasher, PublicPrefixes(hasher, cc.public_prefixes)
+
+
+def torch_tiers(
+    config: EngineConfig,
+    mc: ModelConfig,
+    device_pool: KVPool,
+    host_pool: KVPool | None,
+    store: ArrowSegmentStore | None,
+    public: PublicPrefixes,
+) -> tuple[CostCalibrator, TorchTiers]:
+    """The torch tiers, feeding each copy's time to the cost calibrator they come with."""
+    cc = config.cache
+    itemsize = DTYPES[config.dtype].itemsize
+    calibrator = CostCalibrator(CalibratedCost(kv_bytes_per_token=mc.kv_bytes_per_token(itemsize)))
+    tiers = TorchTiers(
+        device_pool,
+        host_pool,
+        store,
+        on_copy=calibrator.observe_copy,
+        public_hashes=public.hashes,
+        read_budget=ReadBudget(cc.store_read_budget_s) if store is not None else None,
+    )
+    return calibrator, tiers

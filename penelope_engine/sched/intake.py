@@ -1,0 +1,93 @@
+"""The waiting side of the scheduler: the queue, and which waiting request is admitted next.
+
+`Intake` keys each arriving request into the queue (the agent order of
+`agent.queue_key`, plus a size term), and admits in queue order: without
+backfill only the head may go; with it, later requests may pass a head that does
+not fit until the head has waited `starvation_s`. A head that does not fit first
+takes back the pins that yield (`Retention.yield_one`), one at a time.
+
+A request that failed to fit is not tried again until pages may have become free
+or evictable: every such event bumps `releases` (`note_release`), and a request
+remembers the count it failed at (`Sequence.blocked_at`). Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.config import AgentConfig
+from penelope_engine.protocol import TokenUsage
+from penelope_engine.sched.admission import admit
+from penelope_engine.sched.agent import Retention, WaitingQueue, prefill_estimate_s, queue_key
+from penelope_engine.sched.hinted import HintedSessions
+from penelope_engine.sched.sequence import Sequence
+from penelope_engine.tiers.contract import SchedulerTiers
+from penelope_engine.tiers.planner import PlannerCost
+
+
+class Intake:
+    """Waiting requests in queue order, their admission, and the usage of first admissions."""
+
+    def __init__(
+        self,
+        agent: AgentConfig,
+        cache: PrefixCache,
+        tiers: SchedulerTiers,
+        cost: Callable[[], PlannerCost],
+        retention: Retention,
+        hinted: HintedSessions,
+    ) -> None:
+        self.agent = agent
+        self.cache = cache
+        self.tiers = tiers
+        self.cost = cost
+        self.retention = retention
+        self.hinted = hinted
+        self.waiting = WaitingQueue()
+        self.totals = TokenUsage()
+        self.releases = 0  # bumps whenever pages may have become free or evictable
+
+    def note_release(self) -> None:
+        """Pages may have become free or evictable: blocked requests may try again."""
+        self.releases += 1
+
+    def add(self, seq: Sequence) -> None:
+        sid = seq.req.session
+        info = self.cache.session(sid)
+        gap = None if info.turn_end is None else max(0.0, seq.arrival - info.turn_end)
+        if self.retention.on_arrival(sid, gap, info.last_stop == "tool_use"):
+            self.note_release()
+        self.cache.on_arrival(sid, seq.arrival)
+        self.hinted.arrived(seq)
+        start = info.first_arrival if info.first_arrival is not None else seq.arrival
+        key = queue_key(self.agent, seq.arrival, start)
+        if self.agent.size_weight:
+            key += self.agent.size_weight * prefill_estimate_s(seq, self.cache, self.cost())
+        self.waiting.insert(seq, key)
+
+    def next_admitted(self, now: float) -> Sequence | None:
+        """Admit the first waiting request that fits, in queue order (the module's rules)."""
+        for i, seq in enumerate(self.waiting):
+            while not self._admit(seq, now):
+                if i or not self.retention.yield_one():
+                    break
+                self.note_release()
+            else:
+                return seq
+            if not self.agent.backfill or now - seq.arrival >= self.agent.starvation_s:
+                return None
+        return None
+
+    def _admit(self, seq: Sequence, now: float) -> bool:
+        if seq.blocked_at == self.releases:  # nothing was freed since it last failed
+            return False
+        usage = admit(seq, self.cache, self.tiers, self.cost(), now)
+        if usage is None:
+            seq.blocked_at = self.releases
+            return False
+        if not seq.preemptions:  # usage describes the request's first admission
+            seq.usage = usage
+            self.totals += usage
+            self.retention.on_admit(now - seq.arrival)
+        return True

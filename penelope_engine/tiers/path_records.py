@@ -1,0 +1,118 @@
+"""A session's path record in the shared store: read when it arrives, written after its pages.
+
+A record (`cache_store.records`) names a session's pages, each with the tenant that
+owns it (a declared public prefix's pages are `PUBLIC`'s), and the store segments
+holding them when it is written. `SessionHandover` decides when; this module
+reads and writes them:
+
+- `fetch`: an arriving session's record, and its public prefix's, off the step
+  thread within the tiers' read budget (the segments they name get indexed);
+- `put`: one record at a time, from what is known when it is written (the
+  session's pages seen by then), so the last one written names the most;
+- `first`: the turn's first record on its own small queue, which the turn's
+  last output waits for;
+- `put_public`: the public prefix's own record, named by its last page, so a
+  new session of any tenant finds it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from concurrent.futures import Future
+
+import numpy as np
+
+from cache_store import ArrowSegmentStore, PathRecord
+from penelope_engine.cache.pages import PUBLIC
+from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.protocol import GenerateRequest
+from penelope_engine.tiers.copies import TorchTiers
+from penelope_engine.tiers.write_behind import WriteBehind
+
+RECORD_JOB_BYTES = 4096  # what a record write counts against its queue's bound
+RECORD_QUEUE_BYTES = 1024 * RECORD_JOB_BYTES  # records queued at most; past it a turn won't wait
+
+
+class PathRecords:
+    """Reads and writes of sessions' path records; `writer`: the first records' queue (None:
+    records are written only by the page writer's jobs and drains)."""
+
+    def __init__(
+        self, store: ArrowSegmentStore, tiers: TorchTiers, cache: PrefixCache, queued: bool
+    ) -> None:
+        self.store = store
+        self.tiers = tiers
+        self.cache = cache
+        self.writer = WriteBehind(RECORD_QUEUE_BYTES, name="penelope-records") if queued else None
+        self._lock = threading.Lock()  # record writes one at a time (`put`)
+
+    # -- any thread ------------------------------------------------------------------
+    def fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
+        """The record of the request's session, its segments (and those of its public
+        prefix, ending at page `public_tail`) indexed by the store. Store I/O: call it
+        off the step thread. It waits the tiers' read budget at most: past it, or
+        with the store degraded, the session has no record here (its history
+        recomputes)."""
+        budget = self.tiers.read_budget
+        if budget is None:
+            return self._fetch(req, public_tail)
+        return budget.call(lambda: self._fetch(req, public_tail), None, "a path record read")
+
+    def _fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
+        if public_tail is not None and self.store.lookup(PUBLIC, public_tail) is None:
+            self.store.get_record(PUBLIC, public_name(public_tail))
+        if req.session_id is None:
+            return None
+        return self.store.get_record(req.tenant, req.session_id)
+
+    def owned(self, tenant: str, hashes: np.ndarray) -> list[tuple[str, int]]:
+        """A record's pages: each hash with the tenant that owns it (public or `tenant`)."""
+        return [(self.tiers.owner(tenant, h), h) for h in hashes.tolist()]
+
+    # -- writer threads --------------------------------------------------------------
+    def put(self, tenant: str, session_id: str, pages: list[tuple[str, int]]) -> bool:
+        """(A writer thread.) The session's record from what is known when it is
+        written: the pages it has seen by now (its latest turn here, if longer than
+        `pages`) and the segments the store has indexed by now. Records are written
+        one at a time, so the last one written, whichever queue it came from, names
+        the most: an early record never hides segments a slower job wrote."""
+        with self._lock:
+            info = self.cache.session_info(session_id)  # an attribute read: thread-safe
+            seen = info.seen_hashes if info is not None else None
+            if seen is not None and len(seen) > len(pages):
+                pages = self.owned(tenant, seen)
+            return self.store.put_record(tenant, session_id, pages)
+
+    def put_public(self, pages: list[tuple[str, int]]) -> None:
+        """(The writer thread.) The record of the public prefix `pages` start with, if any."""
+        head = [p for p in itertools.takewhile(lambda p: p[0] == PUBLIC, pages)]
+        if head:
+            self.store.put_record(PUBLIC, public_name(head[-1][1]), head)
+
+    # -- the step thread -------------------------------------------------------------
+    def first(self, tenant: str, session_id: str, pages: list[tuple[str, int]]) -> Future[bool]:
+        """Queue the turn's first record on `writer`: done when it is written (True) or
+        was not (False, and at once when the queue is full: the turn does not wait)."""
+        done: Future[bool] = Future()
+        if not pages:
+            done.set_result(True)
+            return done
+
+        def job() -> None:
+            ok = False
+            try:
+                ok = self.put(tenant, session_id, pages)
+            finally:
+                if done.set_running_or_notify_cancel():  # False: the waiter gave up
+                    done.set_result(ok)
+
+        assert self.writer is not None
+        if not self.writer.submit(RECORD_JOB_BYTES, job):
+            done.set_result(False)  # the queue is full: the turn does not wait for it
+        return done
+
+
+def public_name(tail_hash: int) -> str:
+    """The record name of the public prefix whose last page is `tail_hash`."""
+    return f"public-prefix-{tail_hash:016x}"
