@@ -9,12 +9,16 @@ plugin registers it when SGLang loads its plugins (package entry point
 
 Modules:
     accounting   the suffix shelf in SGLang's memory accounting (a layer under radix_cache)
+    between_turns  the session endpoint's hints applied to the session records in SGLang's
+                 scheduler (pins, victim order, fair share)
     config       `SGLangEngineConfig`: the adapter's settings, parsed anywhere (no SGLang)
     contract     what eviction and views ask of the penelope cache (a Protocol; no SGLang)
     digests      the adapter's side of the backend's view: router digests, usage -> ledger
     engine       `SGLangEngine`, the `EngineProtocol` adapter over `sglang.Engine`
     eviction     Penelope's eviction over SGLang's tree, with or without HiCache's host tier
     host_tier    HiCache's host tier as Penelope uses it: shelved pages device <-> host
+    hint_rpc     the adapter's channel to that scheduler hook (SGLang's RPC socket) and its
+                 wire form
     hooks        the scheduler hooks (SGLang's `HookRegistry`) that run refills
     plugin       the `sglang.srt.plugins` entry point and the radix-cache factory
     policy       Penelope's victim order over SGLang tree nodes (no SGLang)

@@ -19,6 +19,7 @@ from typing import Any
 
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
+from penelope_engine.protocol import DIGEST_LIMITS
 from penelope_engine.sglang.contract import PenelopeTree
 from penelope_engine.sglang.results import key_tokens
 from penelope_engine.sglang.sessions import SessionEntry
@@ -79,7 +80,7 @@ class SessionViews:
                 host += record.host_len
         return device, host
 
-    def session_rows(self, limit: int = 1024) -> list[list[Any]]:
+    def session_rows(self, limit: int = DIGEST_LIMITS.sessions) -> list[list[Any]]:
         """[session, device_tokens, host_tokens, last_access] of the most recent sessions."""
         entries = sorted(self.cache.book.entries(), key=lambda e: -e.last_access)[:limit]
         rows = []
@@ -88,7 +89,7 @@ class SessionViews:
             rows.append([entry.session, device, host, entry.last_access])
         return rows
 
-    def shared_prefixes(self, limit_pages: int = 256) -> list[list[Any]]:
+    def shared_prefixes(self, limit_pages: int = DIGEST_LIMITS.prefix_pages) -> list[list[Any]]:
         """[extra_key, cache_salt, tokens] of shared device-resident prefixes, deepest first.
 
         A node is shared when two paths branch below it (or did: the cache's
@@ -118,7 +119,11 @@ class SessionViews:
                 break
         return out
 
-    def snapshot(self, session_limit: int = 1024, prefix_pages: int = 256) -> dict[str, Any]:
+    def snapshot(
+        self,
+        session_limit: int = DIGEST_LIMITS.sessions,
+        prefix_pages: int = DIGEST_LIMITS.prefix_pages,
+    ) -> dict[str, Any]:
         """Plain data (msgpack-friendly) for the adapter."""
         cache = self.cache
         counters = cache.counters
