@@ -30,18 +30,50 @@ TAIL_LINES = 20
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
     """Stop a server started in its own process group: SIGTERM, then SIGKILL after
-    `grace_s`; returns once it has exited (or was already gone)."""
+    `grace_s`; returns once every process of the group has exited (or `grace_s` after
+    the SIGKILL). The leader alone is not enough: a server's workers (vLLM's engine
+    core) can outlive it for a while and keep its listening socket, so the next server
+    on that port would find it taken."""
+    pgid = proc.pid
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is not None:
-            return
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(pgid, sig)
         except ProcessLookupError:
-            return
+            break
+        deadline = time.monotonic() + grace_s
         try:
             proc.wait(grace_s)
         except subprocess.TimeoutExpired:
             continue
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if not _group_alive(pgid):
+            break
+    if proc.poll() is None:
+        proc.wait(grace_s)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live process of group `pgid` is left. Zombies do not count: they hold
+    no socket, and where PID 1 reaps late (as in some containers) they linger."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # no procfs: any member, zombies included
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            # pid (comm) state ppid pgrp ...: comm may hold spaces, so split after ')'
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 class ChildFailed(RuntimeError):

@@ -67,3 +67,23 @@ def test_a_child_past_its_deadline_is_killed_and_reported() -> None:
 def test_the_deadline_must_be_positive() -> None:
     with pytest.raises(ValueError, match="timeout_s"):
         run_child(answer, (1,), timeout_s=0, name="doubler")
+
+
+def test_stop_group_waits_for_every_process_of_the_group() -> None:
+    """The leader dies at SIGTERM; its child ignores SIGTERM (as a server's worker that
+    keeps the listening socket might linger): stop_group returns only once the child is
+    gone too, killed after the grace (a zombie left for a slow PID 1 does not count)."""
+    import subprocess
+    import time
+
+    from bench.child import _group_alive, stop_group
+
+    proc = subprocess.Popen(
+        "(trap '' TERM; sleep 30) & exec sleep 30", shell=True, start_new_session=True
+    )
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    stop_group(proc, grace_s=1.0)
+    took = time.monotonic() - t0
+    assert proc.poll() is not None and not _group_alive(proc.pid)
+    assert 1.0 <= took < 10.0  # it waited out the grace for the child, then killed it
