@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from penelope_engine.cache.sessions import SessionInfo, expired
-from penelope_engine.config import CacheConfig, ConfigError, EngineConfig
+from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.core import CoreHooks
 from penelope_engine.engine import Engine
+from penelope_engine.errors import ConfigError
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 
 SAMPLING = SamplingParams(max_tokens=2, ignore_eos=True)
