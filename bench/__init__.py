@@ -1,4 +1,4 @@
-"""Benchmarks: the simulator, trace replay, micro-benchmarks, the load test.
+"""Benchmarks: the simulator and its experiments, trace replay, the HTTP benches.
 
 Modules:
     child     a spawned child process that returns one result or fails within a deadline
@@ -6,18 +6,16 @@ Modules:
               serve, twice in one session
     cluster/  `penelope bench cluster`: the Ray Serve app on a real two-node Ray cluster on
               this machine
-    experiments/  capacity, the peer grid and the ablation over the simulator, with reports
+    experiments/  capacity and the peer grid over the simulator, with reports
     faults/   `penelope bench faults`: store and client faults under agent load, nothing lost
     load/     `penelope bench load`: many sessions against the standalone server
-    micro/    one component at a time: recompute, cache bookkeeping, store, tiers
     net       The benches' local networking: a free port, and waiting for a server to answer
     peers/    Peers' routers, modelled from their source for the simulator (never served)
+    plan      the seeded text sessions `bench faults` and `bench cluster` replay
     replay/   agent traces through the real engine; the simulator's CPU calibration
     sampler   `Sampler`: one measurement now and then every `period_s` on a thread, while
               entered
     sessions  `Session` / `Turn` / `Trace` / `Scale`: one typed, scaled form of any trace
-    side/     `penelope bench side`: real routers side by side on this machine, through the
-              HTTP API
     sim/      the discrete-event simulator (`bench.sim`), `simulate` and `agree`
     soak/     `penelope bench soak`: many short requests against the standalone server; every
               count flat after warm-up

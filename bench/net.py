@@ -1,10 +1,11 @@
-"""The benches' local networking: a free port, and waiting for a server to answer.
+"""The benches' local networking: a free port, waiting for a server, reading its usage.
 
 `free_port` asks the kernel for an unused TCP port on 127.0.0.1 (another
 process may take it before the caller binds it; on one machine that race is
 rare). `wait_http` polls a URL until it answers 200, with a deadline; given
 `alive`, the process behind the URL is checked before each try, so one that
-died fails the wait at once instead of at the deadline.
+died fails the wait at once instead of at the deadline. `usage_tokens` reads
+an OpenAI `usage` object as `bench speed` and `bench versus` record it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -59,3 +61,13 @@ def wait_http(
         if left <= 0:
             raise TimeoutError(f"{url} did not answer 200 within {deadline_s:g} s (last: {last})")
         time.sleep(min(poll_s, left))
+
+
+def usage_tokens(usage: dict[str, Any]) -> tuple[int, int, int]:
+    """An OpenAI `usage` object's prompt, completion and cached prompt tokens (0: absent)."""
+    details = usage.get("prompt_tokens_details") or {}
+    return (
+        int(usage.get("prompt_tokens") or 0),
+        int(usage.get("completion_tokens") or 0),
+        int(details.get("cached_tokens") or 0),
+    )

@@ -3,9 +3,8 @@
     penelope demo                 a three-turn agent session on the embedded engine
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               exactness: fused recompute, engine turns, a reference
-    penelope bench NAME           recompute | cache-ops | store | tiers | replay | simulate
-                                  | load | soak | ablation | agree | peers | capacity | side
-                                  | cluster | speed | claude-code | faults
+    penelope bench NAME           replay | simulate | load | soak | agree | peers | capacity
+                                  | speed | versus | cluster | claude-code | faults
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks. The
@@ -29,22 +28,16 @@ COMMANDS = {
     "verify": ("penelope_cli.verify", "exactness: fused recompute, engine turns, a reference"),
 }
 BENCHES = {
-    "recompute": ("bench.micro.recompute", "rebuilding the front of a cached history vs its tail"),
-    "cache-ops": ("bench.micro.cache_ops", "the cache's own bookkeeping per request (no model)"),
-    "store": ("bench.micro.store_bench", "Arrow store throughput against raw file copies"),
-    "tiers": ("bench.micro.tiers", "agent sessions through device, host and store, exactly"),
     "replay": ("bench.replay.cli", "agent traces through the real engine, every policy"),
     "simulate": ("bench.sim.simulate", "agent traces on simulated Qwen3 replicas, every lever"),
     "load": ("bench.load.cli", "many concurrent agent sessions against the standalone server"),
     "soak": ("bench.soak.cli", "100K short requests against the standalone server: flat state"),
-    "ablation": ("bench.experiments.ablation", "the ablation table from `bench simulate` JSON"),
     "agree": ("bench.sim.agree", "the real engine and the simulator, request by request"),
     "peers": ("bench.experiments.peers", "Penelope against the best peer set-ups, both lengths"),
     "capacity": (
         "bench.experiments.capacity",
         "agent sessions a fleet holds within a TTFT SLO",
     ),
-    "side": ("bench.side.cli", "real routers side by side through the HTTP API"),
     "speed": ("bench.speed.cli", "the embedded engine's speed, alone or against another server"),
     "versus": ("bench.versus.cli", "agent traces over HTTP against real servers, side by side"),
     "cluster": ("bench.cluster.cli", "the Ray app on two nodes here: faults and autoscaling"),

@@ -36,8 +36,7 @@ from bench.cluster.nodes import (
 )
 from bench.cluster.s3 import credentials_env, local_s3_server, new_bucket, store_bytes
 from bench.net import free_port, wait_http
-from bench.side.config import SideConfig
-from bench.side.plan import SessionPlan, describe, plan_sessions
+from bench.plan import PlanConfig, SessionPlan, describe, plan_sessions
 from cache_store import StoreLocation
 
 CASE_ORDER = ("replica_kill", "node_loss", "downscale")
@@ -45,12 +44,12 @@ Guard = Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]]
 
 
 def plan_cases(cfg: ClusterConfig) -> dict[str, list[SessionPlan]]:
-    """`bench.side.plan`'s seeded sessions, `cfg.sessions` per case."""
-    side = SideConfig(
+    """`bench.plan`'s seeded sessions, `cfg.sessions` per case."""
+    draw = PlanConfig(
         sessions=cfg.sessions * len(CASE_ORDER), turns=cfg.turns, seed=cfg.seed,
         max_tokens=cfg.max_tokens, window_tokens=cfg.window_tokens, trace=cfg.trace,
     )  # fmt: skip
-    plans = list(plan_sessions(side))
+    plans = list(plan_sessions(draw))
     n = cfg.sessions
     return {case: plans[i * n : (i + 1) * n] for i, case in enumerate(CASE_ORDER)}
 

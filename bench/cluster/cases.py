@@ -42,7 +42,7 @@ from bench.cluster import app
 from bench.cluster.client import Turn, cut_turn, turn_all
 from bench.cluster.config import AGENT_KEY, ROUTER_ACTIVE_WINDOW_S, STATS_PERIOD_S
 from bench.cluster.nodes import WORKER, Cluster, kill_node
-from bench.side.plan import SessionPlan
+from bench.plan import SessionPlan
 
 Answers = dict[tuple[str, int], tuple[str, int | None, str | None]]
 

@@ -1,13 +1,13 @@
 """The cluster bench's HTTP client: greedy streamed turns whose answers can be compared.
 
-The sessions are `bench.side.plan`'s (seeded Claude Code sessions written as
+The sessions are `bench.plan`'s (seeded Claude Code sessions written as
 text prompts, one token per word; each prompt extends the previous turn's),
 sent as streamed `/v1/completions` with `temperature: 0`, the session in
-`x-session-id` and the tenant's API key. Unlike `bench.side.client`, a turn
-keeps what the model answered (text, completion tokens, finish reason), which
-replica answered and Penelope's `usage.penelope` breakdown, and how the
-stream ended (an error event, `[DONE]`), so a turn after a fault can be held
-against the same turn of the reference run.
+`x-session-id` and the tenant's API key. A turn keeps what the model answered
+(text, completion tokens, finish reason), which replica answered and
+Penelope's `usage.penelope` breakdown, and how the stream ended (an error
+event, `[DONE]`), so a turn after a fault can be held against the same turn of
+the reference run.
 
 `cut_turn` streams one turn and, once tokens flow, runs a fault (a replica
 kill, a node loss) on the replica streaming it, while the stream is open, then
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from bench.cluster.config import MODEL
-from bench.side.plan import SessionPlan, TurnPlan
+from bench.plan import SessionPlan, TurnPlan
 
 CUT_MAX_TOKENS = 400  # long enough to be mid-stream when the fault lands
 

@@ -1,11 +1,9 @@
-"""Experiments over the simulator: sessions at an SLO, the peer grid, the ablation, and reports.
+"""Experiments over the simulator: sessions at an SLO, the peer grid, and their reports.
 
 Each drives `bench.sim` (the simulator) on named set-ups and writes JSON, a table and a
 plot; none holds simulator logic of its own.
 
 Modules:
-    ablation         `penelope bench ablation`: each lever alone and together, from simulate
-                     JSON
     capacity         `penelope bench capacity`: sessions a fleet holds within a TTFT SLO
     capacity_report  its runs, the best peer, ratios, attribution, table, plot
     capacity_search  one set-up and seed: doubling and bisection on the session count
@@ -13,5 +11,4 @@ Modules:
                      build today
     peers_report     results of `penelope bench peers`: per set-up rows, the best peer,
                      ratios, table, plot
-    published        published Qwen3-8B step and prompt times, and the roofline on each point
 """

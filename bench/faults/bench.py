@@ -32,8 +32,7 @@ from bench.faults.load import TurnResult, run_load
 from bench.faults.proxy import FaultProxy
 from bench.faults.s3 import RestartableS3
 from bench.faults.server import ServerSampler, StoreTarget, start_server, stop_server
-from bench.side.config import SideConfig
-from bench.side.plan import SessionPlan, plan_sessions
+from bench.plan import PlanConfig, SessionPlan, plan_sessions
 
 RESUME_LIMIT_S = 10.0
 RSS_LIMIT = 1.10
@@ -41,11 +40,11 @@ TMPFS_BYTES = 2 << 20
 
 
 def plan(cfg: FaultsConfig) -> list[SessionPlan]:
-    side = SideConfig(
+    draw = PlanConfig(
         sessions=2 * cfg.concurrency, turns=cfg.turns, seed=cfg.seed, max_tokens=cfg.max_tokens,
         window_tokens=cfg.window_tokens, trace=cfg.trace,
     )  # fmt: skip
-    return list(plan_sessions(side))
+    return list(plan_sessions(draw))
 
 
 @contextmanager

@@ -59,22 +59,23 @@ def _unreachable(ctx: Context) -> tuple[float, float]:
     return start, ctx.now()
 
 
-def _slow(ctx: Context) -> tuple[float, float]:
+def _on_proxy(ctx: Context, *steps: tuple[Fault, float]) -> tuple[float, float]:
+    """Each fault on the store proxy in turn for its seconds, then none."""
     start = ctx.now()
-    ctx.proxy.set(Fault(delay_s=2.0))
-    time.sleep(ctx.cfg.slow_s)
-    ctx.proxy.set(Fault(delay_s=30.0))
-    time.sleep(ctx.cfg.slow_s)
+    for fault, seconds in steps:
+        ctx.proxy.set(fault)
+        time.sleep(seconds)
     ctx.proxy.set(Fault())
     return start, ctx.now()
+
+
+def _slow(ctx: Context) -> tuple[float, float]:
+    slow_s = ctx.cfg.slow_s
+    return _on_proxy(ctx, (Fault(delay_s=2.0), slow_s), (Fault(delay_s=30.0), slow_s))
 
 
 def _throttle(ctx: Context) -> tuple[float, float]:
-    start = ctx.now()
-    ctx.proxy.set(Fault(slowdown=0.5))
-    time.sleep(ctx.cfg.fault_s)
-    ctx.proxy.set(Fault())
-    return start, ctx.now()
+    return _on_proxy(ctx, (Fault(slowdown=0.5), ctx.cfg.fault_s))
 
 
 def _full(ctx: Context) -> tuple[float, float]:

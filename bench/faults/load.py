@@ -1,6 +1,6 @@
 """The faults bench's load: `concurrency` slots of multi-turn agent sessions, timed.
 
-Each slot runs seeded sessions from `data/traces` (`bench.side.plan`: text
+Each slot runs seeded sessions from `data/traces` (`bench.plan`: text
 prompts that extend turn by turn, greedy, streamed) one after another, turn
 by turn, until the load's end; a slot that runs out of sessions starts its
 first again under a new session id. Every turn is recorded with its start,
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import httpx
 
 from bench.cluster.client import send_turn
-from bench.side.plan import SessionPlan
+from bench.plan import SessionPlan
 
 RETRY_AFTER_CAP_S = 5.0
 

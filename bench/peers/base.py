@@ -9,12 +9,14 @@ fields are the benchmark's contract, so they live here:
     CachedRun    a prompt's leading pages a replica holds, by tier (its KV events)
     PeerView     ReplicaView + kv usage, active pages, waiting work, a prompt's cached run
     PeerRequest  RouteRequest + every full page's hash of the prompt
-    PeerRouter   the constructor (config, clock, options), `choose` = the first-ranked
-                 replica, the no-op hooks, and `reads_prompt` / `reads_kv_state`: what a
-                 caller must fill in (the simulator skips what a router does not read)
+    PeerRouter   the constructor (config, clock, options, then `setup`), `choose` = the
+                 first-ranked replica, the no-op hooks, and `reads_prompt` /
+                 `reads_kv_state`: what a caller must fill in (the simulator skips what a
+                 router does not read)
 
-A peer model subclasses `PeerRouter` and writes `rank`; it overrides `choose`,
-`remember` or `sync_replicas` only where the system it models does more.
+A peer model subclasses `PeerRouter` and writes `rank`, and `setup` for state of its
+own; it overrides `choose`, `remember` or `sync_replicas` only where the system it
+models does more.
 """
 
 from __future__ import annotations
@@ -90,6 +92,10 @@ class PeerRouter(Generic[Options]):
         self.options: Options = options if options is not None else type(self).make_options()
         self._clock = clock
         self._rng = random.Random(self.config.seed)
+        self.setup()
+
+    def setup(self) -> None:
+        """The model's own state, once config, options and clock are set."""
 
     def rank(self, views: Sequence[PeerView], request: PeerRequest) -> RouteDecision:
         raise NotImplementedError

@@ -74,8 +74,9 @@ Where the model differs from Dynamo:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from bench.peers.base import CachedRun, PeerRequest, PeerRouter, PeerView
 from penelope_engine.util import require
@@ -118,7 +119,7 @@ class DynamoKvRouter(PeerRouter[DynamoKvConfig]):
     """Dynamo's default KV worker selector (see the module docstring)."""
 
     name = "dynamo_kv"
-    make_options = DynamoKvConfig
+    make_options: ClassVar[Callable[[], DynamoKvConfig]] = DynamoKvConfig
     reads_prompt = True
     reads_kv_state = True
 

@@ -64,9 +64,8 @@ on the package index, so no choice here was compared with the real scheduler.
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from bench.peers.base import PeerRequest, PeerRouter, PeerView
@@ -74,7 +73,6 @@ from penelope_engine.util import require
 from router.schema import (
     NO_REPLICAS,
     RouteDecision,
-    RouterConfig,
 )
 
 
@@ -162,15 +160,9 @@ class LlmdRouter(PeerRouter[LlmdConfig]):
     reads_prompt = True
     reads_kv_state = True
 
-    def __init__(
-        self,
-        config: RouterConfig | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        options: LlmdConfig | None = None,
-    ) -> None:
-        super().__init__(config, clock, options)
+    def setup(self) -> None:
         self.index = ApproxPrefixIndex(self.options.lru_capacity_per_server)
-        self._next_check = clock() + self.options.pod_check_interval_s
+        self._next_check = self._clock() + self.options.pod_check_interval_s
 
     def scores(self, views: Sequence[PeerView], pages: Sequence[int]) -> list[float]:
         """The weighted sum of the three scorers for every endpoint, in view order."""

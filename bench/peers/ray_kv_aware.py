@@ -66,12 +66,10 @@ Where the model differs from Ray and Dynamo:
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from bench.peers.base import PeerView
 from bench.peers.dynamo_kv import DynamoKvConfig, DynamoKvRouter
-from router.schema import RouterConfig
 
 # Ray feeds Dynamo GPU and vLLM-native CPU-offload events only: no disk blocks.
 RAY_DYNAMO_CONFIG = DynamoKvConfig(disk_cache_hit_weight=0.0)
@@ -83,13 +81,7 @@ class RayKvAwareRouter(DynamoKvRouter):
 
     name = "ray_kv_aware"
 
-    def __init__(
-        self,
-        config: RouterConfig | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        options: DynamoKvConfig | None = None,
-    ) -> None:
-        super().__init__(config, clock, options if options is not None else RAY_DYNAMO_CONFIG)
+    make_options = staticmethod(lambda: RAY_DYNAMO_CONFIG)  # Ray's wiring, not Dynamo's defaults
 
     def logit(self, view: PeerView, pages: Sequence[int]) -> float:
         """Dynamo's ``worker_logit`` for one replica (no credit decay: the floor drops out)."""

@@ -50,8 +50,7 @@ Where the model differs from Ray:
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 # router.policies imports this module to register it: read pow2_pair at call time.
@@ -62,7 +61,6 @@ from router.schema import (
     NO_REPLICAS,
     Choice,
     RouteDecision,
-    RouterConfig,
     pick_replica,
 )
 
@@ -190,13 +188,7 @@ class RayPrefixAffinityRouter(PeerRouter[RayPrefixConfig]):
     make_options = RayPrefixConfig
     reads_prompt = True
 
-    def __init__(
-        self,
-        config: RouterConfig | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        options: RayPrefixConfig | None = None,
-    ) -> None:
-        super().__init__(config, clock, options)
+    def setup(self) -> None:
         self.tree = RayPrefixTree()
         self._next_eviction: float | None = None
 

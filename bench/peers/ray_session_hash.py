@@ -42,9 +42,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import mmh3
@@ -55,7 +54,6 @@ from router.schema import (
     NO_REPLICAS,
     Choice,
     RouteDecision,
-    RouterConfig,
 )
 
 CONSISTENT_HASH_SEED = 0xF9B4CA77  # Ray's fixed seed: a change remaps every session
@@ -123,13 +121,7 @@ class RaySessionHashRouter(PeerRouter[RaySessionHashConfig]):
     name = "ray_session_hash"
     make_options = RaySessionHashConfig
 
-    def __init__(
-        self,
-        config: RouterConfig | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        options: RaySessionHashConfig | None = None,
-    ) -> None:
-        super().__init__(config, clock, options)
+    def setup(self) -> None:
         self.ring = HashRing((), self.options.num_virtual_nodes)
 
     def routing_key(self, request: PeerRequest) -> str:

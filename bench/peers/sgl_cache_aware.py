@@ -42,8 +42,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from bench.peers.base import PeerRequest, PeerRouter, PeerView
@@ -52,7 +51,6 @@ from router.schema import (
     NO_REPLICAS,
     Choice,
     RouteDecision,
-    RouterConfig,
 )
 
 NO_TENANT = "empty"  # what tree.rs:583 names the tenant of a node that has none
@@ -233,15 +231,9 @@ class SglCacheAwareRouter(PeerRouter[SglCacheAwareConfig]):
     make_options = SglCacheAwareConfig
     reads_prompt = True
 
-    def __init__(
-        self,
-        config: RouterConfig | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        options: SglCacheAwareConfig | None = None,
-    ) -> None:
-        super().__init__(config, clock, options)
+    def setup(self) -> None:
         self.tree = ApproxTree()
-        self._next_eviction = clock() + self.options.eviction_interval_s  # PeriodicTask
+        self._next_eviction = self._clock() + self.options.eviction_interval_s  # PeriodicTask
 
     def rank(self, views: Sequence[PeerView], request: PeerRequest) -> RouteDecision:
         """The one worker ``select_worker`` picks; the tree learns the prompt as it does."""

@@ -53,8 +53,7 @@ Where the model differs from the source:
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.peers.base import PeerRequest, PeerRouter, PeerView
@@ -62,7 +61,6 @@ from penelope_engine.util import require
 from router.schema import (
     NO_REPLICAS,
     RouteDecision,
-    RouterConfig,
 )
 
 MAX_CANDIDATE_WORKERS = 2  # manual.rs: MAX_CANDIDATE_WORKERS
@@ -109,15 +107,9 @@ class SglStickyRouter(PeerRouter[SglStickyConfig]):
     name = "sgl_sticky"
     make_options = SglStickyConfig
 
-    def __init__(
-        self,
-        config: RouterConfig | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        options: SglStickyConfig | None = None,
-    ) -> None:
-        super().__init__(config, clock, options)
+    def setup(self) -> None:
         self.routing_map: dict[str, _Node] = {}
-        self._next_eviction = clock() + self.options.eviction_interval_s
+        self._next_eviction = self._clock() + self.options.eviction_interval_s
 
     def rank(self, views: Sequence[PeerView], request: PeerRequest) -> RouteDecision:
         """The one worker ``select_worker`` picks; the key's memory is updated as it is."""

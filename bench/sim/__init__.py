@@ -1,6 +1,6 @@
 """The discrete-event simulator: the engine's scheduling core on a cost model's clock.
 
-The experiments that drive it (capacity, the peer grid, the ablation) are
+The experiments that drive it (capacity and the peer grid) are
 `bench.experiments`; this room is the simulator alone, with `simulate` and `agree`.
 
 Modules:

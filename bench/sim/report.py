@@ -1,4 +1,4 @@
-"""Results of `bench simulate` (and `bench replay`): JSON (written and read), a table, PNGs.
+"""Results of `bench simulate` (and `bench replay`): JSON, a table, PNGs.
 
 One *row* is one set-up (policy, tiers, router, replicas, device budget) run
 over several seeds: each metric is the mean over seeds, `*_spread` is the
@@ -85,54 +85,6 @@ def ratios(rows: Sequence[dict[str, Any]], baseline: dict[str, Any] = BASELINE) 
 def write_json(path: str | Path, config: dict[str, Any], rows: Sequence[dict[str, Any]]) -> None:
     doc = {"config": config, "runs": list(rows), "ratios_to_baseline": ratios(rows)}
     Path(path).write_text(json.dumps(doc, indent=1, default=str))
-
-
-def load_rows(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows of every file, a set-up's rows from files of other seeds merged into one.
-
-    The files must share sessions, trace and cost model; each row remembers
-    its seeds (`seed_list`) so that ratios pair seed with seed.
-    """
-    rows: dict[tuple, dict[str, Any]] = {}
-    config: dict[str, Any] | None = None
-    for p in paths:
-        doc = json.loads(Path(p).read_text())
-        c = doc["config"]
-        if config is not None:
-            for name in ("sessions", "trace", "cost_model", "length_scale", "time_scale"):
-                if c.get(name) != config.get(name):
-                    raise ValueError(
-                        f"{p}: {name} differs from {paths[0]}; runs are not comparable"
-                    )
-        config = config or c
-        for r in doc["runs"]:
-            r = {**r, "seed_list": list(c["seeds"])}
-            k = (*_key(r), r["replicas"], r["device_budget_tokens"], r.get("host_budget_tokens", 0))
-            rows[k] = _merge(rows[k], r) if k in rows else r
-    if config is None:
-        raise ValueError("no input files")
-    return list(rows.values()), config
-
-
-def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """One row from two runs of the same set-up on disjoint seeds."""
-    if set(a["seed_list"]) & set(b["seed_list"]):
-        raise ValueError(f"{_key(a)} appears twice for seeds {a['seed_list']} and {b['seed_list']}")
-    a, b = sorted((a, b), key=lambda r: r["seed_list"][0])
-    na, nb = a["seeds"], b["seeds"]
-    out = {**a, "seeds": na + nb, "seed_list": a["seed_list"] + b["seed_list"]}
-    for m in METRICS:
-        out[m] = (a[m] * na + b[m] * nb) / (na + nb)
-    for k in ("requests", "failed_requests"):
-        out[k] = a.get(k, 0) + b.get(k, 0)
-    out["per_seed"] = {m: a["per_seed"][m] + b["per_seed"][m] for m in a["per_seed"]}
-    for m, vals in out["per_seed"].items():
-        out[f"{m}_spread"] = [min(vals), max(vals)]
-    return out
-
-
-def _key(r: dict[str, Any]) -> tuple[str, str, str]:
-    return (r["policy"], r["tiers"], r["router"])
 
 
 def _fmt(x: float) -> str:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from bench.net import usage_tokens
+
 
 @dataclass
 class Stream:
@@ -73,7 +75,4 @@ def _take(stream: Stream, chunk: dict) -> None:  # type: ignore[type-arg]
         stream.finish_reason = finish or stream.finish_reason
     usage = chunk.get("usage")
     if usage:
-        stream.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        stream.completion_tokens = int(usage.get("completion_tokens") or 0)
-        details = usage.get("prompt_tokens_details") or {}
-        stream.cached_tokens = int(details.get("cached_tokens") or 0)
+        stream.prompt_tokens, stream.completion_tokens, stream.cached_tokens = usage_tokens(usage)

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.net import usage_tokens
 from bench.versus.plan import Plan, PlannedSession
 
 
@@ -78,10 +79,9 @@ async def stream_one(
                     rec.e2e_s = now
                 usage = chunk.get("usage")
                 if usage:
-                    rec.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-                    rec.completion_tokens = int(usage.get("completion_tokens") or 0)
-                    details = usage.get("prompt_tokens_details") or {}
-                    rec.cached_tokens = int(details.get("cached_tokens") or 0)
+                    rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = usage_tokens(
+                        usage
+                    )
     except httpx.HTTPError as exc:
         rec.error = f"{type(exc).__name__}: {exc}"
         return

@@ -26,8 +26,8 @@ import ray
 from ray import serve
 from ray.serve import api as serve_api
 
+from bench.cluster.app import wait_running
 from bench.net import free_port
-from bench.side.ray_app import wait_running
 from deployments.metrics.autoscaling import OCCUPANCY, RECOMPUTE, WORKING_SET
 from deployments.ray.builder import ENGINE_DEPLOYMENT, build_application
 from deployments.ray.launch import RAY_PROCESS_ENV
@@ -83,7 +83,7 @@ def base_url() -> Iterator[str]:
         serve_api._run(
             build_application(config), name="penelope", route_prefix="/", _blocking=False
         )
-        wait_running("penelope", STARTUP_TIMEOUT_S)
+        wait_running(STARTUP_TIMEOUT_S)  # bench.cluster.config.APP is "penelope"
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()

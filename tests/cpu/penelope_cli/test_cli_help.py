@@ -116,8 +116,8 @@ def test_penelope_bench_help_lists_each_benchmark(capsys: pytest.CaptureFixture[
 
 
 def test_a_tool_help_reaches_its_own_parser(capsys: pytest.CaptureFixture[str]) -> None:
-    out = _help(["bench", "store", "--help"], capsys)
-    assert "--sizes-mib" in out and "(default: 9)" in out
+    out = _help(["bench", "agree", "--help"], capsys)
+    assert "--device-pages" in out and "(default: 160)" in out
 
 
 def test_an_option_without_help_fails_the_check() -> None:

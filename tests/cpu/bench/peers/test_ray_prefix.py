@@ -28,6 +28,7 @@ from bench.peers.base import PeerRequest, PeerView
 from bench.peers.ray_prefix import RayPrefixAffinityRouter, RayPrefixConfig, RayPrefixTree
 from bench.peers.registry import SIM_ROUTERS, make_sim_router
 from penelope_engine.errors import ConfigError
+from penelope_engine.protocol import GenerateRequest
 from router import RouterConfig, pick_replica
 
 REAL_ROUTER = "ray.llm._internal.serve.routing_policies.prefix_aware.prefix_aware_router"
@@ -356,3 +357,23 @@ def test_page_tree_matches_rays_prefix_tree_with_eviction() -> None:
             matched, owners = real.prefix_match(text(pages), candidates)
             assert (len(matched), owners or []) == ours.match(pages, candidates), t
         assert real.tenant_to_char_count == ours.pages, t
+
+
+def test_rays_prefix_router_reads_the_prompt_of_our_request() -> None:
+    router_module = pytest.importorskip(REAL_ROUTER)
+    from ray.serve._private.common import RequestMetadata
+    from ray.serve.request_router import PendingRequest
+
+    real = object.__new__(router_module.PrefixCacheAffinityRouter)
+    first = GenerateRequest("r1", (5, 0xD7FF, 0xD800, 0xDFFF, 151_000), session_id="s")
+    longer = GenerateRequest("r2", (*first.prompt_token_ids, 7, 8), session_id="s")
+
+    async def text_of(request: GenerateRequest) -> str:
+        ids = uuid.uuid4().hex
+        metadata = RequestMetadata(request_id=ids, internal_request_id=ids, session_id="s")
+        pending = PendingRequest(args=[request], kwargs={}, metadata=metadata)
+        return str(real._extract_text_from_request(pending))
+
+    a, b = asyncio.run(text_of(first)), asyncio.run(text_of(longer))
+    assert a == first.prompt and len(a) == 5 and b.startswith(a) and len(b) == 7
+    assert len(set(a)) == 5 and a.encode("utf-8")  # distinct ids, no surrogate characters

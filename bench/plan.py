@@ -1,4 +1,4 @@
-"""The sessions every set-up replays: seeded, clipped, and written out as text prompts.
+"""The sessions the HTTP benches replay: seeded, clipped, and written out as text prompts.
 
 Sessions are drawn (`bench.workload.sample_workload`, no subagents) from the
 Claude Code trace's sessions whose first `turns` turns all fit in
@@ -15,6 +15,8 @@ previous one in the trace extends it in text, and the shared system-and-tools
 prefix is one text every session starts with. The scripted output tokens of a
 turn are in the next prompt, not what the model answered (a random-weight
 model): a returning session reuses its previous prompt, not its answer.
+
+`bench faults` and `bench cluster` replay these plans (`PlanConfig` is the draw).
 """
 
 from __future__ import annotations
@@ -26,13 +28,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.sessions import Scale, Session
-from bench.side.config import SideConfig
 from bench.tokens import TokenMap
-from bench.traces import CLAUDE_BLOCK, load_claude_code
+from bench.traces import CLAUDE_BLOCK, DEFAULT_TRACE, load_claude_code
 from bench.workload import Workload, WorkloadConfig, clip_workload, sample_workload
 
 WORD = re.compile("Ġ[a-z]{3,10}")  # byte-level BPE: Ġ is the leading space
 WORDS = 4096
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """The draw: how many sessions, which turns, and how their times are scaled."""
+
+    sessions: int = 8  # agent sessions drawn from the trace (seeded)
+    turns: int = 6  # each session's first turns
+    seed: int = 0  # seed of the draw and of the start times
+    mean_interarrival_s: float = 4.0  # mean gap between session starts (Poisson)
+    time_scale: float = 0.25  # tool times x this
+    max_think_s: float = 10.0  # cap on each scaled tool time
+    window_tokens: int = 4096  # only sessions whose first turns all fit are drawn
+    max_tokens: int = 16  # cap on each request's output tokens
+    trace: str = str(DEFAULT_TRACE)  # Claude Code trace file
+
+    def __post_init__(self) -> None:
+        if self.sessions < 1 or self.turns < 1 or self.max_tokens < 1:
+            raise ValueError("sessions, turns and max_tokens must be positive")
+        if self.time_scale <= 0 or self.max_think_s < 0 or self.mean_interarrival_s < 0:
+            raise ValueError("time_scale must be positive, max_think_s and interarrival >= 0")
 
 
 @dataclass(frozen=True)
@@ -65,7 +87,7 @@ def _fits(s: Session, turns: int, window_tokens: int) -> bool:
     return all(t.input_tokens + t.output_tokens <= window_tokens for t in s.turns[:turns])
 
 
-def draw_workload(cfg: SideConfig) -> Workload:
+def draw_workload(cfg: PlanConfig) -> Workload:
     """The seeded sessions and their start times (the same for every set-up)."""
     trace = load_claude_code(cfg.trace, Scale(1 / CLAUDE_BLOCK, cfg.time_scale))
     fitting = tuple(
@@ -100,7 +122,7 @@ def build_plan(wl: Workload, words: Sequence[str]) -> tuple[SessionPlan, ...]:
     return tuple(plans)
 
 
-def plan_sessions(cfg: SideConfig) -> tuple[SessionPlan, ...]:
+def plan_sessions(cfg: PlanConfig) -> tuple[SessionPlan, ...]:
     """`build_plan` over `draw_workload`, with the served model's tokenizer."""
     from penelope_engine.model.registry import qwen3_tokenizer
 
