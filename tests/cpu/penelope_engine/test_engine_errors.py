@@ -10,7 +10,7 @@ from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.engine import Engine
-from penelope_engine.errors import CapacityError, InvalidRequestError, UnknownNameError
+from penelope_engine.errors import InvalidRequestError, UnknownNameError
 from penelope_engine.model.registry import load_model, model_names
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 
