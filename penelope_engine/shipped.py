@@ -15,11 +15,11 @@ from typing import Any
 
 from penelope_engine.config import AgentConfig, CacheConfig, EvictionPolicyName, SchedulerConfig
 
-# Where KV memory binds (docs/results.md 12.3, 14) `return_aware` keeps the sessions
+# Where KV memory binds (docs/results.md A.12.3, A.14) `return_aware` keeps the sessions
 # that come back soonest; where it does not (host factor 2) it ties `greedydual`.
 SHIPPED_POLICY: EvictionPolicyName = "return_aware"
 # Prefetch reads a hinted session's store pages into the host 20 s before its return
-# (docs/results.md 15: the best lead at 128 sessions with a store).
+# (docs/results.md A.15: the best lead at 128 sessions with a store).
 SHIPPED_AGENT = AgentConfig(
     admission="aged",
     backfill=True,
