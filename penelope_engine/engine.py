@@ -86,7 +86,10 @@ class Engine:
         mc = self.loaded.config
         self.model_name = mc.name if config.model.startswith("/") else config.model
         self.tokenizer = self.loaded.tokenizer
-        self.max_model_len = mc.max_position
+        # The window served: a request whose prompt and output cannot all fit in the device
+        # pool could never run, so it is refused (400) at the window, not told to retry (503).
+        pool_tokens = config.cache.device_pages * config.cache.page_size
+        self.max_model_len = min(mc.max_position, pool_tokens)
         self.vocab_size = mc.vocab_size
 
     def _forget(self, sids: list[str]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -68,18 +68,19 @@ async def _one_turn(
 
 
 async def _slot(
-    url: str, plans: Sequence[SessionPlan], slot: int, t0: float, end: float, deadline_s: float
-) -> list[TurnResult]:
+    url: str, plans: Sequence[SessionPlan], slot: int, t0: float, end: Callable[[], float],
+    deadline_s: float,
+) -> list[TurnResult]:  # fmt: skip
     out: list[TurnResult] = []
     limits = httpx.Limits(max_connections=4, max_keepalive_connections=2)
     timeout = httpx.Timeout(deadline_s, connect=30)
     async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as http:
         round_ = 0
-        while time.monotonic() < end:
+        while time.monotonic() < end():
             for plan in plans:
                 sid = f"{plan.id}#{slot}.{round_}"
                 for k, turn in enumerate(plan.turns):
-                    if time.monotonic() >= end:
+                    if time.monotonic() >= end():
                         return out
                     if k:
                         await asyncio.sleep(min(turn.think_s, 1.0))
@@ -89,10 +90,15 @@ async def _slot(
 
 
 async def _load(
-    url: str, plans: Sequence[SessionPlan], concurrency: int, duration_s: float, deadline_s: float
-) -> list[TurnResult]:
+    url: str, plans: Sequence[SessionPlan], concurrency: int, duration_s: float,
+    deadline_s: float, extend: Callable[[], float | None],
+) -> list[TurnResult]:  # fmt: skip
     t0 = time.monotonic()
-    end = t0 + duration_s
+
+    def end() -> float:
+        later = extend()
+        return t0 + max(duration_s, later if later is not None else 0.0)
+
     slots = [plans[i::concurrency] or plans[i % len(plans) :][:1] for i in range(concurrency)]
     runs = await asyncio.gather(
         *(_slot(url, s, i, t0, end, deadline_s) for i, s in enumerate(slots))
@@ -101,7 +107,10 @@ async def _load(
 
 
 def run_load(
-    url: str, plans: Sequence[SessionPlan], concurrency: int, duration_s: float, deadline_s: float
-) -> list[TurnResult]:
-    """Turns of every slot, until `duration_s` (turns in flight then end within their deadline)."""
-    return asyncio.run(_load(url, plans, concurrency, duration_s, deadline_s))
+    url: str, plans: Sequence[SessionPlan], concurrency: int, duration_s: float,
+    deadline_s: float, extend: Callable[[], float | None] = lambda: None,
+) -> list[TurnResult]:  # fmt: skip
+    """Turns of every slot, until `duration_s` or the later time `extend()` says (seconds
+    since the load began; a fault that outlasts its planned window still has its "after"
+    load); turns in flight then end within their deadline."""
+    return asyncio.run(_load(url, plans, concurrency, duration_s, deadline_s, extend))

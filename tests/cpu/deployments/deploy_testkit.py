@@ -15,6 +15,10 @@ TINY_ENGINE = EngineConfig(
     cache=CacheConfig(page_size=4, device_pages=512),
     scheduler=SchedulerConfig(max_batch_tokens=512, prefill_chunk=256, max_running=8),
 )
+# The longest answer the tiny pool serves beside a short prompt: the window served is what
+# the device pool holds (512 pages x 4 tokens), and prompt + max_tokens past it is a 400.
+# On the tiny model it decodes for seconds, so a short timeout always fires mid-generation.
+LONG_ANSWER = TINY_ENGINE.cache.device_pages * TINY_ENGINE.cache.page_size - 128
 
 
 async def open_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from deploy_testkit import MODEL, TINY_ENGINE
+from deploy_testkit import LONG_ANSWER, MODEL, TINY_ENGINE
 from fastapi import FastAPI
 from tool_testkit import wait_idle
 
@@ -20,7 +20,7 @@ from deployments.api.settings import ApiSettings
 from deployments.api.standalone import background_server, standalone_app
 
 SYSTEM = "You are a coding agent. Tools: read_file, write_file, run_tests. " * 4
-LONG = 4096  # a generation that runs for seconds on the tiny model
+LONG = LONG_ANSWER  # a generation that runs for seconds on the tiny model
 
 
 @pytest.fixture(scope="module")

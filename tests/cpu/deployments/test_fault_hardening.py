@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from deploy_testkit import MODEL, TINY_ENGINE, open_client
+from deploy_testkit import LONG_ANSWER, MODEL, TINY_ENGINE, open_client
 from fastapi import FastAPI
 
 from deployments.api.app import create_app
@@ -100,7 +100,7 @@ def test_a_failing_forward_pass_fails_its_requests_cleanly_and_the_server_recove
     bystander: dict[str, Any] = {}
 
     def stream_a_long_answer() -> None:
-        body = completion(session_prompt(1), max_tokens=4096, stream=True)
+        body = completion(session_prompt(1), max_tokens=LONG_ANSWER, stream=True)
         with httpx.Client(base_url=url, timeout=30) as http:
             r = http.post("/v1/completions", json=body)
             bystander.update(status=r.status_code, lines=r.text.splitlines())

@@ -345,7 +345,12 @@ def test_replica_killed_mid_stream_ends_the_stream_cleanly_and_the_session_goes_
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "Task: write a long report."},
     ]
-    body = {"model": MODEL, "messages": messages, "max_tokens": 2000, "stream": True}
+    body = {
+        "model": MODEL,
+        "messages": messages,
+        "max_tokens": 1800,
+        "stream": True,
+    }  # within the pool
     headers = {"x-session-id": sid}
     events: list[str] = []
     with httpx.Client(base_url=base_url, timeout=120) as client:

@@ -1,7 +1,7 @@
 """Per-request timeouts and client disconnects: the request is aborted, its pages freed at once.
 
-A generation of 4,096 tokens runs for many seconds on the tiny model, so a
-short `api.request_timeout_s` always fires mid-generation.
+A generation of `LONG_ANSWER` tokens (most of the pool) runs for seconds on the tiny
+model, so a short `api.request_timeout_s` always fires mid-generation.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from deploy_testkit import MODEL, TINY_ENGINE, open_client
+from deploy_testkit import LONG_ANSWER, MODEL, TINY_ENGINE, open_client
 from fastapi import FastAPI
 
 from deployments.api.settings import ApiSettings
@@ -21,7 +21,12 @@ from deployments.api.standalone import background_server, standalone_app
 from deployments.ray.serve_config import parse_serve_config
 from penelope_engine.errors import ConfigError
 
-LONG = {"model": MODEL, "prompt": "Write a long story.", "max_tokens": 4096, "temperature": 0}
+LONG = {
+    "model": MODEL,
+    "prompt": "Write a long story.",
+    "max_tokens": LONG_ANSWER,
+    "temperature": 0,
+}
 
 
 def assert_no_request_holds_pages(app: FastAPI) -> None:

@@ -134,7 +134,8 @@ def test_it_answers_every_member_of_the_engine_protocol(tiny_qwen3) -> None:
             assert "vocab_size" in members and "drain_to_store" in members
             assert [n for n in members if not hasattr(engine, n)] == []
             assert engine.vocab_size == tiny_qwen3.config.vocab_size
-            assert engine.max_model_len == tiny_qwen3.config.max_position and engine.alive
+            window = min(tiny_qwen3.config.max_position, 64 * 4)  # the pool holds less
+            assert engine.max_model_len == window and engine.alive
             assert engine.store_stats() is None and engine.drain_to_store() == 0  # no store
             assert await engine.abort("nobody") is False
             assert engine.session_digests() == [] and engine.shared_prefix_hashes() == []

@@ -10,7 +10,7 @@ from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.engine import Engine
-from penelope_engine.errors import CapacityError, InvalidRequestError, UnknownNameError
+from penelope_engine.errors import InvalidRequestError, UnknownNameError
 from penelope_engine.model.registry import load_model, model_names
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 
@@ -56,10 +56,10 @@ def warm(make_engine: Callable[..., Engine]) -> Engine:
     ("prompt", "error", "message"),
     [
         ((), InvalidRequestError, "prompt is empty"),
-        ((5,) * 32768, InvalidRequestError, "window is 32768"),
+        ((5,) * 32768, InvalidRequestError, "window is 64"),  # the pool's 16 x 4 tokens
         ((5, 151669), InvalidRequestError, r"token ids must be in \[0, 151669\)"),
         ((-1, 5), InvalidRequestError, "token ids must be in"),
-        (tuple(range(64)), CapacityError, "prompt needs 17 pages; the device pool has 16"),
+        (tuple(range(64)), InvalidRequestError, "prompt has 64 tokens; the model's window is 64"),
     ],
     ids=["empty", "over-window", "over-vocab", "negative", "over-pool"],
 )
@@ -125,15 +125,18 @@ def test_requests_that_outgrow_the_pool_together_preempt_the_newest(
     assert new.preemptions > 0 and old.preemptions == 0
 
 
-def test_a_single_request_that_outgrows_the_pool_fails_cleanly(
+def test_a_single_request_that_would_outgrow_the_pool_stops_at_the_window(
     make_engine: Callable[..., Engine],
 ) -> None:
+    """The window served is the device pool's (4 pages x 4 tokens), so a request that would
+    outgrow the pool ends "length" there instead of failing mid-decode."""
     engine = make_engine(device_pages=4)
+    assert engine.max_model_len == 16
     seq = engine.add_request(request("big", tuple(range(100, 114)), max_tokens=10))
     while engine.has_work():
         engine.step()
         engine.check_integrity()
-    assert isinstance(seq.error, CapacityError) and seq.finish_reason == "abort"
+    assert seq.error is None and seq.finish_reason == "length" and len(seq.tokens) == 16
     assert engine.cache.device.num_used == engine.cache.evictable()
 
 
