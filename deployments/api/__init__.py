@@ -3,14 +3,15 @@
 Imports no Ray: `penelope serve` (standalone) runs this room alone.
 
 Modules:
+    admission           the count of generation requests in flight (429 past
+                        `api.max_pending`), refused before the body while full
     app                 FastAPI app factory; takes its backend as a factory
     auth                bearer keys and `x-api-key` (constant-time) -> tenant
     backend             what the app talks to; ``LocalBackend`` (one in-process engine,
                         replaced when its step loop dies)
     chat_tools          an OpenAI chat request's tools, tool choice, response format and
                         history, checked and planned
-    completions         run a request: admission (429), JSON or SSE, disconnect/timeout ->
-                        abort
+    completions         run a request: its slot, JSON or SSE, disconnect/timeout -> abort
     generation          one request's engine outputs as text deltas (stop strings), usage,
                         TTFT and ITL
     replies             how an API writes a reply (`ReplyShape`); OpenAI's body and SSE chunks
@@ -18,7 +19,7 @@ Modules:
     errors              OpenAI error shape and status codes
     hints               a harness's hints: the `penelope` body object, `x-penelope-*`
                         headers, `cache_control`, the session endpoint; what each was granted
-    middleware          body-size limit (413), request counting
+    middleware          request bodies: size (413) and stall (408) limits; request counting
     prepare             body -> engine request: tokens, sampling, session, tenant, limits
     responses           OpenAI response bodies, usage with Penelope's breakdown, SSE framing
     schemas             pydantic request bodies (HTTP edge only)

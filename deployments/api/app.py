@@ -31,13 +31,14 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from cache_store import StoreStats
+from deployments.api.admission import Admission, InflightSlots
 from deployments.api.anthropic.routes import ERROR_SHAPES, add_anthropic_routes
 from deployments.api.auth import Authenticator
 from deployments.api.backend import Backend
 from deployments.api.completions import CompletionHandler
 from deployments.api.errors import ApiError, install_handlers, invalid, unavailable
 from deployments.api.hints import grants_body, hint_headers, session_endpoint_hints
-from deployments.api.middleware import BodySizeLimit, RequestCounter
+from deployments.api.middleware import BodyLimits, RequestCounter
 from deployments.api.prepare import Caller, prepare_chat, prepare_text
 from deployments.api.schemas import ChatCompletionRequest, CompletionRequest, SessionHintsRequest
 from deployments.api.settings import ApiSettings
@@ -59,6 +60,7 @@ class AppState:
     auth: Authenticator
     metrics: ApiMetrics
     runner: CompletionHandler
+    slots: InflightSlots
     backend: Backend | None = None
     started: int = 0
 
@@ -88,7 +90,14 @@ def create_app(backend_factory: BackendFactory, settings: ApiSettings | None = N
     install_handlers(app, ERROR_SHAPES)
     _add_routes(app, state)
     add_anthropic_routes(app, state.ready_backend, settings, state.runner, _caller)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, shapes=ERROR_SHAPES)
+    app.add_middleware(
+        BodyLimits,
+        max_bytes=settings.max_body_bytes,
+        idle_s=settings.body_idle_timeout_s,
+        total_s=settings.request_timeout_s,
+        shapes=ERROR_SHAPES,
+    )
+    app.add_middleware(Admission, slots=state.slots, shapes=ERROR_SHAPES)
     app.add_middleware(RequestCounter, metrics=state.metrics)
     return app
 
@@ -101,9 +110,9 @@ def _new_state(settings: ApiSettings) -> AppState:
         return state.backend.store_stats() if state.backend is not None else {}
 
     metrics = ApiMetrics(replica_stats, store_stats)
-    state = AppState(
-        settings, Authenticator(settings.api_keys), metrics, CompletionHandler(settings, metrics)
-    )
+    slots = InflightSlots(settings, metrics)
+    runner = CompletionHandler(settings, metrics)
+    state = AppState(settings, Authenticator(settings.api_keys), metrics, runner, slots)
     return state
 
 

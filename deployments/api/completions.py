@@ -1,4 +1,4 @@
-"""Run a prepared request: an in-flight slot, streaming or not, metrics, cancellation.
+"""Run a prepared request: streaming or not, metrics, cancellation.
 
 The first engine output is awaited before any response starts, so errors the
 engine raises up front (invalid request, no capacity) become proper HTTP
@@ -6,7 +6,8 @@ errors, and the replica that serves the request is known for the
 `x-penelope-replica` header. A client that disconnects, or a request that
 outlives `api.request_timeout_s`, cancels the request, which aborts it in the
 engine and frees its pages. The reply's text comes from `generation`; its
-shape (JSON body, SSE events) from the API's `ReplyShape` (`replies`).
+shape (JSON body, SSE events) from the API's `ReplyShape` (`replies`). Its
+slot under `api.max_pending` was taken at the door (`admission`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from deployments.api.backend import Backend
 from deployments.api.deadline import Deadline
-from deployments.api.errors import ApiError, from_engine_error, overloaded
+from deployments.api.errors import ApiError, from_engine_error
 from deployments.api.generation import Generation, collect_text
 from deployments.api.prepare import Prepared
 from deployments.api.replies import OPENAI, ReplyShape
@@ -33,36 +34,11 @@ REPLICA_HEADER = "x-penelope-replica"
 T = TypeVar("T")
 
 
-class InflightSlots:
-    """A bounded count of admitted, unfinished requests; over it, 429."""
-
-    def __init__(self, settings: ApiSettings, metrics: ApiMetrics) -> None:
-        self._limit = settings.max_pending
-        self._retry_after_s = settings.retry_after_s
-        self._metrics = metrics
-        self._pending = 0
-
-    def enter(self) -> None:
-        if self._pending >= self._limit:
-            raise overloaded(
-                f"The server has {self._pending} requests in progress (limit {self._limit}); "
-                "retry later.",
-                self._retry_after_s,
-            )
-        self._pending += 1
-        self._metrics.pending.set(self._pending)
-
-    def leave(self) -> None:
-        self._pending -= 1
-        self._metrics.pending.set(self._pending)
-
-
 class CompletionHandler:
-    """Handles prepared requests: a slot (or a 429), then a JSON body or an SSE stream."""
+    """Handles prepared requests: a JSON body or an SSE stream."""
 
     def __init__(self, settings: ApiSettings, metrics: ApiMetrics) -> None:
         self._metrics = metrics
-        self._slots = InflightSlots(settings, metrics)
         self._retry_after_s = settings.retry_after_s
         self._timeout_s = settings.request_timeout_s
 
@@ -73,20 +49,19 @@ class CompletionHandler:
         http_request: Request,
         shape: ReplyShape = OPENAI,
     ) -> JSONResponse | StreamingResponse:
-        self._slots.enter()
         gen = Generation(prepared, backend, self._metrics)
         deadline = Deadline.after(prepared.arrival, self._timeout_s)
         try:
             await _until_disconnect_or(gen.start(), http_request, deadline)
         except BaseException as exc:
-            await self._release(gen)
+            await gen.close()
             if isinstance(exc, Exception):
                 raise self._error(exc) from exc
             raise
         if prepared.stream:
             return _ClosingStream(
                 shape.events(gen, prepared, deadline, self._error),
-                on_close=lambda: self._release(gen),
+                on_close=gen.close,
                 media_type="text/event-stream",
                 headers={REPLICA_HEADER: gen.replica, "Cache-Control": "no-cache"},
             )
@@ -95,12 +70,8 @@ class CompletionHandler:
         except Exception as exc:
             raise self._error(exc) from exc
         finally:
-            await self._release(gen)
+            await gen.close()
         return JSONResponse(shape.body(prepared, gen, text), headers={REPLICA_HEADER: gen.replica})
-
-    async def _release(self, gen: Generation) -> None:
-        await gen.close()
-        self._slots.leave()
 
     def _error(self, exc: Exception) -> ApiError:
         err = from_engine_error(exc, self._retry_after_s)

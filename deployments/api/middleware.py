@@ -1,10 +1,13 @@
-"""ASGI middleware of the API: body-size limit and request counting.
+"""ASGI middleware of the API: the request body's limits, and request counting.
 
-Both are plain ASGI wrappers (no buffering), so they work the same under
-uvicorn and under Ray Serve's ingress.
+Both are plain ASGI wrappers, so they work the same under uvicorn and under
+Ray Serve's ingress.
 """
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -33,16 +36,34 @@ class BodyTooLarge(ApiError):
         )
 
 
-class BodySizeLimit:
-    """Refuse bodies over `max_bytes` with 413, by header or while reading.
+class BodyTimeout(ApiError):
+    def __init__(self, what: str) -> None:
+        message = f"The request body did not arrive in time ({what})."
+        super().__init__(408, message, code="request_body_timeout")
+
+
+class BodyLimits:
+    """Refuse bodies over `max_bytes` with 413, by header or while reading, and bodies
+    that stall (no byte for `idle_s`) or outlast `total_s` with 408.
 
     The body is read here (FastAPI would buffer it anyway) and replayed to the
-    app, so an oversized chunked body is refused before any parsing.
+    app, so an oversized chunked body is refused before any parsing, and a
+    client that stops sending mid-body cannot hold its connection (and its
+    admission slot) forever.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, shapes: ErrorShapes | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        idle_s: float,
+        total_s: float,
+        shapes: ErrorShapes | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.idle_s = idle_s
+        self.total_s = total_s
         self.shapes = shapes or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -51,25 +72,40 @@ class BodySizeLimit:
             return
         declared = dict(scope["headers"]).get(b"content-length")
         too_large = declared is not None and declared.isdigit() and int(declared) > self.max_bytes
-        body = None if too_large else await self._read(receive)
-        if body is None:
+        refused: ApiError | None = BodyTooLarge(self.max_bytes) if too_large else None
+        body = b""
+        if refused is None:
+            try:
+                body = await self._read(receive)
+            except ApiError as err:
+                refused = err
+        if refused is not None:
             shape = shape_for(scope.get("path", ""), self.shapes)
-            await BodyTooLarge(self.max_bytes).response(shape)(scope, receive, send)
+            await refused.response(shape)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 
-    async def _read(self, receive: Receive) -> bytes | None:
-        """The whole body, or None once it passes the limit."""
+    async def _read(self, receive: Receive) -> bytes:
+        """The whole body; BodyTooLarge once it passes the limit, BodyTimeout if it stalls."""
         chunks: list[bytes] = []
         size = 0
+        end = time.monotonic() + self.total_s
         while True:
-            message = await receive()
+            wait_s = min(self.idle_s, end - time.monotonic())
+            try:
+                message = await asyncio.wait_for(receive(), max(wait_s, 0.0))
+            except TimeoutError:
+                stalled = wait_s == self.idle_s
+                raise BodyTimeout(
+                    f"no byte for {self.idle_s:g} s, api.body_idle_timeout_s" if stalled
+                    else f"{self.total_s:g} s in all, api.request_timeout_s"
+                ) from None  # fmt: skip
             if message["type"] != "http.request":
                 return b"".join(chunks)
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                return None
+                raise BodyTooLarge(self.max_bytes)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from deployments.api.app import create_app
 from deployments.api.backend import LocalBackend
+from deployments.api.connections import first_request_deadline
 from deployments.api.settings import ApiSettings
 from deployments.ray.serve_config import DEFAULT_MODEL
 from penelope_engine.config import EngineConfig
@@ -64,7 +65,13 @@ def serve_standalone(
     log.info(
         "Penelope: serving %s on http://%s:%d/v1 (metrics: /metrics)", config.model, host, port
     )
-    uvicorn.run(standalone_app(config, settings), host=host, port=port, log_level=log_level)
+    uvicorn.run(
+        standalone_app(config, settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=first_request_deadline(settings.connect_idle_timeout_s),
+    )
 
 
 def _warn_if_exposed(host: str, settings: ApiSettings) -> None:
@@ -90,8 +97,17 @@ def background_server(
     with the reason (its exception, or that it exited), one that is not up
     within `timeout_s` or not down within `STOP_TIMEOUT_S` raises naming that.
     """
+    state = getattr(app.state, "penelope", None)  # an app of create_app's has its settings
+    idle_s = (state.settings if state is not None else ApiSettings()).connect_idle_timeout_s
     server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+            http=first_request_deadline(idle_s),
+        )
     )
     failure: list[BaseException] = []
 

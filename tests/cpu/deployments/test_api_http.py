@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from deploy_testkit import MODEL, TINY_ENGINE, open_client
@@ -206,6 +207,27 @@ async def test_body_size_limit_gives_413_with_and_without_content_length(make_ap
         r = await client.post("/v1/chat/completions", content=chunks())
         assert r.status_code == 413
         assert (await client.post("/v1/chat/completions", json=chat("small"))).status_code == 200
+
+
+async def test_a_body_that_stalls_gets_408_and_frees_its_slot(make_app: Any) -> None:
+    """No byte for `body_idle_timeout_s` mid-body: 408, and the admission slot is free again
+    (with one slot, the next request is served)."""
+    settings = ApiSettings(body_idle_timeout_s=0.3, max_pending=1)
+    body = json.dumps(chat("hello")).encode()
+
+    async def stalling() -> Any:
+        yield body[:10]
+        await anyio.sleep(30)  # the deadline, not this, must end the request
+        yield body[10:]
+
+    async for client in open_client(make_app(settings)):
+        with anyio.fail_after(10):
+            r = await client.post("/v1/chat/completions", content=stalling())
+        assert r.status_code == 408 and r.json()["error"]["code"] == "request_body_timeout"
+        assert "api.body_idle_timeout_s" in r.json()["error"]["message"]
+        assert (await client.post("/v1/chat/completions", json=chat("small"))).status_code == 200
+        metrics = (await client.get("/metrics")).text
+        assert "penelope_api_pending_requests 0.0" in metrics
 
 
 async def test_bearer_keys_and_tenant_isolation(make_app: Any) -> None:

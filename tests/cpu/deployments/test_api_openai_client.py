@@ -6,6 +6,9 @@ client disconnects freeing the request's pages at once.
 
 from __future__ import annotations
 
+import json
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +28,9 @@ LONG = LONG_ANSWER  # a generation that runs for seconds on the tiny model
 
 @pytest.fixture(scope="module")
 def app() -> FastAPI:
-    return standalone_app(TINY_ENGINE, ApiSettings(max_pending=1, retry_after_s=2))
+    return standalone_app(
+        TINY_ENGINE, ApiSettings(max_pending=1, retry_after_s=2, connect_idle_timeout_s=1.0)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +132,60 @@ def test_full_server_answers_429_and_a_closed_stream_frees_its_pages(
         wait_idle(app)
         r = http.post("/v1/completions", json={**body, "stream": False, "max_tokens": 1})
         assert r.status_code == 200, r.text
+
+
+def _head_only(base_url: str, path: str) -> tuple[bytes, dict]:
+    """POST `path` with a declared body that never comes: the answer's head and JSON body."""
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 100000\r\nConnection: close\r\n\r\n".encode()
+        )
+        answer = b""
+        while chunk := sock.recv(65536):  # the server answers, then closes
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head, json.loads(body)
+
+
+def test_a_full_server_refuses_before_reading_the_body(app: FastAPI, base_url: str) -> None:
+    """While every slot is taken, a generation request is refused on its head alone (a burst
+    then costs no body, parse or tokenization each), in its API's error shape."""
+    body = {"model": MODEL, "prompt": "Write a long story.", "max_tokens": LONG, "stream": True}
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        with http.stream("POST", "/v1/completions", json=body) as running:
+            assert running.status_code == 200
+            next(running.iter_lines())
+            head, error = _head_only(base_url, "/v1/completions")
+            assert head.startswith(b"HTTP/1.1 429") and b"retry-after: 2" in head.lower()
+            assert error["error"]["code"] == "overloaded"
+            head, error = _head_only(base_url, "/v1/messages")
+            assert head.startswith(b"HTTP/1.1 429"), head
+            assert error["type"] == "error" and error["error"]["type"] == "rate_limit_error"
+        wait_idle(app)
+        metrics = http.get("/metrics").text
+        assert "penelope_api_pending_requests 0.0" in metrics
+        assert 'penelope_requests_total{route="/v1/completions",status="429"}' in metrics
+        r = http.post("/v1/completions", json={**body, "stream": False, "max_tokens": 1})
+        assert r.status_code == 200, r.text
+
+
+def test_a_connection_that_sends_nothing_is_closed_and_a_slow_starter_is_served(
+    base_url: str,
+) -> None:
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as silent:
+        start = time.monotonic()
+        assert silent.recv(1) == b""  # closed by the server, not by this timeout
+        assert 0.9 < time.monotonic() - start < 5
+    with socket.create_connection((host, int(port)), timeout=10) as late:
+        time.sleep(0.5)  # under the deadline: the first byte cancels it
+        late.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert late.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(1.5)  # past it, kept alive after a response: uvicorn's keep-alive (5 s)
+        late.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        assert late.recv(65536).startswith(b"HTTP/1.1 200")
 
 
 def test_a_client_that_gives_up_aborts_its_request(app: FastAPI, base_url: str) -> None:
