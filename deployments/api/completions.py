@@ -5,21 +5,24 @@ engine raises up front (invalid request, no capacity) become proper HTTP
 errors, and the replica that serves the request is known for the
 `x-penelope-replica` header. A client that disconnects, or a request that
 outlives `api.request_timeout_s`, cancels the request, which aborts it in the
-engine and frees its pages. The reply's text comes from `generation`; its
-shape (JSON body, SSE events) from the API's `ReplyShape` (`replies`). Its
-slot under `api.max_pending` was taken at the door (`admission`).
+engine and frees its pages; so does a stream whose client stops reading for
+`api.stream_stall_timeout_s` (one write waits that long at most). The reply's
+text comes from `generation`; its shape (JSON body, SSE events) from the API's
+`ReplyShape` (`replies`). Its slot under `api.max_pending` was taken at the
+door (`admission`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import suppress
 from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from deployments.api.backend import Backend
 from deployments.api.deadline import Deadline
@@ -30,6 +33,7 @@ from deployments.api.replies import OPENAI, ReplyShape
 from deployments.api.settings import ApiSettings
 from deployments.metrics.series import ApiMetrics
 
+log = logging.getLogger(__name__)
 REPLICA_HEADER = "x-penelope-replica"
 T = TypeVar("T")
 
@@ -41,6 +45,7 @@ class CompletionHandler:
         self._metrics = metrics
         self._retry_after_s = settings.retry_after_s
         self._timeout_s = settings.request_timeout_s
+        self._stall_s = settings.stream_stall_timeout_s
 
     async def run(
         self,
@@ -59,9 +64,11 @@ class CompletionHandler:
                 raise self._error(exc) from exc
             raise
         if prepared.stream:
-            return _ClosingStream(
+            return ClosingStream(
                 shape.events(gen, prepared, deadline, self._error),
                 on_close=gen.close,
+                stall_s=self._stall_s,
+                on_stall=self._metrics.stalled_streams.inc,
                 media_type="text/event-stream",
                 headers={REPLICA_HEADER: gen.replica, "Cache-Control": "no-cache"},
             )
@@ -112,8 +119,13 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-class _ClosingStream(StreamingResponse):
-    """A streaming response that runs `on_close` however the stream ends.
+class _Stalled(Exception):
+    pass
+
+
+class ClosingStream(StreamingResponse):
+    """A streaming response that runs `on_close` however the stream ends, and ends it
+    when one write waits `stall_s` for a client that reads nothing.
 
     A generator's own `finally` does not run when the client disconnects
     before its first chunk; this does.
@@ -123,13 +135,30 @@ class _ClosingStream(StreamingResponse):
         self,
         content: AsyncIterator[bytes],
         on_close: Callable[[], Awaitable[None]],
+        stall_s: float,
+        on_stall: Callable[[], None],
         **kwargs: Any,
     ) -> None:
         super().__init__(content, **kwargs)
         self._on_close = on_close
+        self._stall_s = stall_s
+        self._on_stall = on_stall
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def bounded(message: Message) -> None:
+            try:
+                await asyncio.wait_for(send(message), self._stall_s)
+            except TimeoutError:
+                raise _Stalled from None
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, bounded)
+        except _Stalled:  # the connection is dropped: its response cannot be finished
+            self._on_stall()
+            log.warning(
+                "Penelope: a stream's client read nothing for %g s "
+                "(api.stream_stall_timeout_s); its request is aborted",
+                self._stall_s,
+            )
         finally:
             await self._on_close()

@@ -44,6 +44,7 @@ class ApiSettings:
     request_timeout_s: float = 600.0  # from arrival; past it the request is aborted (504)
     body_idle_timeout_s: float = 30.0  # a request body with no byte this long: 408
     connect_idle_timeout_s: float = 60.0  # `penelope serve`: a new connection silent this long
+    stream_stall_timeout_s: float = 60.0  # a stream its client reads nothing of this long: aborted
     replica_name: str = "standalone"  # `replica` label of this process's metrics
     # The tool-call format (`deployments.api.tools.parsers`): "auto" reads the chat template.
     tool_parser: str = with_help(
@@ -64,7 +65,7 @@ class ApiSettings:
             0 < self.request_timeout_s < math.inf,
             f"request_timeout_s must be positive and finite, got {self.request_timeout_s}",
         )
-        for name in ("body_idle_timeout_s", "connect_idle_timeout_s"):
+        for name in ("body_idle_timeout_s", "connect_idle_timeout_s", "stream_stall_timeout_s"):
             value = getattr(self, name)
             require(0 < value < math.inf, f"{name} must be positive and finite, got {value}")
         require(self.max_stop_sequences >= 0, "max_stop_sequences must be >= 0")

@@ -203,6 +203,11 @@ class ApiMetrics:
             "Requests aborted because they outlived api.request_timeout_s.",
             registry=self.registry,
         )
+        self.stalled_streams = Counter(
+            "penelope_stalled_streams",
+            "Streams aborted because their client read nothing for api.stream_stall_timeout_s.",
+            registry=self.registry,
+        )
         self.pending = Gauge(
             "penelope_api_pending_requests",
             "Admitted, unfinished requests in this API process.",

@@ -29,7 +29,10 @@ LONG = LONG_ANSWER  # a generation that runs for seconds on the tiny model
 @pytest.fixture(scope="module")
 def app() -> FastAPI:
     return standalone_app(
-        TINY_ENGINE, ApiSettings(max_pending=1, retry_after_s=2, connect_idle_timeout_s=1.0)
+        TINY_ENGINE,
+        ApiSettings(
+            max_pending=1, retry_after_s=2, connect_idle_timeout_s=1.0, stream_stall_timeout_s=1.0
+        ),
     )
 
 
