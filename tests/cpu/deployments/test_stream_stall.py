@@ -20,10 +20,31 @@ from deployments.api.completions import ClosingStream
 pytestmark = pytest.mark.anyio
 
 
-async def _chunks(produced: list[int]) -> AsyncIterator[bytes]:
-    for i in range(1000):
-        produced.append(i)
-        yield f"data: {i}\n\n".encode()
+async def _run(send: Any, spec_version: str = "2.4") -> tuple[list[bool], list[bool], int]:
+    """Stream 1,000 chunks through `send`: (stalls counted, closes run, chunks pulled)."""
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client neither sends nor goes
+        return {}
+
+    closed: list[bool] = []
+    stalls: list[bool] = []
+    produced = 0
+
+    async def on_close() -> None:
+        closed.append(True)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        nonlocal produced
+        for i in range(1000):
+            produced += 1
+            yield f"data: {i}\n\n".encode()
+
+    stream = ClosingStream(chunks(), on_close=on_close, stall_s=0.2,
+                           on_stall=lambda: stalls.append(True))  # fmt: skip
+    with anyio.fail_after(5):
+        await stream({"type": "http", "asgi": {"spec_version": spec_version}}, receive, send)
+    return stalls, closed, produced
 
 
 @pytest.mark.parametrize("spec_version", ["2.4", "2.3"])
@@ -36,24 +57,9 @@ async def test_a_write_that_waits_past_stall_s_ends_the_stream(spec_version: str
             await drained.wait()
         sent.append(message)
 
-    async def receive() -> dict[str, Any]:
-        await asyncio.Event().wait()  # the client neither sends nor goes
-        return {}
-
-    closed: list[bool] = []
-    stalls: list[bool] = []
-
-    async def on_close() -> None:
-        closed.append(True)
-
-    produced: list[int] = []
-    stream = ClosingStream(_chunks(produced), on_close=on_close, stall_s=0.2,
-                           on_stall=lambda: stalls.append(True))  # fmt: skip
-    scope = {"type": "http", "asgi": {"spec_version": spec_version}}
-    with anyio.fail_after(5):
-        await stream(scope, receive, send)
+    stalls, closed, produced = await _run(send, spec_version)
     assert stalls == [True] and closed == [True]
-    assert len(sent) == 3 and len(produced) < 10  # nothing was pulled past the stalled write
+    assert len(sent) == 3 and produced < 10  # nothing was pulled past the stalled write
 
 
 async def test_a_stream_read_to_its_end_is_closed_once_and_not_counted() -> None:
@@ -62,21 +68,6 @@ async def test_a_stream_read_to_its_end_is_closed_once_and_not_counted() -> None
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    async def receive() -> dict[str, Any]:
-        await asyncio.Event().wait()
-        return {}
-
-    closed: list[bool] = []
-    stalls: list[bool] = []
-
-    async def on_close() -> None:
-        closed.append(True)
-
-    produced: list[int] = []
-    stream = ClosingStream(_chunks(produced), on_close=on_close, stall_s=0.2,
-                           on_stall=lambda: stalls.append(True))  # fmt: skip
-    with anyio.fail_after(5):
-        await stream({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send)
-    assert stalls == [] and closed == [True]
-    assert len(produced) == 1000 and sent[-1] == {"type": "http.response.body", "body": b"",
-                                                  "more_body": False}  # fmt: skip
+    stalls, closed, produced = await _run(send)
+    assert stalls == [] and closed == [True] and produced == 1000
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
