@@ -1,7 +1,10 @@
 """Benchmarks: the simulator and its experiments, trace replay, the HTTP benches.
 
 Modules:
-    child     a spawned child process that returns one result or fails within a deadline
+    child     a spawned child process that returns one result or fails within a deadline;
+              a server process started, held while healthy, and stopped
+    client    the HTTP benches' client: one streamed completion read and timed, the
+              request body, the async HTTP client
     claude_code/  `penelope bench claude-code`: the real Claude Code CLI against penelope
               serve, twice in one session
     cluster/  `penelope bench cluster`: the Ray Serve app on a real two-node Ray cluster on

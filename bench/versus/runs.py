@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from bench.client import first_model
 from bench.versus import client, servers
 from bench.versus.config import ServerSpec, VersusConfig
 from bench.versus.plan import Plan, describe, make_plan
@@ -46,7 +47,7 @@ def run_one(
     load_before = os.getloadavg()
     with servers.running(spec, kv or 0, cfg.block_tokens, log, cfg.startup_timeout_s) as got:
         startup_s = time.monotonic() - t_start
-        model = client.first_model(spec.url)
+        model = first_model(spec.url)
         capacity = servers.kv_capacity(spec.url, got)
         warm = client.raw_prefill(
             spec.url, model, 32, 1, plan.seed + 101, cfg.vocab_low, cfg.vocab_high, 120.0
