@@ -15,9 +15,10 @@ Modules:
     net       The benches' local networking: a free port, and waiting for a server to answer
     peers/    Peers' routers, modelled from their source for the simulator (never served)
     plan      the seeded text sessions `bench faults` and `bench cluster` replay
+    report    what the reports share: a ratio's mean and range, a text table, a figure
     replay/   agent traces through the real engine; the simulator's CPU calibration
     sampler   `Sampler`: one measurement now and then every `period_s` on a thread, while
-              entered
+              entered; a process's RSS and the CPU's fields
     sessions  `Session` / `Turn` / `Trace` / `Scale`: one typed, scaled form of any trace
     sim/      the discrete-event simulator (`bench.sim`), `simulate` and `agree`
     soak/     `penelope bench soak`: many short requests against the standalone server; every

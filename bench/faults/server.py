@@ -23,7 +23,7 @@ import httpx
 from bench.child import server_process
 from bench.cluster.s3 import CREDENTIALS
 from bench.faults.config import MODEL, FaultsConfig
-from bench.sampler import Sampler
+from bench.sampler import Sampler, rss_mib
 
 START_TIMEOUT_S = 120.0
 _SERIES = re.compile(r"^(penelope_[a-z_]+)(?:\{([^}]*)\})? ([0-9.e+-]+)$")
@@ -73,14 +73,6 @@ def scrape(url: str) -> dict[str, float]:
             key = f"{m.group(1)}{{{labels}}}" if labels else m.group(1)
             out[key] = out.get(key, 0.0) + float(m.group(3))
     return out
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from bench.client import first_model
+from bench.sampler import cpu_fields
 from bench.versus import client, servers
 from bench.versus.config import ServerSpec, VersusConfig
 from bench.versus.plan import Plan, describe, make_plan
@@ -27,13 +28,7 @@ from bench.versus.report import summarize
 
 def cpu_info() -> dict[str, Any]:
     """The CPU model and flags (the first processor's, /proc/cpuinfo)."""
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
+    fields = cpu_fields()
     flags = fields.get("flags", "").split()
     vector = [f for f in flags if f.startswith(("avx", "amx", "fma", "sse4", "f16c"))]
     return {"model": fields.get("model name"), "vector_flags": vector, "flags": flags}
