@@ -17,9 +17,9 @@ reads the stream to its end.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -28,6 +28,7 @@ from bench.cluster.config import MODEL
 from bench.plan import SessionPlan, TurnPlan
 
 CUT_MAX_TOKENS = 400  # long enough to be mid-stream when the fault lands
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -80,52 +81,52 @@ async def send_turn(
     return Turn(sid, k, 200, got.replica, got.text, got.finish_reason, got.usage, code, got.done)
 
 
-async def _turn_all(
-    url: str, sessions: Sequence[tuple[str, SessionPlan]], k: int, key: str, timeout_s: float
-) -> list[Turn]:
-    async with async_client(url, timeout_s) as http:
-        return list(
-            await asyncio.gather(*(send_turn(http, sid, k, p.turns[k], key) for sid, p in sessions))
-        )
+def _with_client(
+    url: str, timeout_s: float, work: Callable[[httpx.AsyncClient], Awaitable[T]]
+) -> T:
+    """`work(http)` on a client of `url`, all of it within `timeout_s`."""
+
+    async def run() -> T:
+        async with async_client(url, timeout_s) as http:
+            return await work(http)
+
+    return asyncio.run(asyncio.wait_for(run(), timeout_s))
 
 
 def turn_all(
     url: str, sessions: Sequence[tuple[str, SessionPlan]], k: int, key: str, timeout_s: float
 ) -> list[Turn]:
     """Turn `k` of every session at once; their answers in `sessions`' order."""
-    return asyncio.run(asyncio.wait_for(_turn_all(url, sessions, k, key, timeout_s), timeout_s))
 
+    async def work(http: httpx.AsyncClient) -> list[Turn]:
+        return list(
+            await asyncio.gather(*(send_turn(http, sid, k, p.turns[k], key) for sid, p in sessions))
+        )
 
-async def _whole(
-    url: str, sessions: Sequence[tuple[str, SessionPlan]], key: str, timeout_s: float
-) -> list[Turn]:
-    async with async_client(url, timeout_s) as http:
-
-        async def one(sid: str, p: SessionPlan) -> list[Turn]:
-            return [await send_turn(http, sid, k, t, key) for k, t in enumerate(p.turns)]
-
-        runs = await asyncio.gather(*(one(sid, p) for sid, p in sessions))
-    return [t for run in runs for t in run]
+    return _with_client(url, timeout_s, work)
 
 
 def whole_sessions(
     url: str, sessions: Sequence[tuple[str, SessionPlan]], key: str, timeout_s: float
 ) -> list[Turn]:
     """Every session's turns one after the other, the sessions at once (the reference run)."""
-    return asyncio.run(asyncio.wait_for(_whole(url, sessions, key, timeout_s), timeout_s))
 
+    async def work(http: httpx.AsyncClient) -> list[Turn]:
+        async def one(sid: str, p: SessionPlan) -> list[Turn]:
+            return [await send_turn(http, sid, k, t, key) for k, t in enumerate(p.turns)]
 
-async def _cut(
-    url: str, sid: str, t: TurnPlan, key: str, fault: Callable[[str], Any], timeout_s: float
-) -> Turn:
-    async with async_client(url, timeout_s) as http:
-        return await send_turn(
-            http, sid, -1, t, key, max_tokens=CUT_MAX_TOKENS, on_first_token=fault
-        )
+        runs = await asyncio.gather(*(one(sid, p) for sid, p in sessions))
+        return [t for run in runs for t in run]
+
+    return _with_client(url, timeout_s, work)
 
 
 def cut_turn(
     url: str, sid: str, t: TurnPlan, key: str, fault: Callable[[str], Any], timeout_s: float
 ) -> Turn:
     """A long streamed turn of `sid`; `fault(replica)` runs once its first tokens arrived."""
-    return asyncio.run(asyncio.wait_for(_cut(url, sid, t, key, fault, timeout_s), timeout_s))
+
+    def work(http: httpx.AsyncClient) -> Awaitable[Turn]:
+        return send_turn(http, sid, -1, t, key, max_tokens=CUT_MAX_TOKENS, on_first_token=fault)
+
+    return _with_client(url, timeout_s, work)
