@@ -1,7 +1,10 @@
 """Benchmarks: the simulator and its experiments, trace replay, the HTTP benches.
 
 Modules:
-    child     a spawned child process that returns one result or fails within a deadline
+    child     a spawned child process that returns one result or fails within a deadline;
+              a server process started, held while healthy, and stopped
+    client    the HTTP benches' client: one streamed completion read and timed, the
+              request body, the async HTTP client
     claude_code/  `penelope bench claude-code`: the real Claude Code CLI against penelope
               serve, twice in one session
     cluster/  `penelope bench cluster`: the Ray Serve app on a real two-node Ray cluster on
@@ -12,9 +15,10 @@ Modules:
     net       The benches' local networking: a free port, and waiting for a server to answer
     peers/    Peers' routers, modelled from their source for the simulator (never served)
     plan      the seeded text sessions `bench faults` and `bench cluster` replay
+    report    what the reports share: a ratio's mean and range, a text table, a figure
     replay/   agent traces through the real engine; the simulator's CPU calibration
     sampler   `Sampler`: one measurement now and then every `period_s` on a thread, while
-              entered
+              entered; a process's RSS and the CPU's fields
     sessions  `Session` / `Turn` / `Trace` / `Scale`: one typed, scaled form of any trace
     sim/      the discrete-event simulator (`bench.sim`), `simulate` and `agree`
     soak/     `penelope bench soak`: many short requests against the standalone server; every

@@ -1,5 +1,11 @@
 """A spawned child process that returns one result, or fails clearly, within a deadline.
 
+`server_process(name, cmd, log, health_url, timeout_s)` starts a server in its own
+process group, logging to a file, and holds it while its health URL answers 200
+within the deadline; on the way out the whole group is stopped (`stop_group`).
+A server that exits first or does not answer in time raises `StartFailed` with
+the root cause its log names and the log's end.
+
 `run_child(target, args, timeout_s=...)` runs `target(*args)` in a fresh
 (spawned) interpreter and returns what it returned. Nothing waits forever: if
 the child dies before answering, or has not answered by the deadline, the
@@ -13,19 +19,24 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from bench.net import ServerExited, wait_http
 
 POLL_S = 0.1
 KILL_GRACE_S = 5.0
 TAIL_LINES = 20
+_ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception): \S")
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
@@ -74,6 +85,50 @@ def _group_alive(pgid: int) -> bool:
         if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+class StartFailed(RuntimeError):
+    """A started server exited, or did not answer its health URL in time."""
+
+
+def _why(name: str, log: Path) -> str:
+    """The root cause a log names (its first `...Error: ...` line), then its end."""
+    lines = log.read_text(errors="replace").splitlines()
+    cause = next((ln for ln in lines if _ERROR_LINE.search(ln)), None)
+    tail = "\n".join(lines[-TAIL_LINES:])
+    head = f"; {cause.strip()}" if cause else ""
+    return f"server {name} did not come up{head}\nend of its log:\n{tail}"
+
+
+@contextmanager
+def server_process(
+    name: str,
+    cmd: Sequence[str] | str,
+    log: Path,
+    health_url: str,
+    timeout_s: float,
+    *,
+    env: dict[str, str] | None = None,
+    grace_s: float = 10.0,
+    shell: bool = False,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`cmd` in its own process group (a shell command with `shell`), stdout and stderr to
+    `log` (truncated), held once `health_url` answers 200 within `timeout_s`; its group
+    is stopped on the way out. `StartFailed` if it exits first or does not answer."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, shell=shell, stdout=out, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        try:
+            wait_http(health_url, timeout_s, alive=lambda: proc.poll() is None)
+        except (TimeoutError, ServerExited) as exc:
+            raise StartFailed(_why(name, log)) from exc
+        yield proc
+    finally:
+        stop_group(proc, grace_s)
 
 
 class ChildFailed(RuntimeError):

@@ -3,14 +3,36 @@
 The benches' samplers (a server tree's CPU seconds, this process's RSS, the
 running replica count) are this loop with their own `sample()`; the first
 sample is taken in `__enter__`, so a reading exists as soon as the block
-starts, and `__exit__` waits a bounded time for the thread.
+starts, and `__exit__` waits a bounded time for the thread. `rss_mib` and
+`cpu_fields` are what they read of this machine: a process's resident memory,
+and the CPU's model and flags.
 """
 
 from __future__ import annotations
 
+import resource
 import threading
 import time
+from pathlib import Path
 from typing import Any, Self
+
+
+def rss_mib(pid: int | str = "self") -> float:
+    """A process's resident memory in MiB (`/proc/PID/statm`)."""
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def cpu_fields() -> dict[str, str]:
+    """The first processor's `/proc/cpuinfo` fields (none where it cannot be read)."""
+    fields: dict[str, str] = {}
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return fields
+    for key, _, value in (line.partition(":") for line in lines if ":" in line):
+        fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
 class Sampler:

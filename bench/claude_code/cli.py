@@ -32,13 +32,15 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.child import server_process
+from bench.net import free_port
 
 CLAUDE_CODE_VERSION = "2.1.332"
 INSTALL_DIR = Path(__file__).resolve().parents[2] / ".claude-code"
@@ -87,38 +89,12 @@ def claude_env(base_url: str, home: Path) -> dict[str, str]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_healthy(url: str, server: subprocess.Popen[bytes], timeout_s: float) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"penelope serve exited with {server.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"penelope serve was not healthy within {timeout_s:g} s")
-
-
-def _serve(port: int, log: Path) -> subprocess.Popen[bytes]:
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def serve_argv(port: int) -> list[str]:
     cmd = [sys.executable, "-m", "penelope_cli.cli", "serve", "--model", MODEL]
     # A device pool that holds Claude Code's ~12K-token prompt in the model's 64K window,
     # and no store: a run starts cold, whatever earlier runs left in ~/.cache.
     cmd += ["--device-pages", "4096", "--store-uri", "none"]
-    cmd += ["--port", str(port), "--log-level", "warning"]
-    with log.open("wb") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    return cmd + ["--port", str(port), "--log-level", "warning"]
 
 
 def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
@@ -160,18 +136,24 @@ def run_bench(claude: str, timeout_s: float, min_cached: float) -> dict[str, Any
     from deployments.api.standalone import background_server
 
     started = time.monotonic()
-    port = _free_port()
+    port = free_port()
+    root = Path(__file__).resolve().parents[2]
+    path = str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    serve_env = dict(os.environ, PYTHONPATH=path)
     with tempfile.TemporaryDirectory(prefix="penelope-claude-code-") as tmp:
         home, work = Path(tmp) / "home", Path(tmp) / "work"
         home.mkdir()
         work.mkdir()
         (work / "README.md").write_text("A scratch project for the Claude Code bench.\n")
-        server = _serve(port, Path(tmp) / "serve.log")
         log: list[Seen] = []
         runs: list[dict[str, Any]] = []
+        base, serve_log = f"http://127.0.0.1:{port}", Path(tmp) / "serve.log"
         try:
-            _wait_healthy(f"http://127.0.0.1:{port}", server, min(timeout_s, 180.0))
-            with background_server(recording_proxy(f"http://127.0.0.1:{port}", log)) as url:
+            with (
+                server_process("penelope serve", serve_argv(port), serve_log, f"{base}/health",
+                               min(timeout_s, 180.0), env=serve_env, grace_s=30.0),
+                background_server(recording_proxy(base, log)) as url,
+            ):  # fmt: skip
                 env = claude_env(url, home)
                 for i, prompt in enumerate(PROMPTS):
                     args = [claude, "-p", *(["--continue"] if i else []), prompt]
@@ -194,12 +176,7 @@ def run_bench(claude: str, timeout_s: float, min_cached: float) -> dict[str, Any
                         }
                     )
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-            server_log = (Path(tmp) / "serve.log").read_text(errors="replace")[-2000:]
+            server_log = serve_log.read_text(errors="replace")[-2000:]
     return _report(log, runs, min_cached, time.monotonic() - started, server_log)
 
 

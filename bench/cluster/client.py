@@ -17,17 +17,18 @@ reads the stream to its end.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
+from bench.client import async_client, completion_body, stream_completion
 from bench.cluster.config import MODEL
 from bench.plan import SessionPlan, TurnPlan
 
 CUT_MAX_TOKENS = 400  # long enough to be mid-stream when the fault lands
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,41 +59,6 @@ class Turn:
         return int((self.usage.get("penelope") or {}).get("store_tokens", 0))
 
 
-def _body(t: TurnPlan, max_tokens: int | None = None) -> dict[str, Any]:
-    return {
-        "model": MODEL,
-        "prompt": t.prompt,
-        "max_tokens": max_tokens or t.max_tokens,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-
-
-async def _read(
-    r: httpx.Response, replica: str, on_first_token: Callable[[str], Any] | None
-) -> dict[str, Any]:
-    got: dict[str, Any] = {"text": "", "finish": None, "usage": {}, "error": None, "done": False}
-    async for line in r.aiter_lines():
-        if not line.startswith("data: "):
-            continue
-        if line == "data: [DONE]":
-            got["done"] = True
-            break
-        event = json.loads(line[6:])
-        if "error" in event:
-            got["error"] = str(event["error"].get("code"))
-            continue
-        for choice in event.get("choices") or ():
-            got["text"] += choice.get("text") or ""
-            got["finish"] = choice.get("finish_reason") or got["finish"]
-            if on_first_token is not None and choice.get("text"):
-                await asyncio.to_thread(on_first_token, replica)
-                on_first_token = None
-        got["usage"] = event.get("usage") or got["usage"]
-    return got
-
-
 async def send_turn(
     http: httpx.AsyncClient,
     sid: str,
@@ -103,72 +69,64 @@ async def send_turn(
     on_first_token: Callable[[str], Any] | None = None,
 ) -> Turn:
     headers = {"x-session-id": sid, "authorization": f"Bearer {key}"}
+    body = completion_body(MODEL, t.prompt, max_tokens or t.max_tokens)
     try:
-        async with http.stream(
-            "POST", "/v1/completions", json=_body(t, max_tokens), headers=headers
-        ) as r:
-            replica = r.headers.get("x-penelope-replica", "")
-            if r.status_code != 200:
-                await r.aread()
-                return Turn(sid, k, r.status_code, replica, "", None, error=r.text[:200])
-            got = await _read(r, replica, on_first_token)
+        got = await stream_completion(http, body, headers, on_first_token)
     except httpx.HTTPError as exc:
         return Turn(sid, k, 0, "", "", None, error=f"transport:{type(exc).__name__}")
-    return Turn(
-        sid, k, 200, replica, got["text"], got["finish"], got["usage"], got["error"], got["done"]
-    )
+    if got.status != 200:
+        error = got.body.decode(errors="replace")[:200]
+        return Turn(sid, k, got.status, got.replica, "", None, error=error)
+    code = None if got.error is None else str(got.error.get("code"))
+    return Turn(sid, k, 200, got.replica, got.text, got.finish_reason, got.usage, code, got.done)
 
 
-def _client(url: str, timeout_s: float) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(timeout_s, connect=30))
+def _with_client(
+    url: str, timeout_s: float, work: Callable[[httpx.AsyncClient], Awaitable[T]]
+) -> T:
+    """`work(http)` on a client of `url`, all of it within `timeout_s`."""
 
+    async def run() -> T:
+        async with async_client(url, timeout_s) as http:
+            return await work(http)
 
-async def _turn_all(
-    url: str, sessions: Sequence[tuple[str, SessionPlan]], k: int, key: str, timeout_s: float
-) -> list[Turn]:
-    async with _client(url, timeout_s) as http:
-        return list(
-            await asyncio.gather(*(send_turn(http, sid, k, p.turns[k], key) for sid, p in sessions))
-        )
+    return asyncio.run(asyncio.wait_for(run(), timeout_s))
 
 
 def turn_all(
     url: str, sessions: Sequence[tuple[str, SessionPlan]], k: int, key: str, timeout_s: float
 ) -> list[Turn]:
     """Turn `k` of every session at once; their answers in `sessions`' order."""
-    return asyncio.run(asyncio.wait_for(_turn_all(url, sessions, k, key, timeout_s), timeout_s))
 
+    async def work(http: httpx.AsyncClient) -> list[Turn]:
+        return list(
+            await asyncio.gather(*(send_turn(http, sid, k, p.turns[k], key) for sid, p in sessions))
+        )
 
-async def _whole(
-    url: str, sessions: Sequence[tuple[str, SessionPlan]], key: str, timeout_s: float
-) -> list[Turn]:
-    async with _client(url, timeout_s) as http:
-
-        async def one(sid: str, p: SessionPlan) -> list[Turn]:
-            return [await send_turn(http, sid, k, t, key) for k, t in enumerate(p.turns)]
-
-        runs = await asyncio.gather(*(one(sid, p) for sid, p in sessions))
-    return [t for run in runs for t in run]
+    return _with_client(url, timeout_s, work)
 
 
 def whole_sessions(
     url: str, sessions: Sequence[tuple[str, SessionPlan]], key: str, timeout_s: float
 ) -> list[Turn]:
     """Every session's turns one after the other, the sessions at once (the reference run)."""
-    return asyncio.run(asyncio.wait_for(_whole(url, sessions, key, timeout_s), timeout_s))
 
+    async def work(http: httpx.AsyncClient) -> list[Turn]:
+        async def one(sid: str, p: SessionPlan) -> list[Turn]:
+            return [await send_turn(http, sid, k, t, key) for k, t in enumerate(p.turns)]
 
-async def _cut(
-    url: str, sid: str, t: TurnPlan, key: str, fault: Callable[[str], Any], timeout_s: float
-) -> Turn:
-    async with _client(url, timeout_s) as http:
-        return await send_turn(
-            http, sid, -1, t, key, max_tokens=CUT_MAX_TOKENS, on_first_token=fault
-        )
+        runs = await asyncio.gather(*(one(sid, p) for sid, p in sessions))
+        return [t for run in runs for t in run]
+
+    return _with_client(url, timeout_s, work)
 
 
 def cut_turn(
     url: str, sid: str, t: TurnPlan, key: str, fault: Callable[[str], Any], timeout_s: float
 ) -> Turn:
     """A long streamed turn of `sid`; `fault(replica)` runs once its first tokens arrived."""
-    return asyncio.run(asyncio.wait_for(_cut(url, sid, t, key, fault, timeout_s), timeout_s))
+
+    def work(http: httpx.AsyncClient) -> Awaitable[Turn]:
+        return send_turn(http, sid, -1, t, key, max_tokens=CUT_MAX_TOKENS, on_first_token=fault)
+
+    return _with_client(url, timeout_s, work)

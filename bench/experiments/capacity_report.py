@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from bench.experiments.capacity_search import SearchResult, crossing
-from bench.sim.report import save_figure
+from bench.report import pyplot, save_figure, spread
 from penelope_engine.protocol import MISS_CAUSES
 
 CURVE_METRICS = (
@@ -95,10 +95,7 @@ def ratios(runs: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any]:
             continue
         x = np.asarray(r["per_seed"]["sessions_at_slo"], dtype=float) / theirs
         c = np.asarray(r["per_seed"]["crossing"], dtype=float) / cross
-        out[r["name"]] = {
-            "mean": float(x.mean()), "min": float(x.min()), "max": float(x.max()),
-            "crossing": {"mean": float(c.mean()), "min": float(c.min()), "max": float(c.max())},
-        }  # fmt: skip
+        out[r["name"]] = {**spread(x), "crossing": spread(c)}
     return out
 
 
@@ -115,12 +112,8 @@ def attribution_rows(
         }
         if base is not None:
             for k in ("mean_ttft_s", "p90_ttft_s", "mean_llm_time_s"):
-                x = np.array([per_seed[s][k] / max(base[s][k], 1e-12) for s in seeds])
-                row[f"{k}_vs_best"] = {
-                    "mean": float(x.mean()),
-                    "min": float(x.min()),
-                    "max": float(x.max()),
-                }
+                x = [per_seed[s][k] / max(base[s][k], 1e-12) for s in seeds]
+                row[f"{k}_vs_best"] = spread(x)
         out["rows"][name] = row
     return out
 
@@ -165,11 +158,7 @@ def attribution_table(att: dict[str, Any]) -> str:
 
 def plot(path: Path, runs: list[dict[str, Any]], slo_s: float, title: str) -> Path:
     """p90 TTFT against sessions, one line per set-up, the SLO dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for r in runs:
         xs = sorted(int(n) for n in r["curve"])

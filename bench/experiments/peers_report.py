@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.report import pyplot, save_figure, spread
 from bench.sim.cliargs import comma_list
-from bench.sim.report import save_figure
 from bench.sim.setups import Setup
 from penelope_cli.helpformat import parser
 
@@ -70,11 +70,7 @@ def vs_best_peer(runs: list[dict[str, Any]], best: dict[str, dict[str, Any]]) ->
             ratio = np.asarray(r["per_seed"][k]) / np.maximum(
                 by_name[b["setup"]]["per_seed"][k], 1e-12
             )
-            row[k] = {
-                "mean": float(ratio.mean()),
-                "min": float(ratio.min()),
-                "max": float(ratio.max()),
-            }
+            row[k] = spread(ratio)
         out[r["name"]] = row
     return out
 
@@ -122,11 +118,7 @@ def table(runs: list[dict[str, Any]], vs: dict[str, Any]) -> str:
 
 
 def plot(path: Path, runs: list[dict[str, Any]], title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     runs = sorted(runs, key=lambda r: r["mean_ttft_s"])
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(runs) + 1.5))
     y = np.arange(len(runs))

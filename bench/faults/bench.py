@@ -31,7 +31,7 @@ from bench.faults.config import FaultsConfig
 from bench.faults.load import TurnResult, run_load
 from bench.faults.proxy import FaultProxy
 from bench.faults.s3 import RestartableS3
-from bench.faults.server import ServerSampler, StoreTarget, start_server, stop_server
+from bench.faults.server import ServerSampler, StoreTarget, penelope_serve
 from bench.plan import PlanConfig, SessionPlan, plan_sessions
 
 RESUME_LIMIT_S = 10.0
@@ -78,30 +78,26 @@ def run_one(
         else:
             local, bucket = None, new_bucket(s3.endpoint)
             target = StoreTarget(bucket.uri, proxy.endpoint, bucket.region)
-        proc = start_server(cfg, port, target, workdir / f"{name}.log")
+        proc = stack.enter_context(penelope_serve(cfg, port, target, workdir / f"{name}.log"))
         url = f"http://127.0.0.1:{port}"
-        try:
-            sampler = stack.enter_context(ServerSampler(url, proc.pid))
-            t0 = time.monotonic()
-            ctx = Context(cfg, s3, proxy, bucket, local, url, t0)
-            window: list[tuple[float, float]] = []
-            injector = threading.Thread(target=_inject, args=(ctx, name, window), daemon=True)
-            injector.start()
-            limit = cfg.before_s + fault_length(cfg, name) + cfg.deadline_s  # the fault's end
+        sampler = stack.enter_context(ServerSampler(url, proc.pid))
+        t0 = time.monotonic()
+        ctx = Context(cfg, s3, proxy, bucket, local, url, t0)
+        window: list[tuple[float, float]] = []
+        injector = threading.Thread(target=_inject, args=(ctx, name, window), daemon=True)
+        injector.start()
+        limit = cfg.before_s + fault_length(cfg, name) + cfg.deadline_s  # the fault's end
 
-            def extend() -> float | None:  # the load goes on after_s past the fault's end
-                if case is None:
-                    return None
-                return (window[0][1] if window else limit) + cfg.after_s
+        def extend() -> float | None:  # the load goes on after_s past the fault's end
+            if case is None:
+                return None
+            return (window[0][1] if window else limit) + cfg.after_s
 
-            turns = run_load(url, plans, cfg.concurrency, duration, cfg.deadline_s, extend)
-            injector.join(max(0.0, limit - ctx.now()))
-            if injector.is_alive():  # not summarized as if it had ended (empty notes)
-                ctx.notes["inject_error"] = f"the fault had not ended {limit:g} s into the load"
-            time.sleep(2.0)  # the last samples: writes behind land
-        finally:
-            stack.close()
-            stop_server(proc)
+        turns = run_load(url, plans, cfg.concurrency, duration, cfg.deadline_s, extend)
+        injector.join(max(0.0, limit - ctx.now()))
+        if injector.is_alive():  # not summarized as if it had ended (empty notes)
+            ctx.notes["inject_error"] = f"the fault had not ended {limit:g} s into the load"
+        time.sleep(2.0)  # the last samples: writes behind land
     start, end = window[0] if window else (cfg.before_s, cfg.before_s + cfg.fault_s)
     return {"turns": turns, "window": (start, end), "samples": sampler.watch.samples,
             "notes": ctx.notes, "elapsed_s": round(time.monotonic() - began, 1)}  # fmt: skip

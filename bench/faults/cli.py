@@ -21,6 +21,7 @@ from typing import Any
 from bench.faults.bench import run_bench
 from bench.faults.cases import CASES
 from bench.faults.config import FaultsConfig, short
+from bench.report import text_table
 
 
 def table(r: dict[str, Any]) -> str:
@@ -37,8 +38,7 @@ def table(r: dict[str, Any]) -> str:
             str(c["rss_vs_baseline"]), str(c["store_writes_resume_s"]),
             "ok" if c["ok"] else "FAILED " + ",".join(k for k, v in c["checks"].items() if not v),
         ))  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    return "\n".join(" | ".join(v.ljust(w) for v, w in zip(row, widths)) for row in rows)
+    return text_table(rows, sep=" | ")
 
 
 def build_parser() -> argparse.ArgumentParser:

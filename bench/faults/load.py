@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from bench.client import async_client
 from bench.cluster.client import send_turn
 from bench.plan import SessionPlan
 
@@ -72,9 +73,7 @@ async def _slot(
     deadline_s: float,
 ) -> list[TurnResult]:  # fmt: skip
     out: list[TurnResult] = []
-    limits = httpx.Limits(max_connections=4, max_keepalive_connections=2)
-    timeout = httpx.Timeout(deadline_s, connect=30)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as http:
+    async with async_client(url, deadline_s, 4, idle=2) as http:
         round_ = 0
         while time.monotonic() < end():
             for plan in plans:

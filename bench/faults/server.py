@@ -13,15 +13,17 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from bench.child import server_process
 from bench.cluster.s3 import CREDENTIALS
 from bench.faults.config import MODEL, FaultsConfig
-from bench.net import wait_http
-from bench.sampler import Sampler
+from bench.sampler import Sampler, rss_mib
 
 START_TIMEOUT_S = 120.0
 _SERIES = re.compile(r"^(penelope_[a-z_]+)(?:\{([^}]*)\})? ([0-9.e+-]+)$")
@@ -34,7 +36,11 @@ class StoreTarget:
     region: str | None = None
 
 
-def start_server(cfg: FaultsConfig, port: int, store: StoreTarget, log: Path) -> subprocess.Popen:
+@contextmanager
+def penelope_serve(
+    cfg: FaultsConfig, port: int, store: StoreTarget, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`penelope serve` up (health answered, one request served) for the block."""
     args = [
         sys.executable, "-m", "penelope_cli.cli", "serve", "--port", str(port),
         "--model", MODEL, "--device-pages", str(cfg.device_pages),
@@ -48,22 +54,12 @@ def start_server(cfg: FaultsConfig, port: int, store: StoreTarget, log: Path) ->
         args += ["--store-endpoint", store.endpoint, "--store-region", store.region or ""]
     env = {**os.environ, **CREDENTIALS, "OMP_NUM_THREADS": "1"}
     env.pop("AWS_ENDPOINT_URL", None)
-    out = log.open("ab")
-    proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/health", START_TIMEOUT_S, alive=lambda: proc.poll() is None)
-    warm = {"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 2}  # first-call costs
-    httpx.post(f"{url}/v1/completions", json=warm, timeout=START_TIMEOUT_S).raise_for_status()
-    return proc
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
+    with server_process("penelope serve", args, log, f"{url}/health", START_TIMEOUT_S,
+                        env=env, grace_s=30.0) as proc:  # fmt: skip
+        warm = {"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 2}  # first-call costs
+        httpx.post(f"{url}/v1/completions", json=warm, timeout=START_TIMEOUT_S).raise_for_status()
+        yield proc
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -77,14 +73,6 @@ def scrape(url: str) -> dict[str, float]:
             key = f"{m.group(1)}{{{labels}}}" if labels else m.group(1)
             out[key] = out.get(key, 0.0) + float(m.group(3))
     return out
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 @dataclass

@@ -9,7 +9,6 @@ and records (kind, status, seconds) per request; `summarize` counts them.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.client import async_client, completion_body, events
 from bench.load.config import MODEL, LoadConfig
 from bench.sessions import Session
 from bench.tokens import TokenMap
@@ -70,12 +70,8 @@ class Client:
         cfg = self.cfg
         ids = self.tokens.input_ids(session, k)[:: cfg.stride]
         out = cdiv(session.turns[k].output_tokens, cfg.stride)
-        body = {
-            "model": MODEL,
-            "prompt": [int(t) for t in ids],
-            "max_tokens": min(max(out, 1), cfg.max_tokens),
-            "temperature": 0,
-        }
+        body = completion_body(MODEL, [int(t) for t in ids], min(max(out, 1), cfg.max_tokens),
+                               stream=False)  # fmt: skip
         headers = {"x-session-id": session.id}
         draw = rng.random()
         if draw < cfg.cancel_share:
@@ -111,14 +107,14 @@ class Client:
             if r.status_code != 200:
                 await r.aread()
                 return str(r.status_code)
-            last = ""
-            async for line in r.aiter_lines():
-                if cancel and line.startswith("data: "):
+            async for event in events(r):
+                if cancel:
                     return "cancelled"  # leaving the block drops the connection mid-stream
-                last = line or last
-                if line.startswith('data: {"error"'):
-                    return "200+error:" + json.loads(line[6:])["error"]["code"]
-            return "200" if last == "data: [DONE]" else "200+truncated"
+                if event is None:
+                    return "200"
+                if "error" in event:
+                    return "200+error:" + event["error"]["code"]
+            return "200+truncated"
 
 
 def _slots(cfg: LoadConfig) -> list[list[Session]]:
@@ -129,13 +125,8 @@ def _slots(cfg: LoadConfig) -> list[list[Session]]:
 
 async def drive(cfg: LoadConfig, url: str, vocab: int) -> list[tuple[str, str, float]]:
     """Run every slot until the deadline, then give in-flight requests `grace_s`."""
-    # Idle connections expire on the client before uvicorn's 5 s keep-alive closes
-    # them, or a request sent on a connection the server is closing fails to read.
-    limits = httpx.Limits(
-        max_connections=2 * cfg.sessions + 8, max_keepalive_connections=None, keepalive_expiry=2.0
-    )
-    timeout = httpx.Timeout(cfg.duration_s + cfg.grace_s, connect=30)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as http:
+    timeout_s = cfg.duration_s + cfg.grace_s
+    async with async_client(url, timeout_s, 2 * cfg.sessions + 8, idle=None) as http:
         client = Client(cfg, http, vocab)
         tasks = [asyncio.create_task(client.slot(i, s)) for i, s in enumerate(_slots(cfg))]
         done, pending = await asyncio.wait(tasks, timeout=cfg.duration_s + cfg.grace_s)

@@ -18,7 +18,7 @@ from typing import Any
 from bench.child import run_child
 from bench.load.client import client_deadline_s, client_main, summarize
 from bench.load.config import MODEL, LoadConfig
-from bench.sampler import Sampler
+from bench.sampler import Sampler, rss_mib
 from bench.traces import CLAUDE_BLOCK
 from penelope_engine.config import EngineConfig
 from penelope_engine.protocol import EngineProtocol
@@ -38,8 +38,7 @@ class RssSampler(Sampler):
         self._pool_full = pool_full
 
     def sample(self) -> None:
-        with open("/proc/self/statm") as f:
-            rss = int(f.read().split()[1]) * resource.getpagesize() / 2**20
+        rss = rss_mib()
         now = time.monotonic() - self.t0
         self.samples.append((now, rss))
         if self.full_at is None and self._pool_full is not None and self._pool_full():

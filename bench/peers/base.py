@@ -131,6 +131,15 @@ def with_options(cls: type[PeerRouter[Any]], name: str, options: object) -> Rout
     return make
 
 
+def variants(
+    cls: type[PeerRouter[Any]], tag: str, values: Sequence[float], options: Callable[[Any], object]
+) -> dict[str, RouterFactory]:
+    """Factories of `cls` built with `options(value)`, one per value, each named
+    `<cls.name>_<tag><value>` (e.g. a peer at each documented threshold)."""
+    names = [f"{cls.name}_{tag}{v:g}" for v in values]
+    return {n: with_options(cls, n, options(v)) for n, v in zip(names, values)}
+
+
 def reads_prompt(router: object) -> bool:
     """Whether `router` needs every page of the prompt (`PeerRequest.prompt_pages`)."""
     return isinstance(router, PeerRouter) and router.reads_prompt

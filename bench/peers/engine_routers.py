@@ -20,7 +20,7 @@ Each router's ``name`` is its name here.
 
 from __future__ import annotations
 
-from bench.peers.base import peer_factory, with_options
+from bench.peers.base import peer_factory, variants
 from bench.peers.dynamo_kv import DynamoKvRouter
 from bench.peers.llm_d import LlmdRouter
 from bench.peers.sgl_cache_aware import SglCacheAwareConfig, SglCacheAwareRouter
@@ -30,19 +30,13 @@ from router.policies import RouterFactory
 SGL_ABS_THRESHOLDS = (4, 8, 16, 32)  # balance_abs_threshold of the sgl_cache_aware_abs<N> variants
 
 
-def sgl_cache_aware_with_abs(threshold: int) -> RouterFactory:
-    """A factory of ``SglCacheAwareRouter`` with ``balance_abs_threshold=threshold`` (the
-    other knobs at the CLI defaults), named ``sgl_cache_aware_abs<threshold>``."""
-    return with_options(
-        SglCacheAwareRouter,
-        f"{SglCacheAwareRouter.name}_abs{threshold}",
-        SglCacheAwareConfig(balance_abs_threshold=threshold),
-    )
+def _with_abs(threshold: int) -> SglCacheAwareConfig:
+    return SglCacheAwareConfig(balance_abs_threshold=threshold)  # the other knobs: CLI defaults
 
 
 ENGINE_ROUTERS: dict[str, RouterFactory] = {
     SglCacheAwareRouter.name: peer_factory(SglCacheAwareRouter),
-    **{f"sgl_cache_aware_abs{t}": sgl_cache_aware_with_abs(t) for t in SGL_ABS_THRESHOLDS},
+    **variants(SglCacheAwareRouter, "abs", SGL_ABS_THRESHOLDS, _with_abs),
     SglStickyRouter.name: peer_factory(SglStickyRouter),
     DynamoKvRouter.name: peer_factory(DynamoKvRouter),
     LlmdRouter.name: peer_factory(LlmdRouter),

@@ -16,7 +16,7 @@ Each router's ``name`` is its name here.
 
 from __future__ import annotations
 
-from bench.peers.base import peer_factory, with_options
+from bench.peers.base import peer_factory, variants
 from bench.peers.ray_kv_aware import RayKvAwareRouter
 from bench.peers.ray_prefix import RayPrefixAffinityRouter, RayPrefixConfig
 from bench.peers.ray_session_hash import RaySessionHashRouter
@@ -25,19 +25,13 @@ from router.policies import RouterFactory
 PREFIX_THRESHOLDS = (5, 10, 20)  # imbalanced_threshold of the ray_prefix_t<N> variants
 
 
-def ray_prefix_with_threshold(threshold: float) -> RouterFactory:
-    """A factory of ``RayPrefixAffinityRouter`` with ``imbalanced_threshold=threshold``,
-    named ``ray_prefix_t<threshold>``."""
-    return with_options(
-        RayPrefixAffinityRouter,
-        f"{RayPrefixAffinityRouter.name}_t{threshold:g}",
-        RayPrefixConfig(imbalanced_threshold=threshold),
-    )
+def _with_threshold(threshold: float) -> RayPrefixConfig:
+    return RayPrefixConfig(imbalanced_threshold=threshold)
 
 
 RAY_ROUTERS: dict[str, RouterFactory] = {
     RaySessionHashRouter.name: peer_factory(RaySessionHashRouter),
     RayPrefixAffinityRouter.name: peer_factory(RayPrefixAffinityRouter),
-    **{f.__name__: f for f in map(ray_prefix_with_threshold, PREFIX_THRESHOLDS)},
+    **variants(RayPrefixAffinityRouter, "t", PREFIX_THRESHOLDS, _with_threshold),
     RayKvAwareRouter.name: peer_factory(RayKvAwareRouter),
 }

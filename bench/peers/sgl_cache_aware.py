@@ -49,7 +49,6 @@ from bench.peers.base import PeerRequest, PeerRouter, PeerView
 from penelope_engine.util import require
 from router.schema import (
     NO_REPLICAS,
-    Choice,
     RouteDecision,
 )
 
@@ -225,7 +224,8 @@ class ApproxTree:
 
 
 class SglCacheAwareRouter(PeerRouter[SglCacheAwareConfig]):
-    """sgl-router's ``cache_aware`` (see the module docstring). Not thread-safe."""
+    """sgl-router's ``cache_aware`` (see the module docstring). Not thread-safe. `choose`
+    is the base's: the source's pick, full or not (sgl-router does not hold requests back)."""
 
     name = "sgl_cache_aware"
     make_options = SglCacheAwareConfig
@@ -245,11 +245,6 @@ class SglCacheAwareRouter(PeerRouter[SglCacheAwareConfig]):
                 self.tree.insert((), view.replica_id)
         replica_id, reason = self._select(views, request.prompt_pages)
         return RouteDecision(((replica_id,),), reason)
-
-    def choose(self, views: Sequence[PeerView], request: PeerRequest) -> Choice:
-        """The source's pick, full or not: sgl-router does not hold requests back."""
-        decision = self.rank(views, request)
-        return Choice(decision.ranks[0][0], decision)
 
     def sync_replicas(self, live_ids: Collection[str]) -> list[str]:
         """Workers that left are removed from the tree (``remove_worker``); no sessions move."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.report import pyplot, save_figure
 from bench.sim.metrics import RunMetrics
 
 METRICS = (
@@ -157,11 +158,7 @@ def plot(
     ttfts: Iterable[tuple[dict[str, Any], Sequence[float]]],
 ) -> list[Path]:
     """TTFT CDF per set-up (at the smallest budget), TTFT and JCT versus device budget."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -198,14 +195,3 @@ def plot(
         ax.legend(fontsize=7)
         paths.append(save_figure(fig, out / f"{name}_vs_budget.png"))
     return paths
-
-
-def save_figure(fig: Any, path: Path, dpi: int = 120) -> Path:
-    """Lay out, write (making the folder) and close a matplotlib figure."""
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.report import pyplot, save_figure, text_table
 from bench.soak.config import SoakConfig
 from bench.soak.server import run_soak
 
@@ -31,16 +32,11 @@ def table(r: dict[str, Any]) -> str:
     for name, f in r["slopes"].items():
         levels = (f["level_at_warmup"], f["level_end"], f["slope_per_10k"])
         rows.append((name, *map(str, levels), "yes" if f["flat"] else "NO"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])])
-        for row in rows
-    ]
     q = r["requests"]
     rate = q["total"] / q["elapsed_s"] if q["elapsed_s"] else 0.0
     return "\n".join(
         [
-            *lines,
+            text_table(rows, right_from=1),
             f"requests: {q['total']} in {q['elapsed_s']} s ({rate:.1f}/s), "
             f"{q['sessions']} sessions, by status {q['by_status']}",
             f"integrity: {r['integrity']}; CPU: {r['cpu']['model']}",
@@ -51,11 +47,7 @@ def table(r: dict[str, Any]) -> str:
 
 def plot(r: dict[str, Any], path: Path) -> None:
     """One panel per series against requests finished; the end of warm-up dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = list(r["slopes"])
     rows = -(-len(names) // PLOT_COLUMNS)
     fig, axes = plt.subplots(rows, PLOT_COLUMNS, figsize=(12, 2.6 * rows), squeeze=False)
@@ -70,10 +62,7 @@ def plot(r: dict[str, Any], path: Path) -> None:
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.supxlabel("requests finished")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def build_parser() -> argparse.ArgumentParser:

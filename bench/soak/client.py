@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from bench.client import async_client, completion_body
 from bench.soak.config import MODEL, SoakConfig
 
 NEW_TOKENS = 8  # new tokens in each later turn, after the reply
@@ -92,12 +93,7 @@ class Client:
                 await self._send(session.prompt, {"x-session-id": session.id})
 
     async def _send(self, prompt: list[int], headers: dict[str, str]) -> None:
-        body = {
-            "model": MODEL,
-            "prompt": prompt,
-            "max_tokens": self.cfg.max_tokens,
-            "temperature": 0,
-        }
+        body = completion_body(MODEL, prompt, self.cfg.max_tokens, stream=False)
         try:
             r = await self.http.post("/v1/completions", json=body, headers=headers)
         except httpx.HTTPError as exc:
@@ -109,11 +105,8 @@ class Client:
 
 async def drive(cfg: SoakConfig, url: str, vocab: int) -> dict[str, Any]:
     """Run every worker until the requests are sent or the deadline passes."""
-    # Idle connections expire on the client before uvicorn's 5 s keep-alive closes them.
-    limits = httpx.Limits(max_connections=cfg.concurrency + 4, keepalive_expiry=2.0)
-    timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=30.0)
     t0 = time.monotonic()
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as http:
+    async with async_client(url, REQUEST_TIMEOUT_S, cfg.concurrency + 4) as http:
         client = Client(cfg, http, vocab)
         tasks = [asyncio.create_task(client.worker(i)) for i in range(cfg.concurrency)]
         _, pending = await asyncio.wait(tasks, timeout=cfg.deadline_s + REQUEST_TIMEOUT_S)

@@ -15,7 +15,6 @@ warm-up level.
 
 from __future__ import annotations
 
-import resource
 import tempfile
 import time
 from dataclasses import asdict
@@ -26,7 +25,7 @@ import numpy as np
 
 from bench.child import run_child
 from bench.load.server import engine_levers, page_report, wait_idle
-from bench.sampler import Sampler
+from bench.sampler import Sampler, cpu_fields, rss_mib
 from bench.soak.client import client_deadline_s, client_main
 from bench.soak.config import MODEL, SoakConfig
 
@@ -48,11 +47,6 @@ CRITERION = {
     "samples differ by at most max(2, 0.05 x the first)",
     "rss_mib": "flat when |level_end - level_at_warmup| <= 0.05 x level_at_warmup",
 }
-
-
-def rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
 def read_state(backend: Any, store_dir: Path) -> dict[str, Any]:
@@ -137,13 +131,9 @@ def slopes(samples: list[dict[str, Any]], warmup_requests: int) -> dict[str, dic
 
 def cpu_info() -> dict[str, Any]:
     """This machine's CPU model and the vector extensions the tiny model's speed hangs on."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
+    fields = cpu_fields()
+    if not fields:
         return {"model": None}
-    fields: dict[str, str] = {}
-    for key, _, value in (line.partition(":") for line in lines if ":" in line):
-        fields.setdefault(key.strip(), value.strip())  # the first processor's
     flags = set(fields.get("flags", "").split())
     extensions = {f: f in flags for f in ("avx2", "avx512f", "amx_tile")}
     return {"model": fields.get("model name"), **extensions}

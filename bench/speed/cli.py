@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_speed(cfg: SpeedConfig) -> dict[str, Any]:
-    from bench.speed.client import first_model
+    from bench.client import first_model
     from bench.speed.measure import Side, run_side, warm_up
     from bench.speed.server import penelope_server
 

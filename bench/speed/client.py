@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from bench.client import completion_body
 from bench.net import usage_tokens
 
 
@@ -27,12 +28,6 @@ class Stream:
         return self.chunk_times[0] - self.sent
 
 
-def first_model(url: str) -> str:
-    r = httpx.get(f"{url}/v1/models", timeout=30)
-    r.raise_for_status()
-    return str(r.json()["data"][0]["id"])
-
-
 def complete(
     url: str,
     model: str,
@@ -43,15 +38,7 @@ def complete(
 ) -> Stream:
     """Greedy, streamed, with usage, `max_tokens` tokens even past EOS (``ignore_eos``, which
     vLLM and SGLang take too); raises on an HTTP error or a stream without tokens."""
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "temperature": 0.0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    body = completion_body(model, prompt, max_tokens, ignore_eos=True)
     headers = {"x-session-id": session} if session else {}
     stream = Stream(sent=time.monotonic())
     with httpx.stream(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from bench.report import text_table
+
 FIGURES = ("prefill_tok_s", "ttft_2k_s", "decode_b1_tok_s", "decode_b8_tok_s")
 LOWER_IS_BETTER = ("ttft_2k_s",)
 
@@ -68,5 +70,4 @@ def table(result: dict[str, Any]) -> str:
         c = result["constrained"]
         value = f"{c['plain_step_ms']} -> {c['constrained_step_ms']} ms (x{c['ratio']})"
         rows.append([f"decode step b{c['batch']}, free -> grammar", value, *[""] * (len(cols) - 2)])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+    return text_table(rows)

@@ -12,7 +12,6 @@ cold-prefill figure: a fresh `n`-token prompt, one output token.
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.client import async_client, completion_body, stream_completion
 from bench.net import usage_tokens
 from bench.versus.plan import Plan, PlannedSession
 
@@ -43,49 +43,26 @@ class Record:
 
 
 def body(model: str, prompt: list[int] | tuple[int, ...], max_tokens: int) -> dict[str, Any]:
-    return {
-        "model": model,
-        "prompt": list(prompt),
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "temperature": 0.0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    return completion_body(model, prompt, max_tokens, ignore_eos=True)
 
 
 async def stream_one(
     http: httpx.AsyncClient, payload: dict[str, Any], rec: Record, session: str
 ) -> None:
     """Send one streamed request and fill `rec`'s times and usage (or its error)."""
-    t0 = time.monotonic()
     try:
-        async with http.stream(
-            "POST", "/v1/completions", json=payload, headers={"x-session-id": session}
-        ) as r:
-            if r.status_code != 200:
-                rec.error = f"status {r.status_code}: {(await r.aread())[:200]!r}"
-                return
-            async for line in r.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                if "error" in chunk:
-                    rec.error = f"stream error: {chunk['error']}"
-                    return
-                now = time.monotonic() - t0
-                if any(c.get("text") for c in chunk.get("choices") or ()):
-                    rec.ttft_s = now if rec.ttft_s is None else rec.ttft_s
-                    rec.e2e_s = now
-                usage = chunk.get("usage")
-                if usage:
-                    rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = usage_tokens(
-                        usage
-                    )
+        got = await stream_completion(http, payload, {"x-session-id": session})
     except httpx.HTTPError as exc:
         rec.error = f"{type(exc).__name__}: {exc}"
         return
-    if rec.ttft_s is None:
+    rec.ttft_s, rec.e2e_s = got.first_token_s, got.last_token_s
+    if got.usage:
+        rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = usage_tokens(got.usage)
+    if got.status != 200:
+        rec.error = f"status {got.status}: {got.body[:200]!r}"
+    elif got.error is not None:
+        rec.error = f"stream error: {got.error}"
+    elif rec.ttft_s is None:
         rec.error = "the stream carried no token"
 
 
@@ -104,10 +81,8 @@ async def _session(
 
 
 async def _replay(url: str, model: str, plan: Plan, timeout_s: float) -> tuple[list[Record], float]:
-    limits = httpx.Limits(max_connections=len(plan.sessions) + 4, keepalive_expiry=2.0)
-    timeout = httpx.Timeout(timeout_s, connect=30)
     out: list[Record] = []
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as http:
+    async with async_client(url, timeout_s, len(plan.sessions) + 4) as http:
         t0 = time.monotonic()
         await asyncio.gather(*(_session(http, model, s, t0, out) for s in plan.sessions))
         wall = time.monotonic() - t0
@@ -119,17 +94,11 @@ def replay(url: str, model: str, plan: Plan, timeout_s: float) -> tuple[list[Rec
     return asyncio.run(_replay(url, model, plan, timeout_s))
 
 
-def first_model(url: str) -> str:
-    r = httpx.get(f"{url}/v1/models", timeout=30)
-    r.raise_for_status()
-    return str(r.json()["data"][0]["id"])
-
-
 async def _one(
     url: str, model: str, prompt: list[int], max_tokens: int, timeout_s: float
 ) -> Record:
     rec = Record("raw", 0, 0.0, len(prompt))
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(timeout_s)) as http:
+    async with async_client(url, timeout_s) as http:
         await stream_one(http, body(model, prompt, max_tokens), rec, f"raw-{id(rec)}")
     return rec
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.report import pyplot, save_figure, spread
+
 FIGURES = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "mean_e2e_s", "p90_e2e_s")
 
 
@@ -81,8 +83,7 @@ def grouped(runs: Sequence[dict[str, Any]], rats: Sequence[dict[str, Any]]) -> l
         for f in ("mean_ttft_s", "p90_ttft_s", "mean_e2e_s"):
             vals = [q[f] for q in rby.get((kv, name), []) if q[f] is not None]
             if vals:
-                mean = float(np.mean(vals))
-                row[f"ratio_{f}"] = {"mean": mean, "min": min(vals), "max": max(vals)}
+                row[f"ratio_{f}"] = spread(vals)
         rows.append(row)
     return sorted(rows, key=lambda r: (-(r["kv_tokens"] or 0), r["server"]))
 
@@ -120,11 +121,7 @@ def table(rows: Sequence[dict[str, Any]], raw: dict[str, float | None]) -> str:
 
 def plot(path: Path, runs: Sequence[dict[str, Any]], title: str) -> Path:
     """Per capacity: the TTFT CDF per server (seeds pooled), and mean TTFT per turn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     kvs = sorted({r["kv_tokens"] or 0 for r in runs}, reverse=True)
     fig, axes = plt.subplots(2, len(kvs), figsize=(4.5 * len(kvs), 7), squeeze=False)
     for j, kv in enumerate(kvs):
@@ -145,7 +142,4 @@ def plot(path: Path, runs: Sequence[dict[str, Any]], title: str) -> Path:
         axes[1][j].set(xlabel="turn", ylabel="mean TTFT (s)")
         axes[0][j].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)

@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from bench.client import first_model
+from bench.sampler import cpu_fields
 from bench.versus import client, servers
 from bench.versus.config import ServerSpec, VersusConfig
 from bench.versus.plan import Plan, describe, make_plan
@@ -26,13 +28,7 @@ from bench.versus.report import summarize
 
 def cpu_info() -> dict[str, Any]:
     """The CPU model and flags (the first processor's, /proc/cpuinfo)."""
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
+    fields = cpu_fields()
     flags = fields.get("flags", "").split()
     vector = [f for f in flags if f.startswith(("avx", "amx", "fma", "sse4", "f16c"))]
     return {"model": fields.get("model name"), "vector_flags": vector, "flags": flags}
@@ -46,7 +42,7 @@ def run_one(
     load_before = os.getloadavg()
     with servers.running(spec, kv or 0, cfg.block_tokens, log, cfg.startup_timeout_s) as got:
         startup_s = time.monotonic() - t_start
-        model = client.first_model(spec.url)
+        model = first_model(spec.url)
         capacity = servers.kv_capacity(spec.url, got)
         warm = client.raw_prefill(
             spec.url, model, 32, 1, plan.seed + 101, cfg.vocab_low, cfg.vocab_high, 120.0

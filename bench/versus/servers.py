@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import socket
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,29 +25,14 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from bench.child import stop_group
-from bench.net import ServerExited, wait_http
+from bench.child import StartFailed, server_process
+from bench.net import wait_http
 from bench.versus.config import ServerSpec
 
-STOP_GRACE_S = 15.0
 _VLLM_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.M)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 _LOG_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _LOG_BLOCKS = re.compile(r"#\s*(?:cpu|gpu) blocks:\s*(\d+)", re.I)
-_ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception): \S")
-
-
-class StartFailed(RuntimeError):
-    """A started server exited, or did not answer /health in time."""
-
-
-def _why(name: str, log: Path) -> str:
-    """The root cause a log names (its first `...Error: ...` line), then its end."""
-    lines = log.read_text(errors="replace").splitlines()
-    cause = next((ln for ln in lines if _ERROR_LINE.search(ln)), None)
-    tail = "\n".join(lines[-20:])
-    head = f"; {cause.strip()}" if cause else ""
-    return f"server {name} did not come up{head}\nend of its log:\n{tail}"
 
 
 def _answers(url: str) -> bool:
@@ -75,20 +59,10 @@ def running(
         # the replay would run against a stranger (another bench's server did that once).
         raise StartFailed(f"{spec.url} is taken before {spec.name} was started: another "
                           "process listens on that port")  # fmt: skip
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            spec.command(kv_tokens, block_tokens), shell=True, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    try:
-        try:
-            wait_http(f"{spec.url}/health", timeout_s, alive=lambda: proc.poll() is None)
-        except (TimeoutError, ServerExited) as exc:
-            raise StartFailed(_why(spec.name, log)) from exc
+    command = spec.command(kv_tokens, block_tokens)
+    health = f"{spec.url}/health"
+    with server_process(spec.name, command, log, health, timeout_s, shell=True, grace_s=15.0):
         yield log
-    finally:
-        stop_group(proc, STOP_GRACE_S)
 
 
 def kv_capacity(url: str, log: Path | None) -> dict[str, Any]:
