@@ -112,6 +112,15 @@ class StoreHealth:
                 since is not None, spell, self._episodes, self._retries, self._skipped
             )
 
+    def admits(self) -> bool:
+        """Whether a call now would run: healthy, or the degraded store's probe is due.
+        False counts as a call skipped (a caller that would prepare work first asks)."""
+        with self._lock:
+            if self._degraded_at is None or time.monotonic() >= self._next_probe:
+                return True
+            self._skipped += 1
+            return False
+
     def call(self, op: Callable[[], T], what: str) -> T:
         """`op()`, retried on `OSError` while healthy; raises its last error, or
         `StoreDegraded` when the store is degraded and this is not a probe."""

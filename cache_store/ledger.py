@@ -116,6 +116,17 @@ class StoreLedger:
             self._counters.bytes_written += entry.size
             self._warned = False
 
+    def fit_volume(self) -> int | None:
+        """The volume is full: the budget becomes the bytes stored, so the next write
+        evicts to make room. The new budget, or None when that would not lower it (or
+        nothing is stored to evict)."""
+        with self._lock:
+            used = self._index.used_bytes
+            if not 0 < used < self.budget_bytes:
+                return None
+            self.budget_bytes = used
+            return used
+
     def write_failed(self, size: int) -> None:
         """A reserved write of `size` bytes failed: its room goes back."""
         with self._lock:

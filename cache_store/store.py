@@ -17,6 +17,7 @@ file another process evicted reads as a miss.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 from collections.abc import Sequence
 
@@ -63,7 +64,6 @@ class ArrowSegmentStore:
         self.namespace, self.record_ttl_s = namespace, record_ttl_s
         if not namespace:
             raise ValueError("namespace must be a non-empty model fingerprint")
-        self.budget_bytes = budget_bytes
         self.tuning = tuning or StoreTuning()
         self._files = SegmentFiles(where, namespace, filesystem, self.tuning)
         retries = 0 if self._files.fs.type_name == "s3" else None  # the S3 SDK retries
@@ -83,6 +83,11 @@ class ArrowSegmentStore:
     @property
     def used_bytes(self) -> int:
         return self._ledger.used_bytes
+
+    @property
+    def budget_bytes(self) -> int:
+        """The configured budget, or less once the volume was found full (`fit_volume`)."""
+        return self._ledger.budget_bytes
 
     def contains(self, key: str) -> bool:
         return self._ledger.contains(key)
@@ -123,6 +128,9 @@ class ArrowSegmentStore:
         key = seg.key
         if self._ledger.touch(key):
             return True
+        if not self.writes.admits():  # degraded: evict nothing for a write that won't run
+            self._ledger.write_failed(0)  # counted as a failed write, as before
+            return False
         batch = codec.encode(seg)
         size = codec.encoded_size(batch)
         victims = self._ledger.reserve(key, size)
@@ -224,6 +232,15 @@ class ArrowSegmentStore:
 
     def _write_failed(self, size: int, err: OSError) -> bool:
         self._ledger.write_failed(size)
+        if _volume_full(err):
+            was = self._ledger.budget_bytes
+            budget = self._ledger.fit_volume()
+            if budget is not None:
+                logger.warning(
+                    "Arrow KV store at %s: its volume is full at %d bytes stored; the store's "
+                    "budget is now that (was %d), so least recently used segments make room",
+                    self._files.dir, budget, was,
+                )  # fmt: skip
         self._warn(err)
         return False
 
@@ -238,3 +255,11 @@ class ArrowSegmentStore:
         self._ledger.lost(entry, reason)
         if reason == "corrupt":
             self._files.quarantine(entry.key)
+
+
+def _volume_full(err: OSError) -> bool:
+    """ENOSPC or EDQUOT, as the OS or pyarrow (which puts it in the message) reports it."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(err)
+    return "No space left on device" in text or "Disk quota exceeded" in text

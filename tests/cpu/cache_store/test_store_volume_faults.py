@@ -59,6 +59,26 @@ def test_a_full_volume_refuses_writes_serves_what_it_holds_and_recovers(tmpfs: P
     assert not store.degraded
 
 
+def test_a_full_volume_becomes_the_budget_and_writes_resume_by_eviction(tmpfs: Path) -> None:
+    """Nobody frees the volume: the store takes the bytes it holds as its budget, so once
+    its writes probe again, least recently used segments make room and writes go on."""
+    store = ArrowSegmentStore(str(tmpfs), 1 << 30, NS, tuning=FAST)  # budget > the volume
+    written = [store.put(segment(i)) for i in range(1, 40)]  # 64 KiB each: the volume fills
+    assert not all(written) and store.degraded
+    budget = store.budget_bytes
+    assert 0 < budget == store.used_bytes < 1 << 20  # what the volume held, not 1 GiB
+    oldest = store.keys()[0]
+    deadline = time.monotonic() + 5.0
+    while not store.put(segment(100)):  # refused at once until the probe, then it evicts
+        assert time.monotonic() < deadline, "writes did not resume"
+        time.sleep(0.05)
+    assert not store.degraded and store.contains(segment(100).key)
+    assert not store.contains(oldest) and store.used_bytes <= budget
+    assert store.stats().evictions >= 1
+    got = store.get(segment(100).key)
+    assert got is not None and bytes(got.payload) == bytes(segment(100).payload)
+
+
 def _killed_writer(root: str, mode: str) -> None:
     """Write a segment's file as the store does, then die (SIGKILL) before the rename
     (`complete`) or halfway through the bytes (`half`)."""

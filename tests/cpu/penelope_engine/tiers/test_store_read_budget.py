@@ -72,3 +72,30 @@ def test_a_budget_skips_reads_when_every_reader_is_stalled() -> None:
     time.sleep(0.5)
     assert budget.call(lambda: "fresh", "missed") == "fresh"
     budget.close()
+
+
+def test_after_an_overrun_reads_cool_down_doubling_until_one_answers_in_time() -> None:
+    """A slow store costs one budget per cool-down, not one per read: after an overrun,
+    reads are misses at once for 2 budgets, then 4 after the next overrun in a row; a read
+    that answers within its budget ends it."""
+    budget = ReadBudget(0.2, threads=4)  # threads to spare: only the cool-down skips
+    ran: list[str] = []
+
+    def slow() -> str:
+        ran.append("slow")
+        time.sleep(0.6)
+        return "late"
+
+    assert budget.call(slow, "missed") == "missed"  # overrun 1: cool-down 0.4 s
+    t0 = time.monotonic()
+    assert budget.call(lambda: ran.append("skipped") or "x", "missed") == "missed"
+    assert time.monotonic() - t0 < 0.1 and budget.skipped == 1 and "skipped" not in ran
+    time.sleep(0.5)
+    assert budget.call(slow, "missed") == "missed"  # overrun 2 in a row: cool-down 0.8 s
+    time.sleep(0.5)
+    assert budget.call(lambda: "fast", "missed") == "missed" and budget.skipped == 2
+    time.sleep(0.5)
+    assert budget.call(lambda: "fast", "missed") == "fast"  # in time: the cool-down ends
+    assert budget.call(lambda: "again", "missed") == "again"
+    assert budget.timeouts == 2 and ran == ["slow", "slow"]
+    budget.close()
