@@ -21,6 +21,7 @@ name, kind, help, labels), so a new engine metric is a new field there.
 | penelope_store_operations_total           | counter   | replica, op             |
 | penelope_store_errors_total               | counter   | replica, kind           |
 | penelope_store_used_bytes                 | gauge     | replica                 |
+| penelope_store_budget_bytes               | gauge     | replica                 |
 | penelope_store_degraded                   | gauge     | replica                 |
 | penelope_write_behind_queue_bytes / _queue_jobs / _cap_bytes | gauge | replica  |
 | penelope_write_behind_refused_total / _deferred_pages_total | counter | replica |
@@ -153,6 +154,11 @@ class StoreStatsCollector(Collector):
         used = GaugeMetricFamily(
             "penelope_store_used_bytes", "Bytes the Arrow store holds.", labels=["replica"]
         )
+        budget = GaugeMetricFamily(
+            "penelope_store_budget_bytes",
+            "Bytes the Arrow store may hold (less than configured once its volume was full).",
+            labels=["replica"],
+        )
         for replica, s in sorted(self._source().items()):
             for op, n in (
                 ("put", s.puts), ("hit", s.hits), ("miss", s.misses),
@@ -170,7 +176,8 @@ class StoreStatsCollector(Collector):
             for kind, n in kinds.items():
                 errors.add_metric([replica, kind], n)
             used.add_metric([replica], s.used_bytes)
-        yield from (ops, errors, used)
+            budget.add_metric([replica], s.budget_bytes)
+        yield from (ops, errors, used, budget)
 
 
 class ApiMetrics:
