@@ -156,6 +156,8 @@ async def test_metrics_export_the_stores_counters_through_the_engine(
         assert list(app.state.penelope.backend.store_stats()) == ["standalone"]
         text = (await client.get("/metrics")).text
         assert 'penelope_store_used_bytes{replica="standalone"}' in text
+        budget = re.search(r'penelope_store_budget_bytes\{replica="standalone"\} (\S+)', text)
+        assert budget is not None and float(budget.group(1)) == cache.store_bytes
         for op in ("put", "hit", "miss", "record_write", "record_read", "record_swept"):
             assert f'penelope_store_operations_total{{op="{op}",replica="standalone"}}' in text
 
