@@ -81,6 +81,9 @@ class TorchTiers:
         self.failures = 0
         self.public_hashes = public_hashes  # pages of operator-declared public prefixes
         self._reader: ThreadPoolExecutor | None = None  # read-ahead thread, started on first use
+        # Host evictions' pages go here when set (`SessionHandover`: the write-behind), so a
+        # slow store never stalls the step; True once queued. None: written here, in line.
+        self.spill_behind: Callable[[list[PageSnapshot]], bool] | None = None
 
     def owner(self, tenant: str, page_hash: int) -> str:
         """Whose page `page_hash` of `tenant` is in the store: PUBLIC for a declared prefix."""
@@ -116,10 +119,16 @@ class TorchTiers:
         return ok
 
     def spill(self, node: Node, idx: np.ndarray) -> bool:
-        """Write host pages `idx` of `node` to the store (host eviction)."""
+        """Write host pages `idx` of `node` to the store (host eviction): copied out and
+        queued on `spill_behind` when there is one, else written in line."""
         if self.host is None:
             return False
-        return self.write_segments(self.host, node.host, node, idx)
+        if self.spill_behind is None:
+            return self.write_segments(self.host, node.host, node, idx)
+        if self.store is None or self.store.writes.degraded:
+            return False  # no copy for a store that refuses: the pages are recomputed
+        snaps = self.snapshot(self.host, node.host, node, idx)
+        return bool(snaps) and self.spill_behind(snaps)
 
     def write_segments(self, pool: KVPool, slots: np.ndarray, node: Node, idx: np.ndarray) -> bool:
         """Write pages `idx` of `node`, held at `slots[idx]` of `pool`, to the store."""

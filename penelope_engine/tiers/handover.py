@@ -76,6 +76,8 @@ class SessionHandover:
         self.lost_pages = 0  # pages copied to be written whose write failed (recomputed)
         self._recorded: dict[str, int] = {}  # session id -> pages in its last record
         self.last_drain: DrainReport | None = None
+        if self.writer is not None:
+            tiers.spill_behind = self._spill_behind
 
     # -- any thread ------------------------------------------------------------------
     def fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
@@ -215,6 +217,20 @@ class SessionHandover:
                 touched.add(id(node))
         return written, touched, False
 
+    def _spill_behind(self, snaps: list[PageSnapshot]) -> bool:
+        """(The step thread.) A host eviction's pages, on the write-behind queue: True once
+        queued (they count as stored; a write that then fails counts them lost), False when
+        the queue has no room (they are dropped, and recomputed if needed again)."""
+        return self.writer is not None and self.writer.submit(
+            sum(s.nbytes for s in snaps), lambda: self._put_segments(snaps)
+        )
+
+    def _put_segments(self, snaps: list[PageSnapshot]) -> None:
+        """(The writer thread.) Each segment; the pages of one that fails count as lost."""
+        for snap in snaps:
+            if not self.store.put(snap.segment(self.store.namespace)):
+                self.lost_pages += len(snap.hashes)
+
     def _snapshot(self, node: Node, idx: np.ndarray) -> list[PageSnapshot]:
         """Copies of pages `idx` of `node`, read from the host where it has them."""
         host, device = self.tiers.host, self.tiers.device
@@ -235,9 +251,7 @@ class SessionHandover:
     ) -> None:
         """(The writer thread.) The segments, then the records that name them: the
         session's, and the public prefix's when its pages were among them."""
-        for snap in snaps:
-            if not self.store.put(snap.segment(self.store.namespace)):
-                self.lost_pages += len(snap.hashes)
+        self._put_segments(snaps)
         if pages and not self.records.put(tenant, session_id, pages):
             self._recorded.pop(session_id, None)  # unwritten: a drain writes it
         if public:
