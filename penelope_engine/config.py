@@ -157,11 +157,27 @@ class AgentConfig:
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Continuous batching: how many tokens and sequences one step may carry."""
+    """Continuous batching: how many tokens and sequences one step may carry.
+
+    prefill_chunk: the most query tokens of one request's prefill in one step, so that a
+    long prefill shares each step with the decodes and prefills beside it (their latency
+    is one step's). solo_prefill_chunk: the most a prefill takes when it runs alone, that
+    is when the step carries nothing else (no decode, no other request's chunk), no other
+    request is running (none waits on its copies either) and none is queued. Nobody's
+    latency is then at stake, and a bigger chunk only costs fewer, wider steps: fewer
+    passes over the weights and, for a fresh prompt, one causal attention call instead
+    of masked ones over the keys of earlier chunks (docs/results.md 3.5). What arrives
+    while such a step runs waits for it, one step as always, but a longer one; the next
+    step carries it, and the chunk is `prefill_chunk` again. Production engines do the
+    same by default: vLLM and SGLang give a lone request the whole step budget
+    (`max_num_batched_tokens`, `chunked_prefill_size`). 0 (the default): always
+    `prefill_chunk`; else in ``[prefill_chunk, max_batch_tokens]``.
+    """
 
     max_batch_tokens: int = with_help(2048, "most tokens of one step")  # prefill + decode
     max_running: int = with_help(64, "most requests running at once")
     prefill_chunk: int = 1024  # max query tokens of one request in one step
+    solo_prefill_chunk: int = 0  # max query tokens of a prefill running alone (0: the above)
     max_queue: int = 1024
     agent: AgentConfig = field(default_factory=AgentConfig)
 
@@ -172,7 +188,17 @@ class SchedulerConfig:
             0 < self.prefill_chunk <= self.max_batch_tokens,
             "prefill_chunk must be in (0, max_batch_tokens]",
         )
+        require(
+            self.solo_prefill_chunk == 0
+            or self.prefill_chunk <= self.solo_prefill_chunk <= self.max_batch_tokens,
+            "solo_prefill_chunk must be 0 or in [prefill_chunk, max_batch_tokens]",
+        )
         require(self.max_queue > 0, "max_queue must be positive")
+
+    @property
+    def solo_chunk(self) -> int:
+        """The chunk cap of a prefill that runs alone (`solo_prefill_chunk`)."""
+        return self.solo_prefill_chunk or self.prefill_chunk
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ SHIPPED_AGENT = AgentConfig(
     prefetch_lead_s=20.0,
 )
 # A request's prefill takes at most a quarter of a step's tokens, so a long prefill
-# shares each step with the turns that arrive behind it.
+# shares each step with the turns that arrive behind it; alone (nothing else running or
+# queued) it takes the whole step, as vLLM and SGLang give a lone request
+# (`SchedulerConfig.solo_prefill_chunk`; docs/results.md 3.5).
 PREFILL_CHUNK_SHARE = 4
 
 
@@ -38,6 +40,7 @@ def shipped_scheduler(max_batch_tokens: int = 2048, max_running: int = 64) -> Sc
         max_batch_tokens=max_batch_tokens,
         max_running=max_running,
         prefill_chunk=max(1, max_batch_tokens // PREFILL_CHUNK_SHARE),
+        solo_prefill_chunk=max_batch_tokens,
         agent=SHIPPED_AGENT,
     )
 

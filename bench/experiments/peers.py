@@ -97,6 +97,7 @@ def sim_config(
             default_scheduler(),
             max_batch_tokens=spec.step_tokens,
             prefill_chunk=spec.prefill_chunk,
+            solo_prefill_chunk=spec.solo_prefill_chunk,
             agent=spec.agent,
         ),
     )

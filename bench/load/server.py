@@ -104,6 +104,7 @@ def engine_levers(engine: EngineConfig) -> dict[str, Any]:
         "host_pages": c.host_pages,
         "store": c.store_uri is not None,
         "prefill_chunk": engine.scheduler.prefill_chunk,
+        "solo_prefill_chunk": engine.scheduler.solo_prefill_chunk,
         "agent": asdict(engine.scheduler.agent),
     }
 

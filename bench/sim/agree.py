@@ -111,7 +111,10 @@ def cost_model(kv_bytes_per_token: int) -> CpuCostModel:
 
 
 def scheduler_config() -> SchedulerConfig:
-    return SchedulerConfig(max_batch_tokens=1024, prefill_chunk=512, max_running=8)
+    # a prefill alone takes the whole step, as what ships (`shipped_scheduler`)
+    return SchedulerConfig(
+        max_batch_tokens=1024, prefill_chunk=512, solo_prefill_chunk=1024, max_running=8
+    )
 
 
 COPY_FIELDS = ("d2h_pages", "h2d_pages", "spill_pages", "install_pages", "step_copy_s")

@@ -30,7 +30,9 @@ order, backfill, return-aware retention that yields, preempted KV parked on
 the host) and a prefill chunk cap of a quarter of the step's token budget, so
 a long prefill shares each step with turns that arrive behind it instead of
 taking the whole step (the peers chunk at the whole budget, as SGLang's
-`--chunked-prefill-size` and vLLM's `max_num_batched_tokens` do by default).
+`--chunked-prefill-size` and vLLM's `max_num_batched_tokens` do by default);
+a prefill with nothing else running or queued takes the whole budget
+(`solo_prefill_chunk`), as the peers' does.
 Its tiers copy whole pages on the step thread before the forward
 (`penelope_engine.tiers.copies`), so every copy stalls the step: no
 `layerwise_loads`, no `async_writes`, no `async_spills` (`bench.sim.tiers`).
@@ -77,6 +79,7 @@ class CacheSpec:
     tiers: str  # bench.sim.replica.TIERS
     agent: AgentConfig = AgentConfig()
     prefill_chunk: int = STEP_TOKENS  # most tokens of one request's prefill in one step
+    solo_prefill_chunk: int = 0  # ... when nothing else runs or waits (0: prefill_chunk)
     step_tokens: int = STEP_TOKENS  # most tokens of one step, prefill and decode
     layerwise_loads: bool = False  # loads stream layer by layer, overlapped with the forward
     async_writes: bool = False  # device-to-host copies on a stream of their own (no stall)
@@ -98,7 +101,9 @@ CACHES: dict[str, CacheSpec] = {
     "continuum": CacheSpec(
         "lru", "gpu+cpu", AgentConfig(admission="program", retention="ttl"), async_spills=True
     ),
-    "penelope": CacheSpec(SHIPPED_POLICY, "gpu+cpu", SHIPPED_AGENT, PENELOPE_CHUNK),
+    "penelope": CacheSpec(
+        SHIPPED_POLICY, "gpu+cpu", SHIPPED_AGENT, PENELOPE_CHUNK, solo_prefill_chunk=STEP_TOKENS
+    ),
 }
 # Every router a user can put in front of these engines today: Ray's pow2 and the peer
 # grid (`bench.peers`); Penelope's `affinity` is the product's own.
@@ -128,9 +133,14 @@ def scaled_scheduler(cache: str | None, base: SchedulerConfig) -> SchedulerConfi
         return base
     spec = Registry("cache", CACHES).get(cache)
     step = max(1, base.max_batch_tokens * spec.step_tokens // STEP_TOKENS)
-    chunk = max(1, base.max_batch_tokens * spec.prefill_chunk // STEP_TOKENS)
+    chunk = min(max(1, base.max_batch_tokens * spec.prefill_chunk // STEP_TOKENS), step)
+    solo = base.max_batch_tokens * spec.solo_prefill_chunk // STEP_TOKENS
     return dataclasses.replace(
-        base, max_batch_tokens=step, prefill_chunk=min(chunk, step), agent=spec.agent
+        base,
+        max_batch_tokens=step,
+        prefill_chunk=chunk,
+        solo_prefill_chunk=min(max(solo, chunk), step) if spec.solo_prefill_chunk else 0,
+        agent=spec.agent,
     )
 
 
@@ -156,6 +166,7 @@ class Setup:
             "size_weight": a.size_weight,
             "prefetch_lead_s": a.prefetch_lead_s,
             "prefill_chunk": self.spec.prefill_chunk,
+            "solo_prefill_chunk": self.spec.solo_prefill_chunk,
             "step_tokens": self.spec.step_tokens,
             "layerwise_loads": self.spec.layerwise_loads,
             "async_writes": self.spec.async_writes,

@@ -82,8 +82,9 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], step: _Step, layer: int
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, step, layer)
-        return x + self.mlp(self.post_attention_layernorm(x), step.decode)
+        # the residual adds go into the layers' fresh outputs (x + y is y + x bit for bit)
+        x = self.self_attn(self.input_layernorm(x), rope, step, layer).add_(x)
+        return self.mlp(self.post_attention_layernorm(x), step.decode).add_(x)
 
 
 class _Step:

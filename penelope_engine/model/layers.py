@@ -67,9 +67,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # HF's ops and roundings, in place where the temporary is ours (half the passes)
         x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        scale = x32.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
+        y = (x32 * scale).to(x.dtype)
+        return y.mul_(self.weight) if y.dtype == self.weight.dtype else self.weight * y
 
 
 class MLP(nn.Module):

@@ -52,7 +52,8 @@ class AttentionGroup:
 @dataclass(frozen=True)
 class AttentionPlan:
     """The groups of one step. Masks take ``ratio * Q * C`` elements per group, which the
-    scheduler bounds by chunking prefills."""
+    scheduler bounds by chunking prefills (`prefill_chunk`, or `solo_prefill_chunk` for a
+    prefill alone in its step; a fresh prompt's first chunk is causal and has no mask)."""
 
     groups: tuple[AttentionGroup | CausalGroup, ...]
 

@@ -58,5 +58,15 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate `x` ``[T, heads, head_dim]`` by the tables from `RotaryCache.cos_sin`."""
-    return x * cos + rotate_half(x) * sin
+    """Rotate `x` ``[T, heads, head_dim]`` by the tables from `RotaryCache.cos_sin`.
+
+    ``x * cos + rotate_half(x) * sin`` bit for bit, with the same roundings in the same
+    order (``a + (-b) * s`` is ``a - b * s``), but with two temporaries of half the size
+    instead of four whole ones, and no `cat`: 3.2x faster on a 2K prefill's queries and
+    keys here (docs/results.md 3.5).
+    """
+    half = x.shape[-1] // 2
+    out = x * cos
+    out[..., :half].sub_(x[..., half:] * sin[..., :half])
+    out[..., half:].add_(x[..., :half] * sin[..., half:])
+    return out

@@ -7,7 +7,9 @@ clock, scripted tokens and tiers that only time their copies. Torch-free.
 Each step carries every running decode (one token each), then continues
 prefills, then admits waiting requests in queue order (`intake`: arrival by
 default; the agent-aware orders, backfill and KV retention of `agent` are
-levers of `SchedulerConfig.agent`), within the step's token budget.
+levers of `SchedulerConfig.agent`), within the step's token budget. A
+prefill takes at most `prefill_chunk` tokens a step, or `solo_prefill_chunk`
+when it runs alone (nothing else in the step, running or queued).
 Admission matches the prompt against the tree, locks the matched path,
 allocates device pages for everything not on the device (only when they
 can be had: a request that does not fit evicts nothing), loads host and
@@ -149,7 +151,9 @@ class Scheduler:
         return seq
 
     def _take_chunk(self, seq: Sequence, budget: int, items: list[BatchItem], now: float) -> int:
-        n = min(budget, self.config.prefill_chunk, len(seq.todo) - seq.cursor)
+        alone = not items and len(self.running) == 1 and not self.waiting  # `seq` alone
+        cap = self.config.solo_chunk if alone else self.config.prefill_chunk
+        n = min(budget, cap, len(seq.todo) - seq.cursor)
         if n <= 0 or seq.ready_at > now:
             return 0
         positions = seq.todo[seq.cursor : seq.cursor + n]

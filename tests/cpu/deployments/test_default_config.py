@@ -43,6 +43,8 @@ def test_the_default_runs_what_the_benchmarks_measure() -> None:
     assert engine.cache.policy == spec.policy == SHIPPED_POLICY
     assert sched.agent == spec.agent == SHIPPED_AGENT
     assert sched.max_batch_tokens * spec.prefill_chunk == sched.prefill_chunk * spec.step_tokens
+    assert sched.solo_prefill_chunk == sched.max_batch_tokens  # alone: the whole step
+    assert spec.solo_prefill_chunk == spec.step_tokens
     assert engine.cache.host_pages > 0 and spec.tiers == "gpu+cpu"
 
 

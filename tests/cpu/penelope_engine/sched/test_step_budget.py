@@ -4,16 +4,19 @@
 SGLang's `--chunked-prefill-size` in a batch mixed with decodes
 (`PrefillAdder.rem_chunk_tokens` less the running decodes). `prefill_chunk`
 caps one request's tokens in a step: vLLM's `--long-prefill-token-threshold`.
+`solo_prefill_chunk` lifts that cap for a prefill with nothing beside it.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bench.sim.tiers import NullTiers
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.config import SchedulerConfig
+from penelope_engine.errors import ConfigError
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 from penelope_engine.sched.scheduler import Scheduler
 from penelope_engine.sched.sequence import BatchItem, Sequence
@@ -22,9 +25,13 @@ from penelope_engine.tiers.planner import CalibratedCost
 PS = 4
 
 
-def _scheduler(max_batch_tokens: int, prefill_chunk: int) -> Scheduler:
+def _scheduler(
+    max_batch_tokens: int, prefill_chunk: int, solo: int = 0, max_running: int = 8
+) -> Scheduler:
     cache = PrefixCache(PS, 256, 0, "lru", io=NullTiers(), time_fn=lambda: 0.0)
-    cfg = SchedulerConfig(max_batch_tokens, max_running=8, prefill_chunk=prefill_chunk)
+    cfg = SchedulerConfig(
+        max_batch_tokens, max_running, prefill_chunk=prefill_chunk, solo_prefill_chunk=solo
+    )
     return Scheduler(
         cfg, cache, PageHasher(PS, "t"), NullTiers(), CalibratedCost, (), 1 << 20, clock=lambda: 0.0
     )
@@ -72,3 +79,37 @@ def test_a_per_request_cap_leaves_the_rest_of_the_budget_to_others() -> None:
     _add(sched, "c", 10)
     items = _step(sched)
     assert [len(it.positions) for it in items] == [16, 16, 10]
+
+
+def test_a_prefill_alone_takes_the_solo_chunk_and_shares_the_step_once_others_come() -> None:
+    sched = _scheduler(max_batch_tokens=64, prefill_chunk=16, solo=48)
+    a = _add(sched, "a", 200)
+    assert [len(it.positions) for it in _step(sched)] == [48]  # alone: the solo chunk
+    assert [len(it.positions) for it in _step(sched)] == [48]  # still alone
+    b = _add(sched, "b", 100)
+    items = _step(sched)
+    assert [(it.seq, len(it.positions)) for it in items] == [(a, 16), (b, 16)]
+    while a.in_prefill or b.in_prefill:
+        items = _step(sched)
+        assert all(len(it.positions) <= 16 for it in items)  # never alone again
+    _add(sched, "c", 100)  # a and b decode beside c's prefill: the usual cap
+    assert [len(it.positions) for it in _step(sched)] == [1, 1, 16]
+
+
+def test_a_queued_request_that_cannot_run_yet_keeps_the_cap() -> None:
+    sched = _scheduler(max_batch_tokens=64, prefill_chunk=16, solo=64, max_running=1)
+    _add(sched, "a", 100)
+    _add(sched, "b", 100)  # waits: max_running is 1
+    assert [len(it.positions) for it in _step(sched)] == [16]
+
+
+def test_without_a_solo_chunk_a_lone_prefill_keeps_the_cap() -> None:
+    sched = _scheduler(max_batch_tokens=64, prefill_chunk=16)
+    _add(sched, "a", 100)
+    assert [len(it.positions) for it in _step(sched)] == [16]
+
+
+@pytest.mark.parametrize("solo", [8, 65, -1])
+def test_the_solo_chunk_lies_between_the_chunk_and_the_step(solo: int) -> None:
+    with pytest.raises(ConfigError, match="solo_prefill_chunk"):
+        SchedulerConfig(64, prefill_chunk=16, solo_prefill_chunk=solo)
