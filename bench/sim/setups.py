@@ -34,8 +34,10 @@ taking the whole step (the peers chunk at the whole budget, as SGLang's
 a prefill with nothing else running or queued takes the whole budget
 (`solo_prefill_chunk`), as the peers' does.
 Its tiers copy whole pages on the step thread before the forward
-(`penelope_engine.tiers.copies`), so every copy stalls the step: no
-`layerwise_loads`, no `async_writes`, no `async_spills` (`bench.sim.tiers`).
+(`penelope_engine.tiers.copies`), so every load, demotion and write-through
+stalls the step: no `layerwise_loads`, no `async_writes`; its host evictions'
+pages are written to the store by the write-behind thread
+(`TorchTiers.spill_behind`), so `async_spills` (`bench.sim.tiers`).
 `ablations` switches each lever off in turn.
 
 `penelope+hints` is Penelope in hint mode (`bench.sim.hints`: its requests carry
@@ -102,8 +104,13 @@ CACHES: dict[str, CacheSpec] = {
         "lru", "gpu+cpu", AgentConfig(admission="program", retention="ttl"), async_spills=True
     ),
     "penelope": CacheSpec(
-        SHIPPED_POLICY, "gpu+cpu", SHIPPED_AGENT, PENELOPE_CHUNK, solo_prefill_chunk=STEP_TOKENS
-    ),
+        SHIPPED_POLICY,
+        "gpu+cpu",
+        SHIPPED_AGENT,
+        PENELOPE_CHUNK,
+        solo_prefill_chunk=STEP_TOKENS,
+        async_spills=True,
+    ),  # fmt: skip
 }
 # Every router a user can put in front of these engines today: Ray's pow2 and the peer
 # grid (`bench.peers`); Penelope's `affinity` is the product's own.
