@@ -11,7 +11,8 @@ Modules:
                         replaced when its step loop dies)
     chat_tools          an OpenAI chat request's tools, tool choice, response format and
                         history, checked and planned
-    completions         run a request: its slot, JSON or SSE, disconnect/timeout -> abort
+    completions         run a request: JSON or SSE, disconnect/timeout/stall -> abort
+    connections         `penelope serve`'s HTTP protocol: a deadline for a silent connection
     generation          one request's engine outputs as text deltas (stop strings), usage,
                         TTFT and ITL
     replies             how an API writes a reply (`ReplyShape`); OpenAI's body and SSE chunks
