@@ -60,7 +60,6 @@ class AppState:
     auth: Authenticator
     metrics: ApiMetrics
     runner: CompletionHandler
-    slots: InflightSlots
     backend: Backend | None = None
     started: int = 0
 
@@ -97,7 +96,7 @@ def create_app(backend_factory: BackendFactory, settings: ApiSettings | None = N
         total_s=settings.request_timeout_s,
         shapes=ERROR_SHAPES,
     )
-    app.add_middleware(Admission, slots=state.slots, shapes=ERROR_SHAPES)
+    app.add_middleware(Admission, slots=InflightSlots(settings, state.metrics), shapes=ERROR_SHAPES)
     app.add_middleware(RequestCounter, metrics=state.metrics)
     return app
 
@@ -110,9 +109,8 @@ def _new_state(settings: ApiSettings) -> AppState:
         return state.backend.store_stats() if state.backend is not None else {}
 
     metrics = ApiMetrics(replica_stats, store_stats)
-    slots = InflightSlots(settings, metrics)
     runner = CompletionHandler(settings, metrics)
-    state = AppState(settings, Authenticator(settings.api_keys), metrics, runner, slots)
+    state = AppState(settings, Authenticator(settings.api_keys), metrics, runner)
     return state
 
 

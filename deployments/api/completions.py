@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import suppress
 from typing import Any, TypeVar
 
+import anyio
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
@@ -146,8 +147,9 @@ class ClosingStream(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def bounded(message: Message) -> None:
-            try:
-                await asyncio.wait_for(send(message), self._stall_s)
+            try:  # a cancel scope, not wait_for's task per chunk: this runs per token
+                with anyio.fail_after(self._stall_s):
+                    await send(message)
             except TimeoutError:
                 raise _Stalled from None
 

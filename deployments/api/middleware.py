@@ -6,9 +6,9 @@ Ray Serve's ingress.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from deployments.api.errors import ApiError, ErrorShapes, shape_for
@@ -92,8 +92,9 @@ class BodyLimits:
         end = time.monotonic() + self.total_s
         while True:
             wait_s = min(self.idle_s, end - time.monotonic())
-            try:
-                message = await asyncio.wait_for(receive(), max(wait_s, 0.0))
+            try:  # a cancel scope: no task per message, as wait_for would make
+                with anyio.fail_after(max(wait_s, 0.0)):
+                    message = await receive()
             except TimeoutError:
                 stalled = wait_s == self.idle_s
                 raise BodyTimeout(
