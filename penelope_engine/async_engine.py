@@ -116,6 +116,7 @@ class AsyncEngine:
         self._listeners: dict[str, _Listener] = {}
         self._readers = 0  # threads waiting to read the engine; the loop yields to them
         self._closed = False
+        self._recent = self.engine.stats()  # refreshed by the step thread as requests finish
         self._thread = threading.Thread(target=self._loop, name="penelope-engine", daemon=True)
         self._thread.start()
 
@@ -134,6 +135,8 @@ class AsyncEngine:
                 except Exception as exc:  # a fault must not stop the other requests
                     log.exception("engine step failed; failing the running requests")
                     done = self.engine.fail_running(exc)
+                if any(seq.finish_reason is not None for seq in done):
+                    self._recent = self.engine.stats()  # before the last outputs go out
                 for seq in done:
                     self._emit(seq)
             if self._readers:  # let a stats reader in between two steps
@@ -240,6 +243,11 @@ class AsyncEngine:
     def stats(self) -> EngineStats:
         with self._reading():
             return self.engine.stats()
+
+    def recent_stats(self) -> EngineStats:
+        """The stats the step thread took after the last step in which a request finished
+        (one immutable snapshot: no lock, no wait for the running step)."""
+        return self._recent
 
     def store_stats(self) -> StoreStats | None:
         return self.engine.store_stats()  # the store has its own lock

@@ -191,6 +191,11 @@ class EngineProtocol(Protocol):
 
     def stats(self) -> EngineStats: ...
 
+    def recent_stats(self) -> EngineStats:
+        """`stats` as of the last request that finished, without waiting for the current
+        step: what a request's last output carries, so the output is not held back a step."""
+        ...
+
     def store_stats(self) -> StoreStats | None:
         """The shared KV store's counters; None without a store."""
         ...

@@ -185,8 +185,9 @@ async def stream_with_abort(
             except StopAsyncIteration:
                 break
             finished = out.finished
-            # Off the event loop: the engine holds its lock for a whole forward step.
-            stats = await asyncio.to_thread(engine.stats) if finished else None
+            # The snapshot the step thread took as this request finished: `engine.stats`
+            # would wait for the next forward step and hold the last token back with it.
+            stats = engine.recent_stats() if finished else None
             yield ReplicaOutput(replica, out, stats)
     except (GeneratorExit, asyncio.CancelledError):
         if not finished:

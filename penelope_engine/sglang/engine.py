@@ -218,6 +218,10 @@ class SGLangEngine:
         )
         return EngineStats(tokens=tokens, running=self._running)
 
+    def recent_stats(self) -> EngineStats:
+        """`stats`: counters this adapter keeps itself, read without waiting."""
+        return self.stats()
+
     def view(self) -> dict[str, Any]:
         """The penelope cache's snapshot (`views.SessionViews.snapshot`); {} before the
         first request or without the penelope backend. Call it off the event loop."""
