@@ -30,7 +30,15 @@ class Scale:
             raise ValueError(f"scale factors must be positive, got {self}")
 
     def block_tokens(self, block_size: int) -> int:
-        return max(1, round(block_size * self.length))
+        """Tokens of one scaled trace block; a factor that leaves less than one is refused
+        (it used to be read as 1/block_size, so a run claimed a scale it did not have)."""
+        n = round(block_size * self.length)
+        if n < 1:
+            raise ValueError(
+                f"length scale {self.length:g} maps a {block_size}-token trace block to less "
+                f"than one token; the finest this trace allows is 1/{block_size}"
+            )
+        return n
 
     def tokens(self, n: int, block_size: int) -> int:
         """`n` trace tokens at the effective factor block_tokens / block_size."""

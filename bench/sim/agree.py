@@ -2,7 +2,7 @@
 
     penelope bench agree [--sessions 8] [--turns 4] [--json]
 
-One small agent workload (real Claude Code sessions at 1/128 length, their
+One small agent workload (real Claude Code sessions at 1/64 length (one token a trace block), their
 first turns, tool gaps x0.05) runs three ways on the same clock, the cost
 model's, through the same event loop (`bench.sim.loop.Simulator`):
 
@@ -64,7 +64,7 @@ class AgreeConfig:
     sessions: int = field(default=8, metadata={"help": "Claude Code sessions in the workload"})
     turns: int = field(default=4, metadata={"help": "first turns of each session kept"})
     seed: int = field(default=0, metadata={"help": "workload seed"})
-    length_scale: float = field(default=1 / 128, metadata={"help": "trace lengths x this"})
+    length_scale: float = field(default=1 / 64, metadata={"help": "trace lengths x this"})
     time_scale: float = field(default=0.05, metadata={"help": "tool gaps x this"})
     max_output_tokens: int = field(default=8, metadata={"help": "output tokens per turn at most"})
     policy: EvictionPolicyName = field(

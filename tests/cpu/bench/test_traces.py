@@ -126,6 +126,9 @@ def test_claude_code_scale_factors(tmp_path: Path) -> None:
     assert odd["block_tokens"] == 6 and odd["effective_length_scale"] == 6 / 64
     with pytest.raises(ValueError, match="positive"):
         Scale(length=0.0)
+    assert Scale(length=1 / 64).block_tokens(64) == 1
+    with pytest.raises(ValueError, match="finest this trace allows is 1/64"):
+        Scale(length=1 / 128).block_tokens(64)  # once silently read as 1/64
 
 
 def _mooncake_file(tmp_path: Path) -> Path:
