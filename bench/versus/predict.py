@@ -26,6 +26,10 @@ measured ratio of the two servers' cold-prefill TTFT (the raw-speed figure
 of the same run), so the simulation differs between the two only in the
 cache, the scheduler and that one speed factor. Reported: simulated and
 measured mean TTFT ratio (Penelope / vLLM) and the error.
+
+`--policies oracle,lru,...` is the ablation: Penelope's side again with each of
+those eviction policies in place of the shipped one (`oracle` reads the future:
+the best any victim choice could do), each row's `sim_ratio_by_policy`.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Any
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CpuCostModel
 from bench.sim.loop import simulate
+from bench.sim.oracle import SIM_EVICTION_POLICIES
 from bench.versus.config import ServerSpec, VersusConfig
 from bench.versus.plan import workload
 from penelope_engine.config import SchedulerConfig
@@ -86,7 +91,13 @@ def _config(doc: dict[str, Any]) -> VersusConfig:
     return VersusConfig((ServerSpec("x", "http://x"),), trace=Path(c["trace"]), **kw)
 
 
-def predict(doc: dict[str, Any], cost: CpuCostModel, ours: str, peer: str) -> list[dict[str, Any]]:
+def predict(
+    doc: dict[str, Any],
+    cost: CpuCostModel,
+    ours: str,
+    peer: str,
+    policies: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
     cfg = _config(doc)
     raw = doc["raw_prefill_ttft_s"]
     factor = raw[peer] / raw[ours]
@@ -107,6 +118,11 @@ def predict(doc: dict[str, Any], cost: CpuCostModel, ours: str, peer: str) -> li
         s_ours = simulate(wl, pen, cost, seed)
         s_peer = simulate(wl, vll, scaled(cost, factor), seed)
         sim = s_ours.mean_ttft_s / s_peer.mean_ttft_s
+        ablation = {
+            name: simulate(wl, dataclasses.replace(pen, policy=name), cost, seed).mean_ttft_s
+            / s_peer.mean_ttft_s
+            for name in policies
+        }
         meas = r["summary"]["mean_ttft_s"] / p["summary"]["mean_ttft_s"]
         out.append({
             "kv_tokens": kv, "seed": seed, "speed_factor": factor,
@@ -115,6 +131,7 @@ def predict(doc: dict[str, Any], cost: CpuCostModel, ours: str, peer: str) -> li
             "measured_mean_ttft_s": {ours: r["summary"]["mean_ttft_s"],
                                      peer: p["summary"]["mean_ttft_s"]},
             "sim_ratio": sim, "measured_ratio": meas, "error": sim / meas - 1,
+            "sim_ratio_by_policy": ablation,
         })  # fmt: skip
     return out
 
@@ -134,16 +151,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ours", default="penelope", help="our server's name in the run")
     ap.add_argument("--peer", default="vllm", help="the peer's name in the run")
     ap.add_argument("--json", type=Path, default=None, help="write the result here")
+    names = ", ".join(SIM_EVICTION_POLICIES)
+    ap.add_argument(
+        "--policies", default="", help=f"ablation: our side again with these policies ({names})"
+    )
     args = ap.parse_args(argv)  # fmt: skip
+    policies = tuple(p for p in args.policies.split(",") if p)
+    for name in policies:
+        SIM_EVICTION_POLICIES.check(name)
     doc = json.loads(args.versus.read_text())
     if args.cost_model is not None:
         cost = CpuCostModel.from_dict(json.loads(args.cost_model.read_text()))
     else:
         cost = fit_here(args.model, doc["config"]["block_tokens"])
-    rows = predict(doc, cost, args.ours, args.peer)
+    rows = predict(doc, cost, args.ours, args.peer, policies)
     for r in rows:
+        by = "".join(f", {k} {v:.2f}x" for k, v in r["sim_ratio_by_policy"].items())
+        err = 100 * r["error"]
         print(f"kv {r['kv_tokens']} seed {r['seed']}: simulated {r['sim_ratio']:.2f}x, "
-              f"measured {r['measured_ratio']:.2f}x, error {100 * r['error']:+.0f} %")  # fmt: skip
+              f"measured {r['measured_ratio']:.2f}x, error {err:+.0f} %{by}")  # fmt: skip
     if rows:
         print(f"mean |error| {100 * statistics.mean(abs(r['error']) for r in rows):.0f} %")
     if args.json is not None:

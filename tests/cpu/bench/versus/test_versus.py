@@ -118,8 +118,10 @@ def test_a_replay_against_two_penelope_servers_writes_every_figure(tmp_path: Pat
 
     # the simulator on the same workload: one row per (capacity, seed), the measured ratio
     cost = CpuCostModel(0.002, 2e-4, 1e-8, 1e-4, kv_bytes_per_token=4096, c_row=1e-3)
-    (row,) = predict(doc, cost, "shipped", "lru")
+    (row,) = predict(doc, cost, "shipped", "lru", ("oracle", "lru"))
     assert row["kv_tokens"] == kv and row["sim_ratio"] > 0
+    ablation = row["sim_ratio_by_policy"]
+    assert set(ablation) == {"oracle", "lru"} and all(v > 0 for v in ablation.values())
     assert row["measured_ratio"] == pytest.approx(ratio["mean_ttft_s"])
     assert row["error"] == pytest.approx(row["sim_ratio"] / row["measured_ratio"] - 1)
 
