@@ -56,7 +56,7 @@ SESSION_OPTIONS = (
     "store_request_timeout_s",
     "store_probe_s",
 )
-SCHEDULER_OPTIONS = ("max_running", "max_batch_tokens")
+SCHEDULER_OPTIONS = ("max_running", "max_batch_tokens", "max_prefills")
 API_OPTIONS = ("max_pending",)
 
 
@@ -152,10 +152,15 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         dtype=args.dtype,
         cache=cache,
         scheduler=(
-            shipped_scheduler(tokens, args.max_running)
+            dataclasses.replace(
+                shipped_scheduler(tokens, args.max_running), max_prefills=args.max_prefills
+            )
             if args.agent_levers == "shipped"
             else SchedulerConfig(
-                max_running=args.max_running, max_batch_tokens=tokens, prefill_chunk=tokens // 2
+                max_running=args.max_running,
+                max_batch_tokens=tokens,
+                prefill_chunk=tokens // 2,
+                max_prefills=args.max_prefills,
             )
         ),
     )

@@ -172,12 +172,19 @@ class SchedulerConfig:
     same by default: vLLM and SGLang give a lone request the whole step budget
     (`max_num_batched_tokens`, `chunked_prefill_size`). 0 (the default): always
     `prefill_chunk`; else in ``[prefill_chunk, max_batch_tokens]``.
+    max_prefills: the most requests in prefill at once (0: as many as the step's tokens
+    allow). Where a step's time grows with its tokens from a few tokens up (a CPU), two
+    prefills in one step finish together no sooner than one after the other, and a
+    queued request holds no pages: admitting the next prefill only as one finishes keeps
+    the pages a finished turn leaves for the session coming back (docs/results.md 1.6).
+    Decodes are never held back by it.
     """
 
     max_batch_tokens: int = with_help(2048, "most tokens of one step")  # prefill + decode
     max_running: int = with_help(64, "most requests running at once")
     prefill_chunk: int = 1024  # max query tokens of one request in one step
     solo_prefill_chunk: int = 0  # max query tokens of a prefill running alone (0: the above)
+    max_prefills: int = with_help(0, "most requests in prefill at once (0: no cap)")
     max_queue: int = 1024
     agent: AgentConfig = field(default_factory=AgentConfig)
 
@@ -193,6 +200,7 @@ class SchedulerConfig:
             or self.prefill_chunk <= self.solo_prefill_chunk <= self.max_batch_tokens,
             "solo_prefill_chunk must be 0 or in [prefill_chunk, max_batch_tokens]",
         )
+        require(self.max_prefills >= 0, "max_prefills must be >= 0 (0: no limit)")
         require(self.max_queue > 0, "max_queue must be positive")
 
     @property

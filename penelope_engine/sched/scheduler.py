@@ -7,7 +7,8 @@ clock, scripted tokens and tiers that only time their copies. Torch-free.
 Each step carries every running decode (one token each), then continues
 prefills, then admits waiting requests in queue order (`intake`: arrival by
 default; the agent-aware orders, backfill and KV retention of `agent` are
-levers of `SchedulerConfig.agent`), within the step's token budget. A
+levers of `SchedulerConfig.agent`), within the step's token budget and
+`max_prefills`. A
 prefill takes at most `prefill_chunk` tokens a step, or `solo_prefill_chunk`
 when it runs alone (nothing else in the step, running or queued).
 Admission matches the prompt against the tree, locks the matched path,
@@ -115,7 +116,7 @@ class Scheduler:
         if self.retention.expire(now):
             self.intake.note_release()
         self.prefetch.step(now, self._live_sessions())
-        while budget > 0 and self.waiting and len(self.running) < self.config.max_running:
+        while budget > 0 and self.waiting and self._may_admit():
             new = self.intake.next_admitted(now)
             if new is None:
                 break
@@ -123,6 +124,13 @@ class Scheduler:
             self.running.append(new)
             budget -= self._take_chunk(new, budget, items, now)
         return items
+
+    def _may_admit(self) -> bool:
+        """Room for one more running request, and for one more prefill (`max_prefills`)."""
+        if len(self.running) >= self.config.max_running:
+            return False
+        cap = self.config.max_prefills
+        return not cap or sum(s.in_prefill for s in self.running) < cap
 
     def released(self) -> None:
         """Pages were given back outside the scheduler (the simulator's cut decode runs)."""

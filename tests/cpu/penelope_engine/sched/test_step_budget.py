@@ -26,11 +26,19 @@ PS = 4
 
 
 def _scheduler(
-    max_batch_tokens: int, prefill_chunk: int, solo: int = 0, max_running: int = 8
+    max_batch_tokens: int,
+    prefill_chunk: int,
+    solo: int = 0,
+    max_running: int = 8,
+    max_prefills: int = 0,
 ) -> Scheduler:
     cache = PrefixCache(PS, 256, 0, "lru", io=NullTiers(), time_fn=lambda: 0.0)
     cfg = SchedulerConfig(
-        max_batch_tokens, max_running, prefill_chunk=prefill_chunk, solo_prefill_chunk=solo
+        max_batch_tokens,
+        max_running,
+        prefill_chunk=prefill_chunk,
+        solo_prefill_chunk=solo,
+        max_prefills=max_prefills,
     )
     return Scheduler(
         cfg, cache, PageHasher(PS, "t"), NullTiers(), CalibratedCost, (), 1 << 20, clock=lambda: 0.0
@@ -113,3 +121,33 @@ def test_without_a_solo_chunk_a_lone_prefill_keeps_the_cap() -> None:
 def test_the_solo_chunk_lies_between_the_chunk_and_the_step(solo: int) -> None:
     with pytest.raises(ConfigError, match="solo_prefill_chunk"):
         SchedulerConfig(64, prefill_chunk=16, solo_prefill_chunk=solo)
+
+
+def test_max_prefills_admits_the_next_prefill_as_one_finishes_and_never_holds_decodes() -> None:
+    """One prefill at a time: b and c wait in the queue (holding no pages) while a
+    prefills, a decodes beside b's prefill, and the queue empties in arrival order."""
+    sched = _scheduler(max_batch_tokens=256, prefill_chunk=64, max_prefills=1)
+    a, b, c = _add(sched, "a", 100), _add(sched, "b", 40), _add(sched, "c", 40)
+    first = _step(sched)
+    assert [it.seq for it in first] == [a] and len(first[0].positions) == 64
+    assert list(sched.waiting) == [b, c] and b.owned_pages == c.owned_pages == 0
+    second = _step(sched)  # a's last chunk; still no room for another prefill
+    assert [it.seq for it in second] == [a] and len(second[0].positions) == 36
+    third = _step(sched)  # a decodes; b is admitted beside it, c still waits
+    assert [(it.seq, len(it.positions)) for it in third] == [(a, 1), (b, 40)]
+    assert list(sched.waiting) == [c]
+    fourth = _step(sched)
+    assert [(it.seq, len(it.positions)) for it in fourth] == [(a, 1), (b, 1), (c, 40)]
+    sched.cache.check_integrity(request_pages=sched.request_pages())
+
+
+def test_max_prefills_off_admits_what_the_budget_allows() -> None:
+    sched = _scheduler(max_batch_tokens=256, prefill_chunk=64)
+    for rid in ("a", "b", "c"):
+        _add(sched, rid, 40)
+    assert [len(it.positions) for it in _step(sched)] == [40, 40, 40]
+
+
+def test_max_prefills_is_checked() -> None:
+    with pytest.raises(ConfigError, match="max_prefills"):
+        SchedulerConfig(max_prefills=-1)
