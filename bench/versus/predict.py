@@ -7,7 +7,8 @@ workload (`bench.versus.plan.workload`, the run's settings) on one replica
 with the KV capacity each server read back:
 
 * Penelope: the shipped policy and scheduler (`penelope_engine.shipped`), no
-  host tier, as `penelope serve --host-pages 0` runs;
+  host tier, as `penelope serve --host-pages 0` runs (`--max-prefills N` as
+  that server's option);
 * vLLM 0.32: `lru` over the device only, FCFS. vLLM frees a finished
   request's blocks in reverse (`vllm/v1/core/single_type_kv_cache_manager.py`,
   `free`: "tail blocks are freed first"), and `BlockPool.free_blocks`
@@ -97,11 +98,13 @@ def predict(
     ours: str,
     peer: str,
     policies: tuple[str, ...] = (),
+    max_prefills: int = 0,
 ) -> list[dict[str, Any]]:
     cfg = _config(doc)
     raw = doc["raw_prefill_ttft_s"]
     factor = raw[peer] / raw[ours]
     runs = {(r["server"], r["kv_tokens"], r["seed"]): r for r in doc["runs"]}
+    ours_scheduler = dataclasses.replace(shipped_scheduler(), max_prefills=max_prefills)
     out = []
     for (name, kv, seed), r in runs.items():
         if name != ours or (peer, kv, seed) not in runs:
@@ -110,7 +113,7 @@ def predict(
         wl, _ = workload(cfg, seed)
         page = cfg.block_tokens
         pen = SimConfig(SHIPPED_POLICY, "gpu", device_budget_tokens=r["kv_capacity"]["tokens"],
-                        page_size=page, scheduler=shipped_scheduler())  # fmt: skip
+                        page_size=page, scheduler=ours_scheduler)  # fmt: skip
         step = VLLM_CPU_BATCHED_TOKENS
         fcfs = SchedulerConfig(step, VLLM_CPU_MAX_SEQS, step)
         vll = SimConfig("lru", "gpu", device_budget_tokens=p["kv_capacity"]["tokens"],
@@ -155,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--policies", default="", help=f"ablation: our side again with these policies ({names})"
     )
+    ap.add_argument(
+        "--max-prefills",
+        type=int,
+        default=0,
+        help="our server's `penelope serve --max-prefills` (0: as it ships)",
+    )
     args = ap.parse_args(argv)  # fmt: skip
     policies = tuple(p for p in args.policies.split(",") if p)
     for name in policies:
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         cost = CpuCostModel.from_dict(json.loads(args.cost_model.read_text()))
     else:
         cost = fit_here(args.model, doc["config"]["block_tokens"])
-    rows = predict(doc, cost, args.ours, args.peer, policies)
+    rows = predict(doc, cost, args.ours, args.peer, policies, args.max_prefills)
     for r in rows:
         by = "".join(f", {k} {v:.2f}x" for k, v in r["sim_ratio_by_policy"].items())
         err = 100 * r["error"]
