@@ -64,7 +64,9 @@ def wait_until(check: object, timeout_s: float) -> float:
 def test_unreachable_store_degrades_fails_fast_and_recovers_on_the_same_data(
     proxy: FaultProxy, s3: RestartableS3, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tuning = StoreTuning(connect_timeout_s=0.5, request_timeout_s=1.0, probe_s=3.0)
+    # the probe period outlasts the failing calls below even on a loaded machine, so the
+    # two calls after them meet a store still degraded (a probe due would try it again)
+    tuning = StoreTuning(connect_timeout_s=0.5, request_timeout_s=1.0, probe_s=5.0)
     store = open_store(proxy, s3, tuning)
     before = segment(1)
     assert store.put(before)
@@ -75,10 +77,8 @@ def test_unreachable_store_degrades_fails_fast_and_recovers_on_the_same_data(
             assert store.get(before.key) is None
         assert store.reads.degraded and store.writes.degraded
         assert len([r for r in caplog.records if "degraded" in r.getMessage()]) == 2
-        t0 = time.monotonic()
         assert store.get(before.key) is None and not store.put(segment(3))
-        assert time.monotonic() - t0 < 1.0  # degraded: not even tried
-        assert store.stats().skipped == 2
+        assert store.stats().skipped == 2  # degraded: neither call was tried
     finally:
         s3.start()
     written = wait_until(lambda: store.put(segment(4)), 2 * tuning.probe_s)
