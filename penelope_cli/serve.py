@@ -151,17 +151,13 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         device=args.device,
         dtype=args.dtype,
         cache=cache,
-        scheduler=(
-            dataclasses.replace(
-                shipped_scheduler(tokens, args.max_running), max_prefills=args.max_prefills
-            )
+        scheduler=dataclasses.replace(
+            shipped_scheduler(tokens, args.max_running)
             if args.agent_levers == "shipped"
             else SchedulerConfig(
-                max_running=args.max_running,
-                max_batch_tokens=tokens,
-                prefill_chunk=tokens // 2,
-                max_prefills=args.max_prefills,
-            )
+                max_running=args.max_running, max_batch_tokens=tokens, prefill_chunk=tokens // 2
+            ),
+            max_prefills=args.max_prefills,
         ),
     )
     settings = ApiSettings(

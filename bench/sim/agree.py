@@ -2,9 +2,9 @@
 
     penelope bench agree [--sessions 8] [--turns 4] [--json]
 
-One small agent workload (real Claude Code sessions at 1/64 length (one token a trace block), their
-first turns, tool gaps x0.05) runs three ways on the same clock, the cost
-model's, through the same event loop (`bench.sim.loop.Simulator`):
+One small agent workload (real Claude Code sessions at 1/64 length, one token a
+trace block; their first turns, tool gaps x0.05) runs three ways on the same
+clock, the cost model's, through the same event loop (`bench.sim.loop.Simulator`):
 
 * `engine`: the real `Engine` (tiny Qwen3, fp32, CPU) with a host tier and an
   Arrow store in a temporary directory; its scheduler, cache, tiers and model

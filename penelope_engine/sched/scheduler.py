@@ -8,9 +8,9 @@ Each step carries every running decode (one token each), then continues
 prefills, then admits waiting requests in queue order (`intake`: arrival by
 default; the agent-aware orders, backfill and KV retention of `agent` are
 levers of `SchedulerConfig.agent`), within the step's token budget and
-`max_prefills`. A
-prefill takes at most `prefill_chunk` tokens a step, or `solo_prefill_chunk`
-when it runs alone (nothing else in the step, running or queued).
+`max_prefills`. A prefill takes at most `prefill_chunk` tokens a step, or
+`solo_prefill_chunk` when it runs alone (nothing else in the step, running or
+queued).
 Admission matches the prompt against the tree, locks the matched path,
 allocates device pages for everything not on the device (only when they
 can be had: a request that does not fit evicts nothing), loads host and
