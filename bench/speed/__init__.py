@@ -5,6 +5,8 @@ Modules:
              server
     client   One streamed `/v1/completions` request over token ids, timed chunk by chunk
     constrained  What a grammar costs a decode step: every row free vs every row constrained
+    copies   KV copies between the tiers as the engine makes them, against the simulator's
+             charge (GB/s; the real engine's return from the host on CUDA)
     config   What one `penelope bench speed` run measures, and on which servers
     cpu      CPU seconds of a server's process tree (psutil), sampled on a thread for any
              instant

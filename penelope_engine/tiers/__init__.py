@@ -1,11 +1,12 @@
 """The tiers room: KV bytes in device and host pools and the Arrow store, and moving them.
 
-Torch lives in `kv_pool` and `copies` only; `contract` and `planner` are
+Torch lives in `kv_pool`, `copies` and `transfer` only; `contract` and `planner` are
 torch-free (the scheduler imports them).
 
 Modules:
     kv_pool       KV tensors per layer, addressed by flat slot (device or pinned host)
     copies        `TorchTiers`: copies device <-> host <-> Arrow store
+    transfer      `PageMover`: whole pages between two pools through a pinned ring
     contract      what the scheduler asks of tiers: loads, and when copies are done
     planner       load or recompute per missing segment; the cost model calibrated live
     handover      sessions that change replica find their history in the shared store

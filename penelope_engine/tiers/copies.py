@@ -1,9 +1,10 @@
 """Moves KV bytes between the device pool, the host pool and the Arrow store.
 
 Implements the cache's `TierIO` with torch copies. Only the scheduler thread
-calls it, and each copy completes before it returns (on CUDA the copy runs on
-a side stream and is synchronized), so the tree never points at bytes in
-flight. A failed copy returns False and the cache treats the page as missing.
+calls it, and each copy completes before it returns (`PageMover`: on CUDA
+whole pages through a pinned ring on a side stream, synchronized), so the tree
+never points at bytes in flight. A failed copy returns False and the cache
+treats the page as missing.
 
 In the store a page belongs to its tenant, or to `PUBLIC` when it is a page of
 a prefix the operator declared public (`public_hashes`): those are the only
@@ -30,6 +31,7 @@ from penelope_engine.cache.tree import Node
 from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.contract import ReadAhead
 from penelope_engine.tiers.kv_pool import DTYPES, KVPool
+from penelope_engine.tiers.transfer import PageMover
 
 log = logging.getLogger(__name__)
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
@@ -77,7 +79,10 @@ class TorchTiers:
         self.host = host_pool
         self.store = store
         self.on_copy = on_copy  # (tier, bytes, seconds) of each load, for the planner
-        self.stream = torch.cuda.Stream() if device_pool.device.type == "cuda" else None
+        stream = torch.cuda.Stream() if device_pool.device.type == "cuda" else None
+        self.mover = PageMover(stream)  # whole pages through a pinned ring (transfer.py)
+        if host_pool is not None:
+            self.mover.reserve(host_pool)  # pinned once, at start: no request pays for it
         self.failures = 0
         self.public_hashes = public_hashes  # pages of operator-declared public prefixes
         self._reader: ThreadPoolExecutor | None = None  # read-ahead thread, started on first use
@@ -90,15 +95,8 @@ class TorchTiers:
         return PUBLIC if page_hash in self.public_hashes else tenant
 
     def _copy(self, src: KVPool, src_pages: np.ndarray, dst: KVPool, dst_pages: np.ndarray) -> bool:
-        src_idx = torch.from_numpy(src_pages.astype(np.int64))
-        dst_idx = torch.from_numpy(dst_pages.astype(np.int64))
         try:
-            if self.stream is not None:
-                with torch.cuda.stream(self.stream):
-                    dst.write_pages(dst_idx, *src.read_pages(src_idx))
-                self.stream.synchronize()
-            else:
-                dst.write_pages(dst_idx, *src.read_pages(src_idx))
+            self.mover.copy(src, src_pages, dst, dst_pages)
             return True
         except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # pragma: no cover - hw faults
             self.failures += 1

@@ -10,6 +10,8 @@
 #   embedded-bf16           the CUDA embedded engine's bf16 greedy outputs equal across
 #                           cache set-ups (roomy, holes, host loads)
 #                           -> tests/gpu/test_embedded_bf16.py
+#   transfer-cuda           PageMover's staged host <-> device copies move exactly the named
+#                           pages (fp32 and bf16) -> tests/cpu/penelope_engine/tiers/test_transfer.py
 #   sglang-penelope         SGLang with --radix-cache-backend penelope, no HiCache: greedy
 #                           outputs identical to SGLang's default tree, at least as many
 #                           cached prompt tokens under pressure
@@ -40,7 +42,9 @@ run_check() {  # name, timeout, command...: one line, with the check's PENELOPE 
     local report ttft
     report=$(echo "$out" | grep -E '^PENELOPE \{' | tail -1 | cut -d' ' -f2-)
     ttft=$(echo "$out" | grep -E '^PENELOPE_TTFT \{' | tail -1 | cut -d' ' -f2-)
-    if ((rc == 0)); then
+    if ((rc == 0 || rc == 5)) && ! echo "$out" | grep -qE "[0-9]+ passed"; then  # all skipped: say why
+        line "$name" SKIP "$(echo "$out" | grep -E '^SKIPPED' | head -1 | sed 's/^SKIPPED \[[0-9]*\] //')"
+    elif ((rc == 0)); then
         line "$name" PASS "${report:-$(echo "$out" | grep -E 'passed|skipped' | tail -1)}"
     elif ((rc == 124 || rc == 137)); then
         line "$name" FAIL "timed out after ${limit}s ${report}"
@@ -67,7 +71,7 @@ if [[ "${1:-}" == "--cpu-parts" ]]; then
     sg="${SGLANG_PYTHON:-$(venv .venv-sglang)}"
     [[ -n "$sg" ]] || sg="$(bash scripts/sglang_env.sh | tail -1)"
     run_check sglang-cpu 600 env OMP_NUM_THREADS=1 "$sg" -m pytest -c tests/sglang/pytest.ini tests/sglang
-    for name in embedded-bf16 sglang-penelope sglang-penelope-hicache ttft-ratio; do
+    for name in embedded-bf16 transfer-cuda sglang-penelope sglang-penelope-hicache ttft-ratio; do
         line "$name" SKIP "needs CUDA (--cpu-parts)"
     done
     exit "$status"
@@ -79,10 +83,12 @@ if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 start=$SECONDS
 left() { echo $((deadline_s - (SECONDS - start))); }
-run_check embedded-bf16 150 "$py" -m pytest -q -s -p no:cacheprovider -o timeout=0 tests/gpu/test_embedded_bf16.py
-run_check sglang-penelope $(($(left) / 2)) "$py" -m pytest -q -s -p no:cacheprovider -o timeout=0 \
+run_check embedded-bf16 150 "$py" -m pytest -q -s -rs -p no:cacheprovider -o timeout=0 tests/gpu/test_embedded_bf16.py
+run_check transfer-cuda 60 "$py" -m pytest -q -rs -p no:cacheprovider -o timeout=0 \
+    tests/cpu/penelope_engine/tiers/test_transfer.py
+run_check sglang-penelope $(($(left) / 2)) "$py" -m pytest -q -s -rs -p no:cacheprovider -o timeout=0 \
     tests/gpu/test_sglang_penelope.py -k radix
-run_check sglang-penelope-hicache "$(left)" "$py" -m pytest -q -s -p no:cacheprovider -o timeout=0 \
+run_check sglang-penelope-hicache "$(left)" "$py" -m pytest -q -s -rs -p no:cacheprovider -o timeout=0 \
     tests/gpu/test_sglang_penelope.py -k hicache
 line total INFO "$((SECONDS - start))s of ${deadline_s}s"
 exit "$status"
