@@ -93,6 +93,7 @@ def sim_config(
         hints=spec.hints,
         hint_noise=hint_noise,
         free_copies=spec.free_copies,
+        copy_rates=spec.copy_rates,
         scheduler=dataclasses.replace(
             default_scheduler(),
             max_batch_tokens=spec.step_tokens,

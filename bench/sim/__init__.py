@@ -7,6 +7,7 @@ Modules:
     agree         `penelope bench agree`: the real engine and the simulator, request by
                   request
     cliargs       the options `bench simulate` and `bench replay` share, `comma_list`
+    copyrates     copies between tiers at the rates an engine was measured to make them
     config        `SimConfig`: policy, tiers, budgets, replicas, router, scheduler
     costmodel     `StepLoad`, the `CostModel` interface (also the planner's), the CPU model
                   fit

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.peers.registry import SIM_ROUTERS
+from bench.sim.copyrates import COPY_RATES
 from bench.sim.oracle import SIM_EVICTION_POLICIES, policy_for_config
 from bench.sim.replica import SIM_NAMESPACE, TIERS
 from penelope_engine.config import CacheConfig, SchedulerConfig
@@ -49,9 +50,14 @@ class SimConfig:
     hint_noise: float = 0.25
     # a what-if, not a product: copies between tiers take no time (`FreeCopies`)
     free_copies: bool = False
+    # copies between tiers at the rates an engine was measured to make them
+    # (`bench.sim.copyrates.COPY_RATES`); None: the cost model's roofline
+    copy_rates: str | None = None
 
     def __post_init__(self) -> None:
         SIM_EVICTION_POLICIES.check(self.policy)
+        if self.copy_rates is not None:
+            COPY_RATES.check(self.copy_rates)
         if self.tiers not in TIERS:
             raise ValueError(f"tiers must be one of {TIERS}, got {self.tiers!r}")
         if self.router not in SIM_ROUTERS:

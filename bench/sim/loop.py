@@ -31,6 +31,7 @@ from bench.peers.base import PeerRequest, PeerView, reads_kv_state, reads_prompt
 from bench.peers.registry import make_sim_router
 from bench.sessions import TOOLS, Session
 from bench.sim.config import SimConfig
+from bench.sim.copyrates import COPY_RATES, MeasuredCopies
 from bench.sim.costmodel import CostModel, ttft_floor, turn_floor
 from bench.sim.hints import TraceHints, next_gap
 from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, summarize
@@ -68,6 +69,8 @@ class Simulator:
         self.cfg, self.cost, self.workload = cfg, cost, workload
         if cfg.free_copies:
             cost = FreeCopies(cost)  # the replicas' copies; the floors keep the real cost
+        elif cfg.copy_rates is not None:  # the copies as the engine was measured to make them
+            cost = MeasuredCopies(cost, COPY_RATES.get(cfg.copy_rates), cfg.copy_rates)
         self.now = 0.0
         clock: Callable[[], float] = lambda: self.now  # noqa: E731
         if engines is not None:

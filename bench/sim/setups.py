@@ -37,7 +37,10 @@ Its tiers copy whole pages on the step thread before the forward
 (`penelope_engine.tiers.copies`), so every load, demotion and write-through
 stalls the step: no `layerwise_loads`, no `async_writes`; its host evictions'
 pages are written to the store by the write-behind thread
-(`TorchTiers.spill_behind`), so `async_spills` (`bench.sim.tiers`).
+(`TorchTiers.spill_behind`), so `async_spills` (`bench.sim.tiers`). Its copies cost
+what `TorchTiers` was measured to take on an H100 (`copy_rates`,
+`bench.sim.copyrates`: host loads at about the roofline's PCIe charge,
+device-to-host at 20 GB/s + 3.7 ms a copy); the peers' at the roofline's.
 `ablations` switches each lever off in turn.
 
 `penelope+hints` is Penelope in hint mode (`bench.sim.hints`: its requests carry
@@ -89,6 +92,7 @@ class CacheSpec:
     hints: bool = False  # hint mode: requests carry a harness's hints (`bench.sim.hints`)
     kv_scale: int = 1  # device and host budgets x this (`unbounded`: a ceiling, not a product)
     free_copies: bool = False  # copies between tiers take no time (`free_copies`: a what-if)
+    copy_rates: str | None = None  # copies at an engine's measured rates (`bench.sim.copyrates`)
 
     def __post_init__(self) -> None:
         if self.kv_scale < 1:
@@ -110,6 +114,7 @@ CACHES: dict[str, CacheSpec] = {
         PENELOPE_CHUNK,
         solo_prefill_chunk=STEP_TOKENS,
         async_spills=True,
+        copy_rates="torch-tiers-h100",
     ),  # fmt: skip
 }
 # Every router a user can put in front of these engines today: Ray's pow2 and the peer
@@ -181,6 +186,7 @@ class Setup:
             "hints": self.spec.hints,
             "kv_scale": self.spec.kv_scale,
             "free_copies": self.spec.free_copies,
+            "copy_rates": self.spec.copy_rates,
         }
 
 
@@ -235,8 +241,8 @@ def ablations() -> list[Setup]:
 
 def variants() -> list[Setup]:
     """Penelope with one lever changed rather than switched off (named, so that runs can
-    compare them): another eviction policy, loads layer by layer, a peer's router in
-    front of Penelope's cache, hint mode."""
+    compare them): another eviction policy, loads layer by layer, copies at other rates,
+    a peer's router in front of Penelope's cache, hint mode."""
     full = penelope_setup()
     out = [
         Setup(f"penelope (policy {p})", "penelope", "affinity", "penelope",
@@ -258,6 +264,11 @@ def variants() -> list[Setup]:
     ]  # fmt: skip
     lw = dataclasses.replace(full.spec, layerwise_loads=True)
     out.append(Setup("penelope (layerwise loads)", "penelope", "affinity", "penelope", lw))
+    out += [  # its copies at other rates: the roofline's, or the engine's cold in-step load
+        Setup(f"penelope (copies {label})", "penelope", "affinity", "penelope",
+              dataclasses.replace(full.spec, copy_rates=rates))
+        for label, rates in (("roofline", None), ("cold", "torch-tiers-h100-cold"))
+    ]  # fmt: skip
     out += [cross_setup(full, r) for r in PEER_ROUTERS]
     out.append(dataclasses.replace(hinted(full), name="penelope+hints"))
     out += [unbounded(s) for s in [full, *tuned_peer_setups()]]
