@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bench.sim.costmodel import CostModel, StepLoad
+from bench.sim.costmodel import CostModel, OtherCopies
 from penelope_engine.cache.tier import Tier
 from penelope_engine.registry import Registry
 
@@ -53,36 +53,18 @@ COPY_RATES: Registry[CopyRates] = Registry(
 )
 
 
-class MeasuredCopies:
+class MeasuredCopies(OtherCopies):
     """`inner` with host loads and device-to-host copies at `rates`; all else is `inner`'s."""
 
     def __init__(self, inner: CostModel, rates: CopyRates, name: str) -> None:
-        self.inner, self.rates, self.name = inner, rates, name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.inner, attr)
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return self.inner.kv_bytes_per_token
-
-    def step_time(self, load: StepLoad) -> float:
-        return self.inner.step_time(load)
-
-    def token_cost(self, position: int) -> float:
-        return self.inner.token_cost(position)
-
-    def recompute_s(self, start: int, length: int) -> float:
-        return self.inner.recompute_s(start, length)
+        super().__init__(inner)
+        self.rates, self.name = rates, name
 
     def load_time(self, tokens: int, tier: Tier) -> float:
         if tier != Tier.HOST:
             return self.inner.load_time(tokens, tier)
         r = self.rates
         return r.h2d_latency_s + tokens * self.kv_bytes_per_token / r.h2d_bytes_per_s
-
-    def load_s(self, length: int, tier: Tier) -> float:
-        return self.load_time(length, tier)
 
     def offload_time(self, tokens: int) -> float:
         r = self.rates

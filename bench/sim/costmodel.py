@@ -131,6 +131,37 @@ def turn_floor(cost: CostModel, prompt_len: int, known: int, output_len: int) ->
     return ttft_floor(cost, prompt_len, known) + float(decode.sum())
 
 
+class OtherCopies:
+    """`inner`'s compute with copies between tiers costed otherwise: a subclass gives
+    `load_time` and `offload_time` (`bench.sim.tiers.FreeCopies`,
+    `bench.sim.copyrates.MeasuredCopies`); anything else is `inner`'s."""
+
+    def __init__(self, inner: CostModel) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.inner.kv_bytes_per_token
+
+    def step_time(self, load: StepLoad) -> float:
+        return self.inner.step_time(load)
+
+    def token_cost(self, position: int) -> float:
+        return self.inner.token_cost(position)
+
+    def recompute_s(self, start: int, length: int) -> float:
+        return self.inner.recompute_s(start, length)
+
+    def load_time(self, tokens: int, tier: Tier) -> float:
+        raise NotImplementedError
+
+    def load_s(self, length: int, tier: Tier) -> float:
+        return self.load_time(length, tier)
+
+
 class TimedCosts:
     """What a cost model with `token_cost` and `load_time` answers the planner with.
 

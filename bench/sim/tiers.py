@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.sim.costmodel import CostModel, StepLoad
+from bench.sim.costmodel import CostModel, OtherCopies
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
 from penelope_engine.core import CoreTiers
@@ -51,33 +51,11 @@ from penelope_engine.tiers.contract import ReadAhead
 READ_WAIT_S = 60.0  # over real tiers: longest wait for a read the clock says is done
 
 
-class FreeCopies:
+class FreeCopies(OtherCopies):
     """`inner` with copies between tiers that take no time (a what-if: what no prefetch or
     overlap of loads can beat); compute costs what `inner` says."""
 
-    def __init__(self, inner: CostModel) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return self.inner.kv_bytes_per_token
-
-    def step_time(self, load: StepLoad) -> float:
-        return self.inner.step_time(load)
-
-    def token_cost(self, position: int) -> float:
-        return self.inner.token_cost(position)
-
-    def recompute_s(self, start: int, length: int) -> float:
-        return self.inner.recompute_s(start, length)
-
     def load_time(self, tokens: int, tier: Tier) -> float:
-        return 0.0
-
-    def load_s(self, length: int, tier: Tier) -> float:
         return 0.0
 
     def offload_time(self, tokens: int) -> float:
