@@ -241,7 +241,8 @@ def ablations() -> list[Setup]:
 
 def variants() -> list[Setup]:
     """Penelope with one lever changed rather than switched off (named, so that runs can
-    compare them): another eviction policy, loads layer by layer, copies at other rates,
+    compare them): another eviction policy, loads layer by layer, device-to-host copies
+    on a stream of their own, copies at other rates,
     a peer's router in front of Penelope's cache, hint mode."""
     full = penelope_setup()
     out = [
@@ -264,6 +265,8 @@ def variants() -> list[Setup]:
     ]  # fmt: skip
     lw = dataclasses.replace(full.spec, layerwise_loads=True)
     out.append(Setup("penelope (layerwise loads)", "penelope", "affinity", "penelope", lw))
+    aw = dataclasses.replace(full.spec, async_writes=True)  # write-through off the step
+    out.append(Setup("penelope (async writes)", "penelope", "affinity", "penelope", aw))
     out += [  # its copies at other rates: the roofline's, or the engine's cold in-step load
         Setup(f"penelope (copies {label})", "penelope", "affinity", "penelope",
               dataclasses.replace(full.spec, copy_rates=rates))

@@ -69,3 +69,9 @@ def test_the_copy_variants_change_only_the_copy_rates() -> None:
     )
     assert roofline.spec == dataclasses.replace(full.spec, copy_rates=None)
     assert cold.spec == dataclasses.replace(full.spec, copy_rates="torch-tiers-h100-cold")
+
+
+def test_the_overlap_variants_change_one_lever_each() -> None:
+    full, lw, aw = setups(["penelope", "penelope (layerwise loads)", "penelope (async writes)"])
+    assert lw.spec == dataclasses.replace(full.spec, layerwise_loads=True)
+    assert aw.spec == dataclasses.replace(full.spec, async_writes=True)
