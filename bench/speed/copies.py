@@ -8,7 +8,7 @@ Two measurements, each printed as JSON, a table and a plot (`--out`):
 - **pools**: `TorchTiers.host_to_device` and `device_to_host` (the calls the cache
   makes on the step thread) over KV pools of the model's real shape (layers, KV
   heads, head dim, bf16 on CUDA), pages scattered over the pool as they are in
-  service; the median of `--repeats` after a warm-up, in GB/s, against the
+  service; the median of `--repeats` after a first call (`first_s`), in GB/s, against the
   simulator's charge for the same bytes (`GpuCostModel.load_time`: PCIe at
   `pcie_bytes_per_s * pcie_eff` plus a per-copy latency). A ratio above 1 means
   the engine's copy takes longer than the simulator says.
@@ -55,17 +55,16 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def timed(fn: Any, repeats: int) -> float:
-    """Median seconds of `fn()` over `repeats` runs after one warm-up."""
-    fn()
+def timed(fn: Any, repeats: int) -> tuple[float, float]:
+    """Seconds of the first `fn()` (cold), and the median of `repeats` runs after it."""
     out = []
-    for _ in range(repeats):
+    for _ in range(repeats + 1):
         sync()
         t0 = time.perf_counter()
         fn()
         sync()
         out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+    return out[0], statistics.median(out[1:])
 
 
 def pools(model: ModelConfig, cost: GpuCostModel, tokens: list[int], repeats: int) -> list[dict]:
@@ -86,13 +85,14 @@ def pools(model: ModelConfig, cost: GpuCostModel, tokens: list[int], repeats: in
             ("host_to_device", partial(tiers.host_to_device, hp, dp)),
             ("device_to_host", partial(tiers.device_to_host, dp, hp)),
         ):
-            s = timed(fn, repeats)
+            first, s = timed(fn, repeats)
             rows.append(
                 {
                     "copy": name,
                     "tokens": n * PAGE,
                     "bytes": nbytes,
                     "seconds": s,
+                    "first_s": first,
                     "gb_per_s": nbytes / s / 1e9,
                     "simulator_s": charged,
                     "measured_over_simulator": s / charged,
@@ -112,6 +112,23 @@ class LoadTimes:
         self.seconds.append(seconds)
         if self.then is not None:
             self.then(tier, nbytes, seconds)
+
+
+def returning(engine: Any, loads: LoadTimes, req: Any) -> dict[str, Any]:
+    """One returning turn to its end (`max_tokens` 1): its wall time, usage and loads."""
+    loads.seconds.clear()
+    sync()
+    t0 = time.perf_counter()
+    u = engine.generate_sync(req).usage
+    sync()
+    return {
+        "ttft_s": time.perf_counter() - t0,
+        "device_tokens": u.device_tokens,
+        "host_tokens": u.host_tokens,
+        "recomputed_tokens": u.recomputed_tokens,
+        "new_tokens": u.new_tokens,
+        "load_s": sum(loads.seconds),
+    }
 
 
 def engine_return(model: ModelConfig, cost: GpuCostModel, history: int, new: int) -> dict:
@@ -147,20 +164,9 @@ def engine_return(model: ModelConfig, cost: GpuCostModel, history: int, new: int
         engine.generate_sync(GenerateRequest("warm", prompt(64), one, "w"))
         engine.generate_sync(GenerateRequest("a0", a, one, "a"))
         engine.generate_sync(GenerateRequest("b0", b, one, "b"))  # pushes a's pages out (host)
-        loads.seconds.clear()
-        sync()
-        t0 = time.perf_counter()
-        r = engine.generate_sync(GenerateRequest("a1", a + turn, one, "a"))
-        sync()
-        u = r.usage
-        out[label] = {
-            "ttft_s": time.perf_counter() - t0,
-            "device_tokens": u.device_tokens,
-            "host_tokens": u.host_tokens,
-            "recomputed_tokens": u.recomputed_tokens,
-            "new_tokens": u.new_tokens,
-            "load_s": sum(loads.seconds),
-        }
+        # a returns (its first load in this engine), then b (the second: a warm one)
+        out[label] = returning(engine, loads, GenerateRequest("a1", a + turn, one, "a"))
+        out[label]["again"] = returning(engine, loads, GenerateRequest("b1", b + turn, one, "b"))
         engine.check_integrity()
         del engine
         if cuda:
