@@ -10,9 +10,11 @@ Sessions without the hint are left alone: a return learned from past gaps
 misses by a median of 93 s on the Claude Code traces (docs/results.md A.15),
 and a read that lands that early is evicted again before the turn.
 
-A read asks only for what the host can take: free pages, and pages of idle
-sessions expected back later than this one (`cache.sessions.expected_return`;
-with `return_aware` eviction those are exactly the ones it frees first). The
+A read asks only for what the host can take, and no more than the store
+gives in `MAX_READ_S` (a returning session's own store load waits behind it):
+free pages, and pages of idle sessions expected back later than this one
+(`cache.sessions.expected_return`; with `return_aware` eviction those are
+exactly the ones it frees first). The
 tree changes only when the read is done: at the next step, the pages it found
 that are still only in the store go into host pages. The admission then finds
 them in the host and loads them at PCIe speed. A session is read at most
@@ -28,15 +30,21 @@ on its clock (`bench.sim.tiers.TimedTiers`). No torch.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Container
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 
 import numpy as np
 
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.tier import Tier
 from penelope_engine.tiers.contract import ReadAhead, SchedulerTiers
+from penelope_engine.tiers.planner import PlannerCost
 
 MAX_READ_SHARE = 0.25  # one read fills at most this share of the host tier
+# ... and holds the store's channel at most this long, by the planner's cost of a store
+# load: a returning session's own store load waits behind a read ahead (one channel),
+# and a quarter of an H200's host tier is 5.4 s of NVMe (docs/results.md, current figures)
+MAX_READ_S = 0.5
 PLAN_PERIOD_S = 0.05  # idle sessions are scanned for the next read at most this often
 READ_DEADLINE_S = 30.0  # a read not done by then is given up
 MAX_READS_PER_GAP = 4  # reads of one session between two of its turns
@@ -62,8 +70,14 @@ class _Flight:
 
 
 class Prefetcher:
-    def __init__(self, lead_s: float, cache: PrefixCache, tiers: SchedulerTiers) -> None:
-        self.lead_s, self.cache, self.tiers = lead_s, cache, tiers
+    def __init__(
+        self,
+        lead_s: float,
+        cache: PrefixCache,
+        tiers: SchedulerTiers,
+        cost: Callable[[], PlannerCost],
+    ) -> None:
+        self.lead_s, self.cache, self.tiers, self.cost = lead_s, cache, tiers, cost
         self.stats = PrefetchStats()
         self.flight: _Flight | None = None
         self._next_plan = -np.inf
@@ -135,7 +149,7 @@ class Prefetcher:
             for sid, (t, turn_end) in self._due.items()
             if sid not in live and self._reads(sid, turn_end) < MAX_READS_PER_GAP
         )
-        cap = max(1, int(MAX_READ_SHARE * self.cache.host.capacity))
+        cap = self.read_cap()
         for t, sid in due:
             run = self.cache.store_only(sid, min(cap, self.cache.host_room(sid, t, now)))
             if not len(run.hashes):
@@ -150,6 +164,17 @@ class Prefetcher:
             self.stats.reads += 1
             self.stats.pages_read += len(run.hashes)
             return
+
+    def read_cap(self) -> int:
+        """Most pages one read asks for: `MAX_READ_SHARE` of the host tier, and what the
+        store reads in `MAX_READ_S` by the planner's cost (its latency, then per page)."""
+        share = max(1, int(MAX_READ_SHARE * self.cache.host.capacity))
+        ps, cost = self.cache.page_size, self.cost()
+        one, two = cost.load_s(ps, Tier.STORE), cost.load_s(2 * ps, Tier.STORE)
+        per_page = two - one
+        if per_page <= 0:
+            return share
+        return max(1, min(share, int((MAX_READ_S - (one - per_page)) / per_page)))
 
     def _current(self, sid: str, turn_end: float) -> bool:
         """`sid` is still in the gap after the turn that ended at `turn_end`."""

@@ -218,3 +218,37 @@ def test_prefetch_lead_must_be_finite_and_not_negative() -> None:
     for bad in (-1.0, float("inf")):
         with pytest.raises(ValueError, match="prefetch_lead_s"):
             AgentConfig(prefetch_lead_s=bad)
+
+
+class StoreCost:
+    """A planner cost whose store loads take `latency_s` + `per_token_s` per token."""
+
+    def __init__(self, latency_s: float, per_token_s: float) -> None:
+        self.latency_s, self.per_token_s = latency_s, per_token_s
+
+    def recompute_s(self, start: int, length: int) -> float:
+        return 1.0 * length
+
+    def load_s(self, length: int, tier: Tier) -> float:
+        return self.latency_s + self.per_token_s * length
+
+
+def test_a_read_holds_the_stores_channel_at_most_max_read_s(
+    tiny_qwen3: LoadedModel, tmp_path: Path
+) -> None:
+    from penelope_engine.sched import prefetch
+
+    p = engine(tiny_qwen3, tmp_path, 20.0, Clock()).scheduler.prefetch
+    share = max(1, int(prefetch.MAX_READ_SHARE * 16))  # 4 of the 16 host pages
+    assert share == 4
+    slow = prefetch.MAX_READ_S / 3  # a page (4 tokens) of store read: three fill the time
+    p.cost = lambda: StoreCost(0.0, slow / 4)
+    assert p.read_cap() == 3
+    p.cost = lambda: StoreCost(0.45 * prefetch.MAX_READ_S, slow / 4)  # latency first: 1.65
+    assert p.read_cap() == 1
+    p.cost = lambda: StoreCost(0.0, 10 * prefetch.MAX_READ_S)  # one page takes longer: still 1
+    assert p.read_cap() == 1
+    p.cost = lambda: StoreCost(0.0, slow / 40)  # a fast store: the host share bounds it
+    assert p.read_cap() == share
+    p.cost = lambda: StoreCost(0.0, 0.0)  # a store that costs nothing: the host share too
+    assert p.read_cap() == share
