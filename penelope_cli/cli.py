@@ -4,7 +4,7 @@
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           replay | simulate | load | soak | agree | peers | capacity
-                                  | speed | versus | cluster | claude-code | faults
+                                  | speed | copies | versus | cluster | claude-code | faults
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks. The
@@ -39,6 +39,7 @@ BENCHES = {
         "agent sessions a fleet holds within a TTFT SLO",
     ),
     "speed": ("bench.speed.cli", "the embedded engine's speed, alone or against another server"),
+    "copies": ("bench.speed.copies", "KV copies between the tiers against the simulator's charge"),
     "versus": ("bench.versus.cli", "agent traces over HTTP against real servers, side by side"),
     "cluster": ("bench.cluster.cli", "the Ray app on two nodes here: faults and autoscaling"),
     "claude-code": ("bench.claude_code.cli", "the Claude Code CLI against penelope serve, twice"),

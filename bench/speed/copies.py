@@ -1,7 +1,7 @@
 """KV copies between the tiers as the engine makes them, against what the simulator charges.
 
-    python -m bench.speed.copies [--model qwen3-8b] [--hardware h100] [--tokens 1024,4096,16384]
-                                 [--repeats 5] [--engine] [--out DIR]
+    penelope bench copies [--model qwen3-8b] [--hardware h100] [--tokens 1024,4096,16384]
+                          [--repeats 5] [--engine] [--out DIR]
 
 Two measurements, each printed as JSON, a table and a plot (`--out`):
 
@@ -218,16 +218,23 @@ def report(result: dict, out: Path | None) -> None:
     (out / "copies.json").write_text(json.dumps(result, indent=1))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench.speed.copies", description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="qwen3-8b", choices=sorted(QWEN3))
-    ap.add_argument("--hardware", default="h100", choices=sorted(HARDWARE))
-    ap.add_argument("--tokens", default="1024,4096,16384")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--engine", action="store_true", help="also the real engine's return (CUDA)")
-    ap.add_argument("--engine-history", type=int, default=8192)
+def build_parser() -> argparse.ArgumentParser:
+    from penelope_cli.helpformat import parser
+
+    ap = parser("penelope bench copies", __doc__)
+    ap.add_argument("--model", default="qwen3-8b", choices=sorted(QWEN3), help="KV shape (CUDA)")
+    ap.add_argument("--hardware", default="h100", choices=sorted(HARDWARE), help="the charge's")
+    ap.add_argument("--tokens", default="1024,4096,16384", help="tokens per copy, a comma list")
+    ap.add_argument("--repeats", type=int, default=5, help="timed copies after the first")
+    ap.add_argument("--engine", action="store_true", help="also the real engine's returns")
+    ap.add_argument("--engine-history", type=int, default=8192, help="tokens of a history")
     ap.add_argument("--label", default="", help="a name for this run in the JSON")
     ap.add_argument("--out", type=Path, default=None, help="folder for copies.json and .png")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
     model = QWEN3[args.model] if cuda else tiny_qwen3_config()
