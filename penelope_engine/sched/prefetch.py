@@ -10,17 +10,17 @@ Sessions without the hint are left alone: a return learned from past gaps
 misses by a median of 93 s on the Claude Code traces (docs/results.md A.15),
 and a read that lands that early is evicted again before the turn.
 
-A read asks only for what the host can take, and no more than the store
-gives in `MAX_READ_S` (a returning session's own store load waits behind it):
-free pages, and pages of idle sessions expected back later than this one
+A read asks only for what the host can take, and no more than the store gives
+in `MAX_READ_S` (a returning session's own store load waits behind it): free
+pages, and pages of idle sessions expected back later than this one
 (`cache.sessions.expected_return`; with `return_aware` eviction those are
 exactly the ones it frees first). The tree changes only when the read is done:
 at the next step, the pages it found that are still only in the store go into
-host pages. The admission then finds
-them in the host and loads them at PCIe speed. A session is read at most
-`MAX_READS_PER_GAP` times between two turns (its pages may reach the store in
-several evictions), and a read not done `READ_DEADLINE_S` after it started is
-given up (its pages stay in the store, read on demand).
+host pages. The admission then finds them in the host and loads them at PCIe
+speed. A session is read at most `MAX_READS_PER_GAP` times between two turns
+(its pages may reach the store in several evictions), and a read not done
+`READ_DEADLINE_S` after it started is given up (its pages stay in the store,
+read on demand).
 
 The engine and the simulator run this code: the engine's read runs on a
 thread (`tiers.copies.StoreReadAhead`), the simulator's takes the store's time
