@@ -7,7 +7,7 @@ device-to-host copies (demotions, write-through) cost ``latency + bytes / rate``
 of the named `CopyRates`; store loads and compute are the inner model's.
 
 `torch-tiers-h100` is Penelope's `TorchTiers` through `PageMover` on one H100
-(docs/results.md 4, `python -m bench.speed.copies`, Qwen3-8B's KV, bf16,
+(docs/results.md 4, `penelope bench copies`, Qwen3-8B's KV, bf16,
 16-token pages): each direction's two-point fit of the warm medians, host ->
 device over 4,096 and 16,384 tokens (13.2 and 50.5 ms; the 1,024-token point,
 20.7 ms, was the first size timed and is left out), device -> host over 1,024
@@ -41,13 +41,10 @@ class CopyRates:
                 raise ValueError(f"{name} must be positive, got {value}")
 
 
-_H2D_WARM = CopyRates(
-    h2d_latency_s=0.76e-3, h2d_bytes_per_s=48.6e9, d2h_latency_s=3.7e-3, d2h_bytes_per_s=20.2e9
-)
 COPY_RATES: Registry[CopyRates] = Registry(
     "copy rates",
     {
-        "torch-tiers-h100": _H2D_WARM,
+        "torch-tiers-h100": CopyRates(0.76e-3, 48.6e9, 3.7e-3, 20.2e9),
         "torch-tiers-h100-cold": CopyRates(0.0, 14.6e9, 3.7e-3, 20.2e9),
     },
 )

@@ -158,6 +158,9 @@ class OtherCopies:
     def load_time(self, tokens: int, tier: Tier) -> float:
         raise NotImplementedError
 
+    def offload_time(self, tokens: int) -> float:
+        raise NotImplementedError
+
     def load_s(self, length: int, tier: Tier) -> float:
         return self.load_time(length, tier)
 

@@ -142,6 +142,8 @@ def engine_return(model: ModelConfig, cost: GpuCostModel, history: int, new: int
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     dtype: DType = "bfloat16" if cuda else "float32"
+    # drawn on the device itself: `tiny.init_random` draws on the CPU, minutes for 8B weights,
+    # and only the copies' and the forward's times matter here, not the tokens
     torch.manual_seed(0)
     decoder = Decoder(model, getattr(torch, dtype), device)
     with torch.no_grad():

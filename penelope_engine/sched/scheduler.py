@@ -79,7 +79,7 @@ class Scheduler:
         self.records = SessionRecords(cache, self.retention)
         self.hinted = HintedSessions(hint_quotas or HintQuotas(), cache, self.retention)
         self.intake = Intake(config.agent, cache, tiers, cost, self.retention, self.hinted)
-        self.prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, tiers, lambda: self.cost())
+        self.prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, tiers, cost)
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:

@@ -1,7 +1,8 @@
 """KV storage: one K and one V tensor per layer, addressed by flat slot.
 
 Layout of each tensor: ``[num_pages * page_size, num_kv_heads, head_dim]``.
-Token ``t`` of page ``p`` lives in slot ``p * page_size + t``. A pool only
+Token ``t`` of page ``p`` lives in slot ``p * page_size + t``, so a page is one
+contiguous row of each tensor (`page_rows`), and pages are copied as rows. A pool only
 holds bytes; which pages are free is the allocator's job
 (`penelope_engine.cache.allocator`), and which pages hold what is the cache's.
 """
@@ -47,19 +48,25 @@ class KVPool:
         t = self.k[0]
         return 2 * self.num_layers * self.page_size * t.shape[1] * t.shape[2] * t.element_size()
 
-    def page_slots(self, pages: torch.Tensor) -> torch.Tensor:
-        """Flat slot indices of every token of `pages`, in page order."""
-        offs = torch.arange(self.page_size, device=pages.device)
-        return (pages[:, None] * self.page_size + offs[None, :]).reshape(-1)
+    def page_rows(self, t: torch.Tensor) -> torch.Tensor:
+        """One of this pool's layer tensors as one row per page (a view): a page's K or V
+        of one layer is contiguous, so pages move as whole rows (`tiers.transfer`)."""
+        return t.view(self.num_pages, -1)
 
     def read_pages(self, pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Copy of the KV of `pages`: two tensors ``[layers, n*page_size, kv_heads, head_dim]``."""
-        slots = self.page_slots(pages.to(self.device))
-        return (torch.stack([k[slots] for k in self.k]), torch.stack([v[slots] for v in self.v]))
+        idx = pages.to(self.device)
+        shape = (len(idx) * self.page_size, *self.k[0].shape[1:])
+
+        def gather(side: list[torch.Tensor]) -> torch.Tensor:
+            return torch.stack([self.page_rows(t).index_select(0, idx).view(shape) for t in side])
+
+        return gather(self.k), gather(self.v)
 
     def write_pages(self, pages: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write KV shaped as `read_pages` returns it into `pages`."""
-        slots = self.page_slots(pages.to(self.device))
-        for layer in range(self.num_layers):
-            self.k[layer][slots] = k[layer].to(self.device, self.dtype, non_blocking=True)
-            self.v[layer][slots] = v[layer].to(self.device, self.dtype, non_blocking=True)
+        idx = pages.to(self.device)
+        for side, new in ((self.k, k), (self.v, v)):
+            for layer in range(self.num_layers):
+                rows = new[layer].to(self.device, self.dtype, non_blocking=True)
+                self.page_rows(side[layer]).index_copy_(0, idx, rows.reshape(len(idx), -1))

@@ -1,10 +1,10 @@
 """Page copies between two KV pools, through a ring of pinned staging buffers.
 
-`KVPool.read_pages` gathers every layer token by token, stacks the layers and
-hands back pageable tensors; a copy built on it moved each byte three or four
-times on the host and sent pageable memory over PCIe. On an H100 that loaded a
-Qwen3-8B history from the host at 2.3-3.1 GB/s, 15-21x slower than the
-simulator's PCIe charge (docs/results.md 4). `PageMover` moves whole pages (a
+The copies used to go through `KVPool.read_pages` / `write_pages`: every layer
+gathered token by token, the layers stacked, pageable tensors sent over PCIe,
+each byte moved three or four times on the host. On an H100 that loaded a
+Qwen3-8B history from the host at 2.3-3.3 GB/s, 15-21x slower than the
+simulator's PCIe charge (docs/results.md 4, two runs). `PageMover` moves whole pages (a
 page's K of one layer is one contiguous row of the pool) once on each side:
 
 - host -> device: a piece (one layer, up to `CHUNK_BYTES` of pages) is gathered
@@ -36,11 +36,6 @@ CHUNK_BYTES = 8 << 20  # one ring buffer: K and V of one layer's pages, at most 
 RING = 4  # buffers in flight at once
 
 
-def page_rows(t: torch.Tensor, page_size: int) -> torch.Tensor:
-    """A pool tensor ``[pages * page_size, heads, dim]`` as one row per page."""
-    return t.view(t.shape[0] // page_size, -1)
-
-
 class PageMover:
     """Copies pages of one pool into pages of another (`copy`); owns the pinned ring."""
 
@@ -53,7 +48,7 @@ class PageMover:
         """Allocate the pinned ring for pages of `pool`'s shape (once; no-op without CUDA)."""
         if self.stream is None:
             return
-        row = page_rows(pool.k[0], pool.page_size)
+        row = pool.page_rows(pool.k[0])
         if (
             self._ring
             and self._ring[0].dtype == row.dtype
@@ -78,9 +73,7 @@ class PageMover:
         dp = torch.from_numpy(dst_pages.astype(np.int64)).to(dst.device)
         if src.device == dst.device:
             for s, d in zip((*src.k, *src.v), (*dst.k, *dst.v)):
-                page_rows(d, dst.page_size).index_copy_(
-                    0, dp, page_rows(s, src.page_size).index_select(0, sp)
-                )
+                dst.page_rows(d).index_copy_(0, dp, src.page_rows(s).index_select(0, sp))
             return
         assert self.stream is not None, "a copy between devices needs the copy stream"
         self.reserve(src)
@@ -103,18 +96,15 @@ class PageMover:
             buf, ev = self._ring[i % RING][:, :m], self._events[i % RING]
             ev.synchronize()  # the DMA that last read this buffer is done
             for side, pool in enumerate((src.k, src.v)):
-                torch.index_select(
-                    page_rows(pool[layer], src.page_size), 0, sp[a : a + m], out=buf[side]
-                )
+                torch.index_select(src.page_rows(pool[layer]), 0, sp[a : a + m], out=buf[side])
             with torch.cuda.stream(self.stream):
                 kv = buf.to(dst.device, non_blocking=True)
                 for side, pool in enumerate((dst.k, dst.v)):
-                    page_rows(pool[layer], dst.page_size).index_copy_(0, dp[a : a + m], kv[side])
+                    dst.page_rows(pool[layer]).index_copy_(0, dp[a : a + m], kv[side])
                 ev.record(self.stream)
 
     def _to_host(self, src: KVPool, sp: torch.Tensor, dst: KVPool, dp: torch.Tensor) -> None:
         assert self.stream is not None
-        dp = dp.cpu()
         pending: deque[tuple[int, int, int, int]] = deque()
 
         def land() -> None:  # the oldest piece in flight: wait for it, scatter it
@@ -122,7 +112,7 @@ class PageMover:
             self._events[j].synchronize()
             buf = self._ring[j][:, :m]
             for side, pool in enumerate((dst.k, dst.v)):
-                page_rows(pool[layer], dst.page_size).index_copy_(0, dp[a : a + m], buf[side])
+                dst.page_rows(pool[layer]).index_copy_(0, dp[a : a + m], buf[side])
 
         for i, (layer, a, m) in enumerate(self._pieces(len(sp), src.num_layers)):
             j = i % RING
@@ -131,7 +121,7 @@ class PageMover:
             buf = self._ring[j][:, :m]
             with torch.cuda.stream(self.stream):
                 for side, pool in enumerate((src.k, src.v)):
-                    rows = page_rows(pool[layer], src.page_size).index_select(0, sp[a : a + m])
+                    rows = src.page_rows(pool[layer]).index_select(0, sp[a : a + m])
                     buf[side].copy_(rows, non_blocking=True)
                 self._events[j].record(self.stream)
             pending.append((j, layer, a, m))

@@ -29,8 +29,12 @@ def filled(device: str, dtype: torch.dtype, seed: int) -> KVPool:
 
 
 def pages_of(pool: KVPool, pages: np.ndarray) -> torch.Tensor:
-    k, v = pool.read_pages(torch.from_numpy(pages.astype(np.int64)))
-    return torch.stack([k, v]).cpu()
+    """The KV of `pages` gathered token by token from the layout's definition (slot
+    ``p * page_size + t``): an oracle independent of the page rows under test."""
+    slots = torch.from_numpy(
+        (pages[:, None] * pool.page_size + np.arange(pool.page_size)[None, :]).reshape(-1)
+    )
+    return torch.stack([torch.stack([t.cpu()[slots] for t in side]) for side in (pool.k, pool.v)])
 
 
 def pairs() -> list[tuple[str, str]]:
@@ -74,3 +78,20 @@ def test_no_pages_is_a_no_op() -> None:
     before = pages_of(dst, np.arange(PAGES))
     PageMover(None).copy(src, np.array([], dtype=np.int64), dst, np.array([], dtype=np.int64))
     assert torch.equal(pages_of(dst, np.arange(PAGES)), before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_read_pages_and_write_pages_move_whole_pages_in_order(dtype: torch.dtype) -> None:
+    src, dst = filled("cpu", dtype, 1), filled("cpu", dtype, 2)
+    pages = np.array([5, 0, 17])
+    k, v = src.read_pages(torch.from_numpy(pages))
+    assert k.shape == v.shape == (src.num_layers, 3 * PAGE, *src.k[0].shape[1:])
+    assert torch.equal(torch.stack([k, v]), pages_of(src, pages))
+    before = pages_of(dst, np.arange(PAGES))
+    dst.write_pages(torch.tensor([9, 2, 11]), k, v)
+    assert torch.equal(pages_of(dst, np.array([9, 2, 11])), pages_of(src, pages))
+    others = np.setdiff1d(np.arange(PAGES), [9, 2, 11])
+    assert torch.equal(
+        pages_of(dst, others),
+        before[:, :, np.concatenate([np.arange(p * PAGE, (p + 1) * PAGE) for p in others])],
+    )
