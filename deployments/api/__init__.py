@@ -32,4 +32,5 @@ Modules:
     tools/              tool calls and structured outputs, API-neutral: types, per-model
                         parsers (whole and streaming), chat-template rendering, grammars
     anthropic/          the Anthropic Messages API over the same engine path
+    openai_responses/   OpenAI's Responses API over the same engine path; stored responses
 """

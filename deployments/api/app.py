@@ -2,10 +2,13 @@
 
 Routes: `/v1/chat/completions`, `/v1/completions` (SSE streaming or not),
 Anthropic's `/v1/messages` and `/v1/messages/count_tokens`
-(`deployments.api.anthropic`), `POST /v1/penelope/sessions/{id}` (a harness's hints after a
-turn's reply, `deployments.api.hints`), `/v1/models`, `/health`, `/ready` (with the store's
-state), `/metrics`, and SGLang's `/server_info` and
-`/model_info` probes for sgl-router (`deployments.api.sglang_probes`). The
+(`deployments.api.anthropic`), OpenAI's Responses API: `/v1/responses` and
+`/v1/responses/{id}` (`deployments.api.openai_responses`),
+`POST /v1/penelope/sessions/{id}` (a harness's hints after a turn's reply,
+`deployments.api.hints`), `/v1/models` (with Codex's catalogue entry, `models`),
+`/health`, `/ready` (with the store's state), `/metrics`, and SGLang's
+`/server_info` and `/model_info` probes for sgl-router
+(`deployments.api.sglang_probes`). The
 backend factory runs at startup (the app's lifespan), so the same app serves
 an in-process engine (standalone, tests) or Ray Serve engine replicas (the
 ingress deployment).
@@ -39,6 +42,9 @@ from deployments.api.completions import CompletionHandler
 from deployments.api.errors import ApiError, install_handlers, invalid, unavailable
 from deployments.api.hints import grants_body, hint_headers, session_endpoint_hints
 from deployments.api.middleware import BodyLimits, RequestCounter
+from deployments.api.openai_responses.catalogue import model_catalogue
+from deployments.api.openai_responses.routes import add_responses_routes
+from deployments.api.openai_responses.store import ResponseStore, ResponseStoreCollector
 from deployments.api.prepare import Caller, prepare_chat, prepare_text
 from deployments.api.schemas import ChatCompletionRequest, CompletionRequest, SessionHintsRequest
 from deployments.api.settings import ApiSettings
@@ -60,6 +66,7 @@ class AppState:
     auth: Authenticator
     metrics: ApiMetrics
     runner: CompletionHandler
+    responses: ResponseStore
     backend: Backend | None = None
     started: int = 0
 
@@ -89,6 +96,7 @@ def create_app(backend_factory: BackendFactory, settings: ApiSettings | None = N
     install_handlers(app, ERROR_SHAPES)
     _add_routes(app, state)
     add_anthropic_routes(app, state.ready_backend, settings, state.runner, _caller)
+    add_responses_routes(app, state.ready_backend, settings, state.runner, _caller, state.responses)
     app.add_middleware(
         BodyLimits,
         max_bytes=settings.max_body_bytes,
@@ -110,7 +118,11 @@ def _new_state(settings: ApiSettings) -> AppState:
 
     metrics = ApiMetrics(replica_stats, store_stats)
     runner = CompletionHandler(settings, metrics)
-    state = AppState(settings, Authenticator(settings.api_keys), metrics, runner)
+    responses = ResponseStore(
+        settings.responses_store, settings.responses_budget_bytes, settings.responses_ttl_s
+    )
+    metrics.registry.register(ResponseStoreCollector(responses, settings.replica_name))
+    state = AppState(settings, Authenticator(settings.api_keys), metrics, runner, responses)
     return state
 
 
@@ -173,7 +185,8 @@ def _add_routes(app: FastAPI, state: AppState) -> None:
             "created": state.started,
             "owned_by": "penelope",
         }
-        return JSONResponse({"object": "list", "data": [card]})
+        catalogue = model_catalogue(backend.model_name, backend.max_model_len)
+        return JSONResponse({"object": "list", "data": [card], "models": [catalogue]})
 
     add_sglang_probes(app, state.ready_backend, AUTHENTICATED)  # for sgl-router
 

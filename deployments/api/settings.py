@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
+from cache_store.location import StoreLocation
 from deployments.api.tools.parsers import PARSER_CHOICES
+from penelope_engine.cache_config import CacheConfig
 from penelope_engine.options import with_help
 from penelope_engine.util import require
 
@@ -52,6 +54,14 @@ class ApiSettings:
     )
     max_tools: int = 128  # tools one request may offer
     max_tools_bytes: int = 256 << 10  # their JSON together (names, descriptions, schemas)
+    # Stored responses (`/v1/responses` with store: true, `deployments.api.openai_responses`):
+    # where (a local path or a pyarrow.fs URI; None: the engine's store_uri when it has one,
+    # else this process's memory) and each tenant's bounds.
+    responses_store_uri: str | None = None
+    responses_store_endpoint: str | None = None  # an S3-compatible server, as store_endpoint
+    responses_store_region: str | None = None
+    responses_budget_bytes: int = with_help(256 << 20, "stored responses' bytes per tenant")
+    responses_ttl_s: float = with_help(7 * 86400.0, "how long a stored response is kept")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "api_keys", MappingProxyType(dict(self.api_keys)))
@@ -82,6 +92,31 @@ class ApiSettings:
         )
         require(self.max_tools > 0, "max_tools must be positive")
         require(self.max_tools_bytes > 0, "max_tools_bytes must be positive")
+        require(self.responses_budget_bytes > 0, "responses_budget_bytes must be positive")
+        require(
+            0 < self.responses_ttl_s < math.inf,
+            f"responses_ttl_s must be positive and finite, got {self.responses_ttl_s}",
+        )
+
+    @property
+    def responses_store(self) -> StoreLocation | None:
+        """Where stored responses live; None: this process's memory."""
+        if not self.responses_store_uri:
+            return None
+        return StoreLocation(
+            self.responses_store_uri, self.responses_store_endpoint, self.responses_store_region
+        )
+
+    def with_engine_store(self, cache: CacheConfig) -> ApiSettings:
+        """These settings with the engine's store for stored responses, unless one is set."""
+        if self.responses_store_uri or not cache.store_uri:
+            return self
+        return replace(
+            self,
+            responses_store_uri=cache.store_uri,
+            responses_store_endpoint=cache.store_endpoint,
+            responses_store_region=cache.store_region,
+        )
 
     @property
     def auth_enabled(self) -> bool:

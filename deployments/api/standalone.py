@@ -35,7 +35,7 @@ def standalone_app(engine_config: EngineConfig, settings: ApiSettings | None = N
     An engine whose step loop dies is replaced by a fresh one over the same
     weights (its cache starts empty; sessions recompute or load from the store).
     """
-    settings = settings or ApiSettings()
+    settings = (settings or ApiSettings()).with_engine_store(engine_config.cache)
 
     async def make_backend() -> LocalBackend:
         from penelope_engine.async_engine import AsyncEngine

@@ -22,6 +22,7 @@ from ray.serve.config import AutoscalingConfig, AutoscalingPolicy, RequestRouter
 from deployments.ray.engine_replica import EngineReplica
 from deployments.ray.ingress import PenelopeIngress
 from deployments.ray.serve_config import AutoscalingSettings, ServeConfig, parse_serve_config
+from penelope_engine.config import EngineConfig
 
 ENGINE_DEPLOYMENT = "PenelopeEngine"
 INGRESS_DEPLOYMENT = "PenelopeIngress"
@@ -100,9 +101,12 @@ def build_application(config: ServeConfig) -> Application:
     window_s = config.engine_deployment.kv_pressure.working_set_window_s
     engine = _as_deployment(EngineReplica).options(**engine_options(config))
     ingress = _as_deployment(PenelopeIngress).options(**ingress_options(config))
+    api = config.api
+    if isinstance(config.engine, EngineConfig):  # stored responses beside the KV store
+        api = api.with_engine_store(config.engine.cache)
     return ingress.bind(
         engine.bind(config.replica_engine, window_s, INGRESS_DEPLOYMENT),
-        config.api,
+        api,
         config.ingress.api_keys_file,
     )
 
