@@ -207,7 +207,7 @@ class _Items:
             out += [*self.close(), *self._add_message()]
         self.text += piece.text
         kind = "output_text" if isinstance(piece, TextDelta) else "function_call_arguments"
-        extra = {"logprobs": []} if kind == "output_text" else {}
+        extra: dict[str, Any] = {"logprobs": []} if kind == "output_text" else {}
         delta = self.event(f"response.{kind}.delta", **self._where(), delta=piece.text, **extra)
         return [*out, delta]
 

@@ -90,8 +90,8 @@ async def _chain(store: ResponseStore, tenant: str, previous: str | None) -> Sto
     record = await asyncio.to_thread(store.get, tenant, previous)
     if record is None or _items_or_none(record) is None:
         raise invalid(
-            f"Previous response with id {previous!r} not found (unknown, expired, deleted, "
-            "or stored with store: false).",
+            f"previous_response_id: Previous response with id {previous!r} not found "
+            "(unknown, expired, deleted, or stored with store: false).",
             "previous_response_id",
             code="previous_response_not_found",
         )

@@ -60,7 +60,7 @@ class StoredResponse:
     response: dict[str, Any]  # the response object as GET returns it
 
     def encode(self) -> pa.RecordBatch:
-        data = {"id": self.id, "session": self.session, "items": self.items}
+        data: dict[str, Any] = {"id": self.id, "session": self.session, "items": self.items}
         data["response"] = self.response
         return pa.record_batch([pa.array([json.dumps(data).encode()], pa.large_binary())],
                                schema=_SCHEMA)  # fmt: skip

@@ -190,19 +190,23 @@ _CHAT_PARAMS = (
     (re.compile(r"^response_format\.json_schema\.schema"), "text.format.schema"),
     (re.compile(r"^response_format(\.json_schema)?"), "text.format"),
     (re.compile(r"^messages$"), "input"),
+    (re.compile(r"^max_tokens$"), "max_output_tokens"),
 )
 
 
 @contextmanager
 def responses_params(body: ResponsesRequest) -> Iterator[None]:
-    """Errors of the shared chat path name chat fields; rename them to this API's."""
+    """Errors of the shared chat path name chat fields: rename them to this API's, and
+    name the field in the message too."""
     try:
         yield
     except ApiError as err:
-        renamed = _renamed(err.param, body) if err.param else None
-        if renamed and err.param and renamed != err.param:
+        if err.param:
+            renamed = _renamed(err.param, body)
             err.message = err.message.replace(err.param, renamed)
             err.param = renamed
+            if renamed not in err.message:
+                err.message = f"{renamed}: {err.message}"
         raise
 
 
