@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.penelope-setup
 
-.PHONY: setup test test-sglang test-peers-real run lint typecheck prometheus
+.PHONY: setup test test-sglang test-peers-real run lint typecheck prometheus claude-code codex
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -25,7 +25,7 @@ lint: setup
 typecheck: setup
 	$(PY) -m mypy penelope_engine penelope_cli cache_store router deployments bench
 
-test: setup lint typecheck test-sglang test-peers-real claude-code
+test: setup lint typecheck test-sglang test-peers-real claude-code codex
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
 # The real Claude Code CLI for `penelope bench claude-code` and its test, pinned, from npm
@@ -36,6 +36,15 @@ claude-code:
 	elif [ -x .claude-code/node_modules/.bin/claude ] && grep -q '"version": "$(CLAUDE_CODE_VERSION)"' .claude-code/node_modules/@anthropic-ai/claude-code/package.json; then :; \
 	else npm install --silent --no-audit --no-fund --prefix .claude-code @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) \
 	  || echo "claude-code: npm install failed; its test skips"; fi
+
+# The real Codex CLI for `penelope bench codex` and its test, pinned, from npm into
+# .codex-cli/ (git-ignored), when node is here; without node the test skips, saying so.
+CODEX_VERSION := $(shell sed -n 's/^CODEX_VERSION = "\(.*\)"/\1/p' bench/codex/cli.py)
+codex:
+	@if ! command -v npm >/dev/null; then echo "codex: npm not found; its test skips"; \
+	elif [ -x .codex-cli/node_modules/.bin/codex ] && grep -q '"version": "$(CODEX_VERSION)"' .codex-cli/node_modules/@openai/codex/package.json; then :; \
+	else npm install --silent --no-audit --no-fund --prefix .codex-cli @openai/codex@$(CODEX_VERSION) \
+	  || echo "codex: npm install failed; its test skips"; fi
 
 # The SGLang backend's tests run on CPU against SGLang's real classes, in their own
 # venv (.venv-sglang, built when missing): SGLang pins packages the engine does not.

@@ -4,7 +4,8 @@
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           replay | simulate | load | soak | agree | peers | capacity
-                                  | speed | copies | versus | cluster | claude-code | faults
+                                  | speed | copies | versus | cluster | claude-code | codex
+                                  | faults
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks. The
@@ -43,6 +44,7 @@ BENCHES = {
     "versus": ("bench.versus.cli", "agent traces over HTTP against real servers, side by side"),
     "cluster": ("bench.cluster.cli", "the Ray app on two nodes here: faults and autoscaling"),
     "claude-code": ("bench.claude_code.cli", "the Claude Code CLI against penelope serve, twice"),
+    "codex": ("bench.codex.cli", "the Codex CLI against penelope serve, twice"),
     "faults": ("bench.faults.cli", "store and client faults under agent load, nothing lost"),
 }
 

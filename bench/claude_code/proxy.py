@@ -1,10 +1,11 @@
 """A recording pass-through in front of the server: each request as the server saw it.
 
-Claude Code talks to this proxy; it forwards every request unchanged to the
-upstream server and records, per `/v1/messages` request, its session headers,
-its body (for the prompt's tokens, `bench.claude_code.cli`), the status, and
-the usage the server answered (from the JSON body or the stream's
-`message_start` and `message_delta` events).
+Claude Code (or Codex, `bench.codex`) talks to this proxy; it forwards every
+request unchanged to the upstream server and records, per request to one of
+`paths` (`/v1/messages` by default), its session headers, its body (for the
+prompt's tokens, `bench.claude_code.cli`), the status, and the usage the
+server answered (from the JSON body, or the stream's `message_start` and
+`message_delta` events, or the Responses API's final `response.*` event).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response, StreamingResponse
 
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
+RESPONSE_ENDS = ("response.completed", "response.incomplete", "response.failed")
 
 
 @dataclass
@@ -59,9 +61,18 @@ def _usage_from_sse(text: str, seen: Seen) -> None:
             seen.usage.update(data.get("usage", {}))
         elif data.get("type") == "error":
             seen.error = data["error"].get("message")
+        elif data.get("type") in RESPONSE_ENDS:
+            seen.usage.update(data["response"].get("usage") or {})
+            if data["response"].get("error"):
+                seen.error = data["response"]["error"].get("message")
 
 
-def recording_proxy(upstream: str, log: list[Seen], timeout_s: float = 600.0) -> FastAPI:
+def recording_proxy(
+    upstream: str,
+    log: list[Seen],
+    timeout_s: float = 600.0,
+    paths: frozenset[str] = frozenset({"/v1/messages"}),
+) -> FastAPI:
     client = httpx.AsyncClient(base_url=upstream, timeout=timeout_s)
 
     async def forward(request: Request) -> Response:
@@ -73,7 +84,7 @@ def recording_proxy(upstream: str, log: list[Seen], timeout_s: float = 600.0) ->
         except ValueError:
             body = {}
         seen = Seen(request.url.path, {k.lower(): v for k, v in headers.items()}, body)
-        if request.url.path == "/v1/messages":
+        if request.url.path in paths:
             log.append(seen)
         upstream_request = client.build_request(request.method, path, headers=headers, content=raw)
         response = await client.send(upstream_request, stream=True)

@@ -4,10 +4,13 @@ Codex asks `GET /v1/models?client_version=...` and reads a `models` array of
 catalogue entries (its `ModelInfo`); without an entry for the model it warns
 "Model metadata ... not found" and assumes defaults (a window far larger than
 a small model's). The entry says what this server does: the served model's
-context window, text only, parallel function calls, the shell as a plain
-function tool and `apply_patch` as a function (Penelope skips `custom`
-tools), no reasoning summaries, no verbosity, no websockets. `model_messages`
-is null, so Codex uses its own default instructions.
+context window, text only, parallel function calls, no reasoning summaries,
+no verbosity, no websockets, and short base instructions (`INSTRUCTIONS`, in
+`model_messages.instructions_template`) that leave a small model's window for
+the conversation; Codex's `model_instructions_file` replaces them. Codex
+0.171 accepts only `freeform` for `apply_patch_tool_type`: its `apply_patch`
+then comes as a `custom` tool, which this server skips (the model edits
+files through the shell tool).
 """
 
 from __future__ import annotations
@@ -15,6 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 COMPACT_AT = 0.9  # Codex compacts the history past this share of the window
+INSTRUCTIONS = (
+    "You are Codex, a coding agent running in a terminal on the user's machine. Use the "
+    "tools you are given to read files and run commands in the workspace when the task "
+    "needs it. Be precise and brief: answer in a few sentences, and end your turn when "
+    "the task is done."
+)
 
 
 def model_catalogue(model: str, context_window: int) -> dict[str, Any]:
@@ -34,7 +43,7 @@ def model_catalogue(model: str, context_window: int) -> dict[str, Any]:
         "supports_reasoning_summary_parameter": False,
         "supports_reasoning_effort_updates": False,
         "shell_type": "shell_command",
-        "apply_patch_tool_type": "function",
+        "apply_patch_tool_type": "freeform",
         "web_search_tool_type": "text_and_image",
         "supports_search_tool": False,
         "supports_parallel_tool_calls": True,
@@ -55,7 +64,7 @@ def model_catalogue(model: str, context_window: int) -> dict[str, Any]:
         "node_repl_disabled": True,
         "auto_review_model_override": None,
         "model_specialty": None,
-        "model_messages": None,
+        "model_messages": {"instructions_template": INSTRUCTIONS},
         "comp_hash": "0",
         "visibility": "list",
         "minimal_client_version": "0.0.0",

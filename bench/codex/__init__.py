@@ -1,0 +1,6 @@
+"""The Codex CLI against `penelope serve`: the Responses API and the cache with a real agent.
+
+Modules:
+    cli      `penelope bench codex`: the pinned CLI twice in one session, JSON out
+             (the requests are recorded by `bench.claude_code.proxy`)
+"""
