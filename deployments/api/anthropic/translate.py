@@ -9,7 +9,8 @@ a `ChatCompletionRequest`, the internal request both APIs share, so
 `deployments.api.prepare`, `deployments.api.chat_tools` and `deployments.api.hints`
 treat it exactly as an OpenAI request: sampling, stop strings, the session,
 the `penelope` hints, every `cache_control` (on system blocks, tools and
-content blocks) on a message part, `tools` as functions (`input_schema` ->
+content blocks) on a message part (a tool's on an empty part of the first
+message: a mark never adds or moves a token), `tools` as functions (`input_schema` ->
 `parameters`), `tool_choice` (auto -> auto, any -> required, tool -> named,
 none -> none; `disable_parallel_tool_use` -> `parallel_tool_calls: false`),
 `tool_use` blocks as the assistant message's `tool_calls` and `tool_result`
@@ -69,11 +70,13 @@ def to_chat(body: PromptRequest, session: SessionIds) -> Translated:
     system = system_blocks(body.system)
     if system:
         messages.append(_message("system", [(b.text, b.cache_control) for b in system]))
-    tool_controls = [("", t.cache_control) for t in body.tools or () if t.cache_control]
-    if tool_controls:  # the tools are rendered in the system turn: their marks go there
-        messages.append(_message("system", tool_controls))
     for m in body.messages:
         messages += _turn(m.role, m.blocks())
+    tool_controls = [("", t.cache_control) for t in body.tools or () if t.cache_control]
+    if tool_controls:  # as empty parts of the first message: a mark adds no token
+        first = messages[0]
+        marks = _message(first.role, tool_controls).content
+        messages[0] = first.model_copy(update={"content": [*_parts(first), *(marks or [])]})
     chat = _internal_request(body, messages, session)
     controls = any(p.cache_control for m in chat.messages for p in _parts(m))
     return Translated(chat, controls)
