@@ -25,7 +25,7 @@ from deployments.api.tools.parsers import PARSER_CHOICES
 from deployments.ray.serve_config import DEFAULT_MODEL
 from penelope_cli.helpformat import add_field_args, parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
-from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from penelope_engine.config import AgentConfig, CacheConfig, EngineConfig, SchedulerConfig
 from penelope_engine.shipped import (
     SHIPPED_HOST_FACTOR,
     SHIPPED_POLICY,
@@ -57,6 +57,8 @@ SESSION_OPTIONS = (
     "store_probe_s",
 )
 SCHEDULER_OPTIONS = ("max_running", "max_batch_tokens", "max_prefills")
+AGENT_OPTIONS = ("admission", "starvation_s")
+AS_SHIPPED = ("max_prefills", *AGENT_OPTIONS)  # default None: what ships on --device
 API_OPTIONS = ("max_pending",)
 
 
@@ -88,15 +90,21 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
         "--agent-levers",
         choices=("shipped", "off"),
         default="shipped",
-        help="shipped: aged order, backfill, return-aware retention, parking and a prefill "
-        "chunk of a quarter step (`penelope_engine.shipped`); off: FCFS, chunk of half a step",
+        help="shipped: return-aware retention, parking, backfill, a prefill chunk of a quarter "
+        "step; on a CPU one prefill at a time, shortest first, on CUDA aged order "
+        "(`penelope_engine.shipped`); off: FCFS, chunk of half a step",
     )
+    add_field_args(ap, AgentConfig, AGENT_OPTIONS, defaults=dict.fromkeys(AGENT_OPTIONS))
     add_field_args(ap, CacheConfig, SESSION_OPTIONS)
     add_field_args(
         ap,
         SchedulerConfig,
         SCHEDULER_OPTIONS,
-        defaults={"max_running": MAX_RUNNING, "max_batch_tokens": MAX_BATCH_TOKENS},
+        defaults={
+            "max_running": MAX_RUNNING,
+            "max_batch_tokens": MAX_BATCH_TOKENS,
+            "max_prefills": None,
+        },
     )
     add_field_args(ap, ApiSettings, API_OPTIONS)
     ap.add_argument(
@@ -145,20 +153,12 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         store_request_timeout_s=args.store_request_timeout_s,
         store_probe_s=args.store_probe_s,
     )
-    tokens = args.max_batch_tokens
     engine = EngineConfig(
         model=args.model,
         device=args.device,
         dtype=args.dtype,
         cache=cache,
-        scheduler=dataclasses.replace(
-            shipped_scheduler(tokens, args.max_running)
-            if args.agent_levers == "shipped"
-            else SchedulerConfig(
-                max_running=args.max_running, max_batch_tokens=tokens, prefill_chunk=tokens // 2
-            ),
-            max_prefills=args.max_prefills,
-        ),
+        scheduler=_scheduler(args),
     )
     settings = ApiSettings(
         api_keys=load_api_keys(args.api_keys_file),
@@ -167,6 +167,23 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         tool_parser=args.tool_parser,
     )
     return engine, settings
+
+
+def _scheduler(args: argparse.Namespace) -> SchedulerConfig:
+    """What ships on `--device` (or the levers off), with the options given over it."""
+    tokens = args.max_batch_tokens
+    base = (
+        shipped_scheduler(tokens, args.max_running, device=args.device)
+        if args.agent_levers == "shipped"
+        else SchedulerConfig(
+            max_running=args.max_running, max_batch_tokens=tokens, prefill_chunk=tokens // 2
+        )
+    )
+    given = {k: getattr(args, k) for k in AS_SHIPPED if getattr(args, k) is not None}
+    agent = dataclasses.replace(
+        base.agent, **{k: given.pop(k) for k in AGENT_OPTIONS if k in given}
+    )
+    return dataclasses.replace(base, agent=agent, **given)
 
 
 def main(args: argparse.Namespace) -> int:

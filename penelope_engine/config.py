@@ -113,9 +113,11 @@ class AgentConfig:
     """Agent-aware scheduling levers (`penelope_engine.sched.agent`); the defaults are off.
 
     admission: "fcfs" (arrival order, as SGLang and vLLM), "program" (by the
-    session's first arrival: Continuum's program-level FCFS) or "aged" (by
+    session's first arrival: Continuum's program-level FCFS), "aged" (by
     session, but a turn passes only requests that arrived at most
-    `age_cap_s` before it, so nobody starves). backfill: when the head of the
+    `age_cap_s` before it) or "shortest" (by estimated prefill seconds, the
+    least first). In every order a request that has waited `starvation_s`
+    goes first (the oldest first), so nobody starves. backfill: when the head of the
     queue does not fit, admit later requests that do, unless the head has
     waited `starvation_s`. retention: pin a session's KV on the device after
     its turn, "ttl" (Continuum: a TTL from the fleet's tool-time distribution,
@@ -130,10 +132,12 @@ class AgentConfig:
     from this many seconds before its expected return (`sched.prefetch`; 0: off).
     """
 
-    admission: Annotated[AdmissionOrder, CHECKED_IN_POST_INIT] = "fcfs"
+    admission: Annotated[AdmissionOrder, CHECKED_IN_POST_INIT] = with_help(
+        "fcfs", "queue order: fcfs, program, aged (by session) or shortest (least prefill first)"
+    )
     age_cap_s: float = 60.0
     backfill: bool = False
-    starvation_s: float = 30.0
+    starvation_s: float = with_help(30.0, "a request that has waited this long is passed by nobody")
     retention: Annotated[RetentionMode, CHECKED_IN_POST_INIT] = "none"
     default_ttl_s: float = 10.0  # until enough tool gaps are seen
     min_samples: int = 8  # fleet tool gaps before the TTL is fit (3 for one session's own)

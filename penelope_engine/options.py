@@ -15,7 +15,7 @@ from penelope_engine.errors import ConfigError
 
 EvictionPolicyName = str
 WritePolicy = Literal["off", "write_through", "write_back"]
-AdmissionOrder = Literal["fcfs", "program", "aged"]
+AdmissionOrder = Literal["fcfs", "program", "aged", "shortest"]
 RetentionMode = Literal["none", "ttl", "return_aware"]
 # The model and KV dtypes (`tiers.kv_pool.DTYPES` maps them to torch's).
 DType = Literal["float32", "float16", "bfloat16"]

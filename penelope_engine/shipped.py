@@ -11,6 +11,7 @@ SGLang and vLLM schedule, for tests and for anyone composing an engine by hand.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from penelope_engine.config import AgentConfig, CacheConfig, EvictionPolicyName, SchedulerConfig
@@ -32,16 +33,30 @@ SHIPPED_AGENT = AgentConfig(
 # queued) it takes the whole step, as vLLM and SGLang give a lone request
 # (`SchedulerConfig.solo_prefill_chunk`; docs/results.md 3.5).
 PREFILL_CHUNK_SHARE = 4
+# On a CPU a step's time grows with its tokens from a few tokens up, so two prefills in
+# one step finish no sooner than one after the other, and a queued request holds no
+# pages. The CPU schedule runs one prefill at a time (`max_prefills`), the one that
+# computes least first (`admission="shortest"`: SRPT, which minimises the mean wait on one
+# server, and serves a returning turn while its suffix is still cached), and a request
+# that has waited CPU_STARVATION_S is passed by nobody (docs/results.md 1.7).
+CPU_STARVATION_S = 60.0
+SHIPPED_CPU_AGENT = replace(SHIPPED_AGENT, admission="shortest", starvation_s=CPU_STARVATION_S)
 
 
-def shipped_scheduler(max_batch_tokens: int = 2048, max_running: int = 64) -> SchedulerConfig:
-    """The scheduler Penelope ships for a step of `max_batch_tokens`."""
+def shipped_scheduler(
+    max_batch_tokens: int = 2048, max_running: int = 64, *, device: str
+) -> SchedulerConfig:
+    """The scheduler Penelope ships for a step of `max_batch_tokens` on `device` ("cpu", or
+    "cuda[:N]": several prefills share a step, which costs about the same from a few
+    tokens up to hundreds)."""
+    cpu = device == "cpu"
     return SchedulerConfig(
         max_batch_tokens=max_batch_tokens,
         max_running=max_running,
         prefill_chunk=max(1, max_batch_tokens // PREFILL_CHUNK_SHARE),
         solo_prefill_chunk=max_batch_tokens,
-        agent=SHIPPED_AGENT,
+        max_prefills=1 if cpu else 0,
+        agent=SHIPPED_CPU_AGENT if cpu else SHIPPED_AGENT,
     )
 
 

@@ -121,7 +121,7 @@ def run_load(cfg: LoadConfig) -> dict[str, Any]:
     engine_config = EngineConfig(  # what ships: host tier, store, policy and levers
         model=MODEL,
         cache=shipped_cache(cfg.device_pages, cfg.page_size, store_uri=store_dir.name),
-        scheduler=shipped_scheduler(2048, max_running=64),
+        scheduler=shipped_scheduler(2048, max_running=64, device="cpu"),
     )
     settings = ApiSettings(max_pending=4 * cfg.sessions, max_body_bytes=256 << 10)
     app = standalone_app(engine_config, settings)

@@ -70,6 +70,7 @@ from penelope_engine.registry import Registry
 from penelope_engine.shipped import PREFILL_CHUNK_SHARE, SHIPPED_AGENT, SHIPPED_POLICY
 
 PREFETCH_LEADS_S = (5.0, 10.0, 40.0, 80.0)  # `variants`: other leads of the store read ahead
+SHORTEST_STARVATION_S = 60.0  # `variants`: the shortest-first order's starvation bound
 SIZE_WEIGHTS = (1.0, 4.0)  # `variants`: the queue's shortest-first weight (AgentConfig.size_weight)
 STEP_TOKENS = 8192  # every set-up's step budget at its defaults (max_batch_tokens)
 PENELOPE_CHUNK = STEP_TOKENS // PREFILL_CHUNK_SHARE
@@ -86,6 +87,7 @@ class CacheSpec:
     prefill_chunk: int = STEP_TOKENS  # most tokens of one request's prefill in one step
     solo_prefill_chunk: int = 0  # ... when nothing else runs or waits (0: prefill_chunk)
     step_tokens: int = STEP_TOKENS  # most tokens of one step, prefill and decode
+    max_prefills: int = 0  # most requests in prefill at once (0: as the step allows)
     layerwise_loads: bool = False  # loads stream layer by layer, overlapped with the forward
     async_writes: bool = False  # device-to-host copies on a stream of their own (no stall)
     async_spills: bool = False  # host pages written to the store off the step thread
@@ -152,6 +154,7 @@ def scaled_scheduler(cache: str | None, base: SchedulerConfig) -> SchedulerConfi
         max_batch_tokens=step,
         prefill_chunk=chunk,
         solo_prefill_chunk=min(max(solo, chunk), step) if spec.solo_prefill_chunk else 0,
+        max_prefills=spec.max_prefills,
         agent=spec.agent,
     )
 
@@ -262,6 +265,12 @@ def variants() -> list[Setup]:
               dataclasses.replace(full.spec, agent=dataclasses.replace(agent, prefetch_lead_s=s)))
         for s in PREFETCH_LEADS_S
         if s != agent.prefetch_lead_s
+    ]  # fmt: skip
+    out += [  # the queue shortest-first, and one prefill at a time (the CPU's schedule)
+        Setup(f"penelope ({label})", "penelope", "affinity", "penelope",
+              dataclasses.replace(full.spec, max_prefills=mp, agent=dataclasses.replace(
+                  agent, admission="shortest", starvation_s=SHORTEST_STARVATION_S)))
+        for label, mp in (("shortest first", 0), ("shortest first + one prefill", 1))
     ]  # fmt: skip
     lw = dataclasses.replace(full.spec, layerwise_loads=True)
     out.append(Setup("penelope (layerwise loads)", "penelope", "affinity", "penelope", lw))

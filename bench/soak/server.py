@@ -159,9 +159,8 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
             session_ttl_s=cfg.session_ttl_s,
             store_record_ttl_s=cfg.store_record_ttl_s,
         )
-        engine_config = EngineConfig(
-            model=MODEL, cache=cache, scheduler=shipped_scheduler(2048, max_running=64)
-        )
+        scheduler = shipped_scheduler(2048, max_running=64, device="cpu")
+        engine_config = EngineConfig(model=MODEL, cache=cache, scheduler=scheduler)
         app = standalone_app(engine_config, ApiSettings(max_pending=4 * cfg.concurrency))
         with background_server(app) as url:
             backend = app.state.penelope.backend

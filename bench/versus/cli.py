@@ -26,7 +26,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.versus.config import ServerSpec, VersusConfig
+from bench.versus.config import REGIMES, ServerSpec, VersusConfig
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="shell command that starts server NAME ({port}, {kv_tokens}, {kv_blocks})",
     )
     ap.add_argument("--baseline", default="", help="ratios are to this server (default: the last)")
+    ap.add_argument(
+        "--regime",
+        choices=sorted(REGIMES),
+        default=None,
+        help="the workload's options as that regime sets them (`config.REGIMES`); an option "
+        "given as well overrides it",
+    )
     ap.add_argument("--trace", type=Path, default=d.trace, help="Claude Code trace")
     ap.add_argument("--sessions", type=int, default=d.sessions, help="sessions per seed")
     ap.add_argument("--seeds", type=_ints, default=d.seeds, help="comma list of seeds")
@@ -124,6 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
     return ap  # fmt: skip
 
 
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The options, a `--regime`'s workload as the defaults of the options it names."""
+    ap = build_parser()
+    regime = ap.parse_known_args(argv)[0].regime
+    if regime is not None:
+        ap.set_defaults(**REGIMES[regime])
+    return ap.parse_args(argv)
+
+
 def config_from(args: argparse.Namespace) -> VersusConfig:
     starts = dict(args.start)
     names = [n for n, _ in args.server]
@@ -146,6 +162,7 @@ def document(
 ) -> dict:
     from bench.versus.report import grouped, ratios
     from bench.versus.runs import cpu_info
+    from bench.versus.turns import versus_turns
 
     rats = ratios(runs, baseline)
     raw: dict[str, list[float]] = {}
@@ -163,6 +180,7 @@ def document(
         "raw_prefill_ttft_s": {k: statistics.median(v) for k, v in raw.items()},
         "rows": grouped(runs, rats),
         "ratios": rats,
+        "turns": versus_turns(runs, baseline),
         "runs": runs,
         "failed": failed or [],
     }
@@ -171,8 +189,9 @@ def document(
 def main(argv: list[str] | None = None) -> int:
     from bench.versus.report import plot, table
     from bench.versus.runs import run_all
+    from bench.versus.turns import turns_table
 
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     cfg = config_from(args)
     baseline = args.baseline or cfg.servers[-1].name
     if baseline not in {s.name for s in cfg.servers}:
@@ -181,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     runs, failed, plans = run_all(cfg)
     doc = document(cfg, baseline, runs, plans, failed)
     print(table(doc["rows"], doc["raw_prefill_ttft_s"]))
+    print(turns_table(runs, doc["turns"]))
     out = args.json or cfg.out_dir / "versus.json"
     title = f"{cfg.sessions} sessions, seeds {list(cfg.seeds)}, S={cfg.length_divisor:g}"
     png = plot(args.plot or cfg.out_dir / "versus.png", runs, title)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
@@ -36,6 +36,7 @@ class Record:
     prompt_tokens: int = 0  # the server's usage
     cached_tokens: int = 0
     completion_tokens: int = 0
+    miss_tokens: dict[str, int] = field(default_factory=dict)  # Penelope's ledger, by cause
     error: str = ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -58,6 +59,7 @@ async def stream_one(
     rec.ttft_s, rec.e2e_s = got.first_token_s, got.last_token_s
     if got.usage:
         rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = usage_tokens(got.usage)
+        rec.miss_tokens = dict((got.usage.get("penelope") or {}).get("miss_tokens") or {})
     if got.status != 200:
         rec.error = f"status {got.status}: {got.body[:200]!r}"
     elif got.error is not None:

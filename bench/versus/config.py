@@ -32,9 +32,29 @@ class ServerSpec:
         )
 
 
+# The regimes an operator sizes a fleet in (issue 47; docs/results.md 1.7): 16 sessions
+# at 1/32 of their length in a 4,000-token window, Poisson starts 4 s apart, 12 turns of
+# 8 output tokens each; run them with --kv-tokens below the live working set. "busy":
+# tool gaps as recorded, capped at 30 s (arrivals past a CPU server's service rate);
+# "idle": gaps x2, capped at 60 s (idle sessions hold the memory).
+_AGENT_FLEET = {
+    "sessions": 16,
+    "length_divisor": 32.0,
+    "mean_interarrival_s": 4.0,
+    "window_tokens": 4000,
+    "max_turns": 12,
+    "max_output_tokens": 8,
+}
+REGIMES: dict[str, dict[str, float | int]] = {
+    "busy": {**_AGENT_FLEET, "time_divisor": 1.0, "max_gap_s": 30.0},
+    "idle": {**_AGENT_FLEET, "time_divisor": 0.5, "max_gap_s": 60.0},
+}
+
+
 @dataclass(frozen=True)
 class VersusConfig:
     servers: tuple[ServerSpec, ...]
+    regime: str = ""  # the `REGIMES` entry the workload's options came from ("" none)
     trace: Path = DEFAULT_TRACE
     sessions: int = 6  # top-level Claude Code sessions per seed
     seeds: tuple[int, ...] = (0,)

@@ -6,7 +6,7 @@ For each capacity and seed of the run it simulates (`bench.sim.loop`) the same
 workload (`bench.versus.plan.workload`, the run's settings) on one replica
 with the KV capacity each server read back:
 
-* Penelope: the shipped policy and scheduler (`penelope_engine.shipped`), no
+* Penelope: the shipped policy and CPU scheduler (`penelope_engine.shipped`), no
   host tier, as `penelope serve --host-pages 0` runs (`--max-prefills N` as
   that server's option);
 * vLLM 0.32: `lru` over the device only, FCFS. vLLM frees a finished
@@ -76,7 +76,9 @@ def fit_here(model: str, page_size: int) -> CpuCostModel:
     lm = load_model(model)
     sweep = SweepConfig(offsets=(0, 512), chunks=(16, 256), decode_contexts=(256,),
                         decode_batches=(1, 2, 4), repeats=1)  # fmt: skip
-    samples = timing_sweep(lm, page_size, shipped_scheduler(), sweep)
+    # several prefills at once, so that the sweep's decodes batch as it asks
+    batched = dataclasses.replace(shipped_scheduler(device="cpu"), max_prefills=0)
+    samples = timing_sweep(lm, page_size, batched, sweep)
     c = lm.config
     kv_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
     return fit_cpu_cost(samples, kv_bytes)
@@ -98,18 +100,26 @@ def predict(
     ours: str,
     peer: str,
     policies: tuple[str, ...] = (),
-    max_prefills: int = 0,
+    max_prefills: int | None = None,
+    seeds: tuple[int, ...] = (),
 ) -> list[dict[str, Any]]:
+    """One row per (capacity, seed) the run measured both servers at, and per capacity
+    and extra `seeds` (simulated only: `measured_ratio` None), with the ablation."""
     cfg = _config(doc)
     raw = doc["raw_prefill_ttft_s"]
     factor = raw[peer] / raw[ours]
     runs = {(r["server"], r["kv_tokens"], r["seed"]): r for r in doc["runs"]}
-    ours_scheduler = dataclasses.replace(shipped_scheduler(), max_prefills=max_prefills)
+    ours_scheduler = shipped_scheduler(device="cpu")
+    if max_prefills is not None:
+        ours_scheduler = dataclasses.replace(ours_scheduler, max_prefills=max_prefills)
+    pairs = {(kv, seed): (r, runs[peer, kv, seed]) for (name, kv, seed), r in runs.items()
+             if name == ours and (peer, kv, seed) in runs}  # fmt: skip
+    for kv, seed in list(pairs):
+        for extra in seeds:
+            pairs.setdefault((kv, extra), (pairs[kv, seed][0], pairs[kv, seed][1]))
     out = []
-    for (name, kv, seed), r in runs.items():
-        if name != ours or (peer, kv, seed) not in runs:
-            continue
-        p = runs[peer, kv, seed]
+    for (kv, seed), (r, p) in sorted(pairs.items(), key=lambda x: (x[0][0] or 0, x[0][1])):
+        measured = r["seed"] == seed
         wl, _ = workload(cfg, seed)
         page = cfg.block_tokens
         pen = SimConfig(SHIPPED_POLICY, "gpu", device_budget_tokens=r["kv_capacity"]["tokens"],
@@ -121,20 +131,33 @@ def predict(
         s_ours = simulate(wl, pen, cost, seed)
         s_peer = simulate(wl, vll, scaled(cost, factor), seed)
         sim = s_ours.mean_ttft_s / s_peer.mean_ttft_s
-        ablation = {
+        by_policy = {
             name: simulate(wl, dataclasses.replace(pen, policy=name), cost, seed).mean_ttft_s
             / s_peer.mean_ttft_s
             for name in policies
         }
-        meas = r["summary"]["mean_ttft_s"] / p["summary"]["mean_ttft_s"]
+        # one lever at a time: the schedule that ships on CUDA (several prefills at once, aged
+        # order) in place of the CPU's; vLLM at our raw speed; both
+        cuda = dataclasses.replace(pen, scheduler=shipped_scheduler(device="cuda"))
+        s_cuda = simulate(wl, cuda, cost, seed)
+        s_even = simulate(wl, vll, cost, seed)
+        ablation = {
+            "cuda schedule": s_cuda.mean_ttft_s / s_peer.mean_ttft_s,
+            "equal raw speed": s_ours.mean_ttft_s / s_even.mean_ttft_s,
+            "cuda schedule, equal raw speed": s_cuda.mean_ttft_s / s_even.mean_ttft_s,
+        }
+        meas = r["summary"]["mean_ttft_s"] / p["summary"]["mean_ttft_s"] if measured else None
         out.append({
             "kv_tokens": kv, "seed": seed, "speed_factor": factor,
             "sim_mean_ttft_s": {ours: s_ours.mean_ttft_s, peer: s_peer.mean_ttft_s},
             "sim_hit_ratio": {ours: s_ours.hit_ratio, peer: s_peer.hit_ratio},
+            "sim_ratios": {"mean_ttft": sim, "p90_ttft": s_ours.p90_ttft_s / s_peer.p90_ttft_s,
+                           "mean_jct": s_ours.mean_jct_s / s_peer.mean_jct_s},
             "measured_mean_ttft_s": {ours: r["summary"]["mean_ttft_s"],
-                                     peer: p["summary"]["mean_ttft_s"]},
-            "sim_ratio": sim, "measured_ratio": meas, "error": sim / meas - 1,
-            "sim_ratio_by_policy": ablation,
+                                     peer: p["summary"]["mean_ttft_s"]} if measured else None,
+            "sim_ratio": sim, "measured_ratio": meas,
+            "error": sim / meas - 1 if meas else None,
+            "sim_ratio_by_policy": by_policy, "sim_ablation": ablation,
         })  # fmt: skip
     return out
 
@@ -161,8 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--max-prefills",
         type=int,
-        default=0,
-        help="our server's `penelope serve --max-prefills` (0: as it ships)",
+        default=None,
+        help="our server's `penelope serve --max-prefills` (default: as it ships on a CPU)",
+    )
+    ap.add_argument(
+        "--seeds",
+        type=lambda t: tuple(int(x) for x in t.split(",") if x),
+        default=(),
+        help="seeds to simulate beside the run's (comma list; no measured ratio for them)",
     )
     args = ap.parse_args(argv)  # fmt: skip
     policies = tuple(p for p in args.policies.split(",") if p)
@@ -173,14 +202,18 @@ def main(argv: list[str] | None = None) -> int:
         cost = CpuCostModel.from_dict(json.loads(args.cost_model.read_text()))
     else:
         cost = fit_here(args.model, doc["config"]["block_tokens"])
-    rows = predict(doc, cost, args.ours, args.peer, policies, args.max_prefills)
+    rows = predict(doc, cost, args.ours, args.peer, policies, args.max_prefills, args.seeds)
     for r in rows:
         by = "".join(f", {k} {v:.2f}x" for k, v in r["sim_ratio_by_policy"].items())
-        err = 100 * r["error"]
-        print(f"kv {r['kv_tokens']} seed {r['seed']}: simulated {r['sim_ratio']:.2f}x, "
-              f"measured {r['measured_ratio']:.2f}x, error {err:+.0f} %{by}")  # fmt: skip
-    if rows:
-        print(f"mean |error| {100 * statistics.mean(abs(r['error']) for r in rows):.0f} %")
+        by += "".join(f", {k} {v:.2f}x" for k, v in r["sim_ablation"].items())
+        q = r["sim_ratios"]
+        meas = (f"measured {r['measured_ratio']:.2f}x, error {100 * r['error']:+.0f} %"
+                if r["measured_ratio"] else "not measured")  # fmt: skip
+        print(f"kv {r['kv_tokens']} seed {r['seed']}: simulated {r['sim_ratio']:.2f}x "
+              f"(p90 {q['p90_ttft']:.2f}x, JCT {q['mean_jct']:.2f}x), {meas}{by}")  # fmt: skip
+    errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+    if errors:
+        print(f"mean |error| {100 * statistics.mean(errors):.0f} %")
     if args.json is not None:
         args.json.write_text(json.dumps({"cost_model": cost.describe(), "rows": rows}, indent=1))
     return 0

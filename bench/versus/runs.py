@@ -24,6 +24,7 @@ from bench.versus import client, servers
 from bench.versus.config import ServerSpec, VersusConfig
 from bench.versus.plan import Plan, describe, make_plan
 from bench.versus.report import summarize
+from bench.versus.turns import turn_summary
 
 
 def cpu_info() -> dict[str, Any]:
@@ -66,6 +67,7 @@ def run_one(
         "working_set_tokens": plan.working_set_tokens,
         "warm_up_errors": warm["errors"],
         "summary": summarize(rows, wall),
+        "turns": turn_summary(rows),
         "raw_prefill": raw,
         "records": rows,
     }

@@ -9,7 +9,13 @@ scheduler's clock, so the engine and the simulator run the same levers:
   sessions that started later). `aged` is the session's first arrival, but
   never more than `age_cap_s` before the request's own arrival: a returning
   turn passes requests that arrived at most that much earlier, so a new
-  session waits at most `age_cap_s` behind returning ones. With
+  session waits at most `age_cap_s` behind returning ones. `shortest` is the
+  request's estimated prefill seconds (`prefill_estimate_s`: what its cache
+  match leaves to compute), shortest first: on a server whose step time grows
+  with its tokens (a CPU), one prefill at a time in this order minimises the
+  mean wait (SRPT), and the turns that compute least are the returning ones
+  whose KV is still cached. Whatever the order, a request that has waited
+  `starvation_s` is passed by nobody (`Intake`). With
   `size_weight` w > 0, any of them adds w x the request's estimated prefill
   seconds (`prefill_estimate_s`): shortest-first within a bounded window,
   which lowers the mean wait when small tool-result turns queue behind long
@@ -64,13 +70,18 @@ OWN_KEPT = 256  # a session's most recent gaps kept (a session that runs for wee
 GAP_SLACK = 1.5  # a pin from a harness's expected gap lasts this many times the gap
 
 
-def queue_key(cfg: AgentConfig, arrival: float, session_start: float) -> float:
-    """The queue-order key of a request (lowest is admitted first)."""
+def queue_key(cfg: AgentConfig, arrival: float, session_start: float, estimate_s: float) -> float:
+    """The queue-order key of a request (lowest is admitted first); `estimate_s` is its
+    `prefill_estimate_s` (read with "shortest" or a `size_weight` only)."""
+    if cfg.admission == "shortest":
+        return estimate_s
     if cfg.admission == "program":
-        return session_start
-    if cfg.admission == "aged":
-        return max(session_start, arrival - cfg.age_cap_s)
-    return arrival  # "fcfs" (`AgentConfig` admits no other value)
+        key = session_start
+    elif cfg.admission == "aged":
+        key = max(session_start, arrival - cfg.age_cap_s)
+    else:  # "fcfs" (`AgentConfig` admits no other value)
+        key = arrival
+    return key + cfg.size_weight * estimate_s
 
 
 def prefill_estimate_s(seq: Sequence, cache: PrefixCache, cost: PlannerCost) -> float:

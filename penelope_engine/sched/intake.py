@@ -1,7 +1,8 @@
 """The waiting side of the scheduler: the queue, and which waiting request is admitted next.
 
 `Intake` keys each arriving request into the queue (the agent order of
-`agent.queue_key`, plus a size term), and admits in queue order: without
+`agent.queue_key`, plus a size term), and admits in queue order, except that
+requests that have waited `starvation_s` go first, oldest first: without
 backfill only the head may go; with it, later requests may pass a head that does
 not fit until the head has waited `starvation_s`. A head that does not fit first
 takes back the pins that yield (`Retention.yield_one`), one at a time.
@@ -61,14 +62,13 @@ class Intake:
         self.cache.on_arrival(sid, seq.arrival)
         self.hinted.arrived(seq)
         start = info.first_arrival if info.first_arrival is not None else seq.arrival
-        key = queue_key(self.agent, seq.arrival, start)
-        if self.agent.size_weight:
-            key += self.agent.size_weight * prefill_estimate_s(seq, self.cache, self.cost())
-        self.waiting.insert(seq, key)
+        sized = self.agent.admission == "shortest" or self.agent.size_weight
+        est = prefill_estimate_s(seq, self.cache, self.cost()) if sized else 0.0
+        self.waiting.insert(seq, queue_key(self.agent, seq.arrival, start, est))
 
     def next_admitted(self, now: float) -> Sequence | None:
         """Admit the first waiting request that fits, in queue order (the module's rules)."""
-        for i, seq in enumerate(self.waiting):
+        for i, seq in enumerate(self._order(now)):
             while not self._admit(seq, now):
                 if i or not self.retention.yield_one():
                     break
@@ -78,6 +78,15 @@ class Intake:
             if not self.agent.backfill or now - seq.arrival >= self.agent.starvation_s:
                 return None
         return None
+
+    def _order(self, now: float) -> list[Sequence]:
+        """The queue order, but requests that have waited `starvation_s` first, oldest first:
+        nobody passes them (neither by the order's key nor by backfill)."""
+        starved = [s for s in self.waiting if now - s.arrival >= self.agent.starvation_s]
+        if not starved:
+            return list(self.waiting)
+        starved.sort(key=lambda s: s.arrival)
+        return starved + [s for s in self.waiting if now - s.arrival < self.agent.starvation_s]
 
     def _admit(self, seq: Sequence, now: float) -> bool:
         if seq.blocked_at == self.releases:  # nothing was freed since it last failed

@@ -16,7 +16,12 @@ from cache_store.files import resolve_uri
 from deployments.api.standalone import standalone_app
 from deployments.ray.serve_config import parse_serve_config
 from penelope_engine.config import EngineConfig
-from penelope_engine.shipped import SHIPPED_AGENT, SHIPPED_POLICY
+from penelope_engine.shipped import (
+    CPU_STARVATION_S,
+    SHIPPED_AGENT,
+    SHIPPED_POLICY,
+    shipped_scheduler,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.anyio
@@ -37,11 +42,17 @@ def test_the_default_turns_on_the_host_tier_and_a_local_store_with_a_budget() ->
 
 
 def test_the_default_runs_what_the_benchmarks_measure() -> None:
-    """serve_config.yaml deploys Penelope as `bench`'s `penelope` runs it (`shipped`)."""
+    """serve_config.yaml deploys Penelope as `bench`'s `penelope` runs it (`shipped`): on its
+    CPU, the CPU's schedule (`bench versus` measures it); the simulated GPU's otherwise."""
     engine = default_engine()
     sched, spec = engine.scheduler, CACHES["penelope"]
+    assert engine.device == "cpu"
+    assert sched == shipped_scheduler(sched.max_batch_tokens, sched.max_running, device="cpu")
     assert engine.cache.policy == spec.policy == SHIPPED_POLICY
-    assert sched.agent == spec.agent == SHIPPED_AGENT
+    assert spec.agent == SHIPPED_AGENT and spec.max_prefills == 0
+    assert sched.agent == dataclasses.replace(
+        SHIPPED_AGENT, admission="shortest", starvation_s=CPU_STARVATION_S
+    )
     assert sched.max_batch_tokens * spec.prefill_chunk == sched.prefill_chunk * spec.step_tokens
     assert sched.solo_prefill_chunk == sched.max_batch_tokens  # alone: the whole step
     assert spec.solo_prefill_chunk == spec.step_tokens

@@ -33,7 +33,12 @@ def test_defaults_bind_loopback_and_serve_the_default_model() -> None:
     assert engine.model == "smollm2-135m" and not settings.auth_enabled
     # what ships and is measured (penelope_engine.shipped), unless the levers are turned off
     assert engine.cache.policy == SHIPPED_POLICY
-    assert engine.scheduler == shipped_scheduler(2048, args.max_running)
+    assert engine.scheduler == shipped_scheduler(2048, args.max_running, device="cpu")
+    assert engine.scheduler.max_prefills == 1 and engine.scheduler.agent.admission == "shortest"
+    cuda = config_from_args(parse("--device", "cuda"))[0].scheduler
+    assert cuda == shipped_scheduler(2048, args.max_running, device="cuda")
+    given = config_from_args(parse("--max-prefills", "0", "--admission", "aged"))[0].scheduler
+    assert (given.max_prefills, given.agent.admission) == (0, "aged")
     assert engine.scheduler.prefill_chunk == engine.scheduler.max_batch_tokens // 4
     off = config_from_args(parse("--agent-levers", "off"))[0].scheduler
     assert off == SchedulerConfig(max_running=args.max_running) and off.agent == AgentConfig()

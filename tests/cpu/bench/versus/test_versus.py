@@ -12,11 +12,12 @@ import pytest
 
 from bench.net import free_port
 from bench.sim.costmodel import CpuCostModel
-from bench.versus.cli import main
-from bench.versus.config import ServerSpec, VersusConfig
+from bench.versus.cli import config_from, main, parse
+from bench.versus.config import REGIMES, ServerSpec, VersusConfig
 from bench.versus.plan import make_plan
 from bench.versus.predict import predict
 from bench.versus.servers import log_capacity, vllm_metrics_capacity
+from bench.versus.turns import turn_summary, turns_table, versus_turns
 
 ROOT = Path(__file__).resolve().parents[4]
 SMALL = VersusConfig(
@@ -54,6 +55,35 @@ def test_each_later_turn_extends_the_last_and_sessions_share_their_prefix() -> N
             n = pa[0].tokens
             assert a[:n] == b[:n]
     assert make_plan(SMALL, 0) == plan  # deterministic
+
+
+def _rec(session: str, turn: int, prompt: int, cached: int, **misses: int) -> dict:
+    return {"session": session, "turn": turn, "prompt_tokens": prompt, "cached_tokens": cached,
+            "ttft_s": 1.0 + turn, "error": "", "miss_tokens": misses}  # fmt: skip
+
+
+def test_returning_turns_are_tallied_turn_by_turn_against_the_baseline() -> None:
+    ours = [_rec("a", 0, 100, 0, first=100), _rec("a", 1, 200, 190, evicted=10),
+            _rec("b", 1, 200, 20, evicted=180), _rec("c", 1, 100, 90)]  # fmt: skip
+    theirs = [_rec("a", 0, 100, 0), _rec("a", 1, 200, 10), _rec("b", 1, 200, 200),
+              _rec("c", 1, 100, 100)]  # fmt: skip
+    t = turn_summary(ours)
+    assert (t["first_turns"], t["returning_turns"], t["returning_warm"]) == (1, 3, 2)
+    assert t["returning_miss_tokens"] == {"evicted": 190}
+    assert t["first_mean_ttft_s"] == 1.0 and t["returning_mean_ttft_s"] == 2.0
+    runs = [{"server": s, "kv_tokens": 64, "seed": 0, "records": r, "turns": turn_summary(r)}
+            for s, r in (("p", ours), ("v", theirs))]  # fmt: skip
+    (pair,) = versus_turns(runs, "v")
+    assert {k: pair[k] for k in ("both", "ours_only", "theirs_only", "neither")} == {
+        "both": 1, "ours_only": 1, "theirs_only": 1, "neither": 0}  # fmt: skip
+    assert "p only 1" in turns_table(runs, [pair])
+
+
+def test_a_regime_sets_the_workload_and_an_option_given_overrides_it() -> None:
+    args = ["--server", "x=http://127.0.0.1:1", "--regime", "idle", "--sessions", "3"]
+    cfg = config_from(parse(args))
+    assert (cfg.regime, cfg.sessions, cfg.time_divisor, cfg.max_gap_s) == ("idle", 3, 0.5, 60.0)
+    assert cfg.window_tokens == REGIMES["busy"]["window_tokens"] == 4000
 
 
 def test_capacity_is_read_from_vllm_metrics_or_its_log(tmp_path: Path) -> None:
@@ -111,6 +141,15 @@ def test_a_replay_against_two_penelope_servers_writes_every_figure(tmp_path: Pat
             sum(r["cached_tokens"] for r in recs) / sum(r["prompt_tokens"] for r in recs)
         )
         assert run["raw_prefill"]["ttft_s"] > 0
+    # every returning turn: Penelope's ledger says why it computed what it did
+    for run in doc["runs"]:
+        t, later = run["turns"], [r for r in run["records"] if r["turn"] > 0]
+        assert t["returning_turns"] == len(later) and t["first_turns"] == plan.requests - len(later)
+        computed = sum(r["prompt_tokens"] - r["cached_tokens"] for r in later)
+        assert sum(t["returning_miss_tokens"].values()) == computed
+    (pair,) = doc["turns"]
+    assert (pair["server"], pair["baseline"]) == ("shipped", "lru")
+    assert sum(pair[k] for k in ("both", "ours_only", "theirs_only", "neither")) == len(later)
     (ratio,) = doc["ratios"]
     shipped, lru = (r["summary"] for r in doc["runs"])
     assert ratio["mean_ttft_s"] == pytest.approx(shipped["mean_ttft_s"] / lru["mean_ttft_s"])
@@ -124,6 +163,12 @@ def test_a_replay_against_two_penelope_servers_writes_every_figure(tmp_path: Pat
     assert set(ablation) == {"oracle", "lru"} and all(v > 0 for v in ablation.values())
     assert row["measured_ratio"] == pytest.approx(ratio["mean_ttft_s"])
     assert row["error"] == pytest.approx(row["sim_ratio"] / row["measured_ratio"] - 1)
+    assert set(row["sim_ablation"]) == {
+        "cuda schedule", "equal raw speed", "cuda schedule, equal raw speed"}  # fmt: skip
+    assert row["sim_ratios"]["mean_ttft"] == row["sim_ratio"]
+    measured, extra = predict(doc, cost, "shipped", "lru", seeds=(1,))
+    assert measured["sim_ratio"] == row["sim_ratio"]  # the simulator is deterministic
+    assert extra["seed"] == 1 and extra["measured_ratio"] is None and extra["sim_ratio"] > 0
 
 
 def test_a_server_that_does_not_come_up_is_recorded_and_the_sweep_goes_on(

@@ -27,13 +27,16 @@ class Clock:
         return self.t
 
 
-def make(device_pages: int, host_pages: int = 0, max_running: int = 8, **agent) -> Scheduler:
+def make(
+    device_pages: int, host_pages: int = 0, max_running: int = 8, max_prefills: int = 0, **agent
+) -> Scheduler:
     clock = Clock()
     cache = PrefixCache(PS, device_pages, host_pages, "lru", io=NullTiers(), time_fn=clock)
     cfg = SchedulerConfig(
         max_batch_tokens=4096,
         max_running=max_running,
         prefill_chunk=4096,
+        max_prefills=max_prefills,
         agent=AgentConfig(**agent),
     )
     return Scheduler(
@@ -91,10 +94,12 @@ def toks(seed: int, n: int) -> list[int]:
 
 
 def test_queue_keys() -> None:
-    assert queue_key(AgentConfig(), 5.0, 1.0) == 5.0
-    assert queue_key(AgentConfig(admission="program"), 5.0, 1.0) == 1.0
-    assert queue_key(AgentConfig(admission="aged", age_cap_s=2.0), 5.0, 1.0) == 3.0
-    assert queue_key(AgentConfig(admission="aged", age_cap_s=10.0), 5.0, 1.0) == 1.0
+    assert queue_key(AgentConfig(), 5.0, 1.0, 0.0) == 5.0
+    assert queue_key(AgentConfig(admission="program"), 5.0, 1.0, 0.0) == 1.0
+    assert queue_key(AgentConfig(admission="aged", age_cap_s=2.0), 5.0, 1.0, 0.0) == 3.0
+    assert queue_key(AgentConfig(admission="aged", age_cap_s=10.0), 5.0, 1.0, 0.0) == 1.0
+    assert queue_key(AgentConfig(admission="shortest"), 5.0, 1.0, 0.25) == 0.25
+    assert queue_key(AgentConfig(size_weight=4.0), 5.0, 1.0, 0.25) == 6.0
     with pytest.raises(ConfigError):
         AgentConfig(admission="lifo")
     with pytest.raises(ConfigError):
@@ -119,6 +124,42 @@ def test_returning_turn_goes_ahead_of_a_newer_session(admission, age_cap, first)
     drain(sched)
     assert a.admitted_at is not None and b.admitted_at is not None
     assert (a.admitted_at < b.admitted_at) == (first == "a")
+
+
+def _queue_behind_a_long_prefill(**agent) -> tuple[Scheduler, Sequence, Sequence]:
+    """One prefill at a time: a long request runs; a long then a short one queue behind."""
+    sched = make(256, max_prefills=1, **agent)
+    sched.config = SchedulerConfig(  # chunks of 16: the first prefill takes several steps
+        max_batch_tokens=16, max_running=8, prefill_chunk=16, max_prefills=1,
+        agent=sched.config.agent,
+    )  # fmt: skip
+    request(sched, "run", 0, toks(1, 64))
+    step(sched)
+    sched.clock.t = 1.0  # type: ignore[attr-defined]
+    long = request(sched, "long", 0, toks(2, 96))
+    sched.clock.t = 2.0  # type: ignore[attr-defined]
+    short = request(sched, "short", 0, toks(3, 8))
+    return sched, long, short
+
+
+def test_shortest_first_admits_the_short_request_before_a_longer_earlier_one() -> None:
+    sched, long, short = _queue_behind_a_long_prefill(admission="shortest")
+    drain(sched)
+    assert short.admitted_at is not None and long.admitted_at is not None
+    assert short.admitted_at < long.admitted_at
+    fcfs, long, short = _queue_behind_a_long_prefill(admission="fcfs")
+    drain(fcfs)
+    assert long.admitted_at < short.admitted_at  # type: ignore[operator]
+
+
+def test_a_request_that_waited_starvation_s_is_passed_by_nobody() -> None:
+    """Shortest first never starves a long request: once it has waited `starvation_s`,
+    it goes before every shorter request that waited less."""
+    sched, long, short = _queue_behind_a_long_prefill(admission="shortest", starvation_s=1.5)
+    sched.clock.t = 3.0  # type: ignore[attr-defined]  # long has waited 2 s, short 1 s
+    drain(sched)
+    assert long.admitted_at is not None and short.admitted_at is not None
+    assert long.admitted_at < short.admitted_at
 
 
 def test_prefill_estimate_counts_holes_and_the_tail_not_what_the_cache_holds() -> None:
