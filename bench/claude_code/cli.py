@@ -13,12 +13,13 @@ reports, auto-update and other non-essential traffic off (`claude_env`).
 The JSON: `ok`, `requests` (each `/v1/messages` request as the server saw
 it), `exit_codes`, and per request `prompt_tokens`, `cached_tokens` and
 `shared_prefix_tokens` (the longest token prefix it shares with an earlier
-request's prompt, which is what a cache could serve). `ok` means every
-request was answered 200, both runs reached the server, and the second run's
-requests were served mostly from cache (cached >= `--min-cached` of their
-prompt tokens). The random model never ends its turn, so each reply stops at
-max_tokens and Claude Code may exit 1 saying so: exit codes are reported,
-not judged.
+request's prompt, which is what a cache could serve). `ok` means both runs
+exited 0 and printed the model's reply, every request was answered 200, and
+the second run's requests were served mostly from cache (cached >=
+`--min-cached` of their prompt tokens); `cache_ok` is the last two alone. The
+random model never ends its turn, so its replies stop at max_tokens, Claude
+Code exits 1 saying so, and `ok` is false: the cache figures stand, a clean
+exit is not shown with this model.
 
 Claude Code comes from npm, pinned (`CLAUDE_CODE_VERSION`), installed into
 `.claude-code/` (git-ignored): `npm install --prefix .claude-code
@@ -165,11 +166,13 @@ def run_bench(claude: str, timeout_s: float, min_cached: float) -> dict[str, Any
                             args, cwd=work, env=env, capture_output=True, timeout=timeout_s
                         )
                         code, tail = done.returncode, (done.stdout + done.stderr)[-600:]
+                        printed = _reply_printed(done.stdout.decode(errors="replace"))
                     except subprocess.TimeoutExpired:
-                        code, tail = 124, b"timed out"
+                        code, tail, printed = 124, b"timed out", False
                     runs.append(
                         {
                             "exit_code": code,
+                            "reply_printed": printed,
                             "seconds": round(time.monotonic() - t0, 1),
                             "requests": list(range(first, len(log))),
                             "output_tail": tail.decode(errors="replace"),
@@ -188,14 +191,16 @@ def _report(
     shared = shared_prefixes([s.body for s in log]) if log else []
     second = runs[1]["requests"] if len(runs) > 1 else []
     second_ratio = sum(cached[i] for i in second) / max(1, sum(prompt[i] for i in second))
-    ok = (
+    cache_ok = (
         len(runs) == 2
         and all(r["requests"] for r in runs)
         and all(s.status == 200 for s in log)
         and second_ratio >= min_cached
     )
+    ok = cache_ok and all(r["exit_code"] == 0 and r["reply_printed"] for r in runs)
     return {
         "ok": ok,
+        "cache_ok": cache_ok,
         "claude_code_version": CLAUDE_CODE_VERSION,
         "model": MODEL,
         "seconds": round(seconds, 1),
@@ -209,6 +214,12 @@ def _report(
         "min_cached": min_cached,
         "server_log_tail": server_log if not ok else "",
     }
+
+
+def _reply_printed(stdout: str) -> bool:
+    """`claude -p` printed a reply: text on stdout that is not its own error line."""
+    text = stdout.strip()
+    return bool(text) and not text.startswith(("API Error", "Error:"))
 
 
 def _prompt_tokens(usage: dict[str, Any]) -> int:
@@ -239,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(report, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")
-    summary = {k: report[k] for k in ("ok", "exit_codes", "seconds", "second_run_cached_ratio")}
+    keys = ("ok", "cache_ok", "exit_codes", "seconds", "second_run_cached_ratio")
+    summary = {k: report[k] for k in keys}
     print(json.dumps(summary), file=sys.stderr)
     if not args.json:
         print(text)
