@@ -7,6 +7,7 @@ Modules:
               request body, the async HTTP client
     claude_code/  `penelope bench claude-code`: the real Claude Code CLI against penelope
               serve, twice in one session
+    codex/    `penelope bench codex`: the real Codex CLI against penelope serve, twice
     cluster/  `penelope bench cluster`: the Ray Serve app on a real two-node Ray cluster on
               this machine
     experiments/  capacity and the peer grid over the simulator, with reports
