@@ -8,6 +8,7 @@ Modules:
     servers  starts, stops and reads back each server's KV capacity
     runs     one run per server and seed, cold and alone, the order alternated
     report   summary, table, plot
+    turns    per returning turn: warm or not on each server, and why Penelope missed
     predict  the simulator on the same workload, with the CPU cost model fitted here
     cli      `penelope bench versus`
 """
