@@ -1,4 +1,4 @@
-"""`POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}` on the app of `deployments.api.app`.
+"""`POST /v1/responses`, `GET` / `DELETE /v1/responses/{id}` and `GET .../{id}/input_items`.
 
 `POST` reads the chain that `previous_response_id` continues (`store`),
 names the session (`translate.session_of`), translates the request into the
@@ -7,8 +7,10 @@ same `deployments.api.prepare` and `deployments.api.completions` path: the same
 engine request, routing (the session id), hints, ledger and metrics. Only the
 reply is written this API's way (`replies.ResponsesReplies`); with `store`
 (true unless the request says false) the finished response is stored with its
-chain. Errors are OpenAI's shape. An unknown, expired or other tenant's
-`previous_response_id` is a 400 naming it; `GET` / `DELETE` of such an id a 404.
+chain, its input items each with an id (`input_items`). Errors are OpenAI's
+shape. An unknown, expired or other tenant's `previous_response_id` is a 400
+naming it; `GET` / `DELETE` of such an id, or its input items, a 404. The
+routes sit on the app of `deployments.api.app`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pydantic import ValidationError
 from deployments.api.backend import Backend
 from deployments.api.completions import CompletionHandler
 from deployments.api.errors import ApiError, invalid
+from deployments.api.openai_responses.input_items import ListQuery, as_stored, input_items
 from deployments.api.openai_responses.replies import Draft, ResponsesReplies, public_id
 from deployments.api.openai_responses.schemas import ITEMS, DroppedItem, Item, ResponsesRequest
 from deployments.api.openai_responses.store import ResponseStore, StoredResponse
@@ -57,7 +60,7 @@ def add_responses_routes(
             named = replace(who, session_header=session)
             prepared = await prepare_chat(chat, named, backend, settings, "resp")
         draft = Draft(public_id(prepared), body, int(time.time()))
-        items = [*(chain.items if chain else []), *_dumped(body.items())]
+        items = [*(chain.items if chain else []), *map(as_stored, _dumped(body.items()))]
 
         async def finished(response: dict[str, Any]) -> None:
             if body.store and response["status"] != "failed":
@@ -76,6 +79,16 @@ def add_responses_routes(
         if record is None:
             raise _not_found(response_id)
         return JSONResponse(record.response)
+
+    @app.get(ROUTE + "/{response_id}/input_items")
+    async def list_input_items(
+        response_id: str, request: Request, who: Caller = who_is
+    ) -> JSONResponse:
+        query = ListQuery.of(request.query_params)
+        record = await asyncio.to_thread(store.get, who.tenant, response_id)
+        if record is None:
+            raise _not_found(response_id)
+        return JSONResponse(query.page(input_items(record)))
 
     @app.delete(ROUTE + "/{response_id}")
     async def delete(response_id: str, who: Caller = who_is) -> JSONResponse:
