@@ -102,12 +102,15 @@ def predict(
     policies: tuple[str, ...] = (),
     max_prefills: int | None = None,
     seeds: tuple[int, ...] = (),
+    speed_factor: float | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (capacity, seed) the run measured both servers at, and per capacity
-    and extra `seeds` (simulated only: `measured_ratio` None), with the ablation."""
+    and extra `seeds` (simulated only: `measured_ratio` None), with the ablation.
+    `speed_factor`: the peer's step costs x this instead of the run's measured ratio of
+    cold-prefill TTFTs (another CPU's, as a what-if: its rows have no measured ratio)."""
     cfg = _config(doc)
     raw = doc["raw_prefill_ttft_s"]
-    factor = raw[peer] / raw[ours]
+    factor = raw[peer] / raw[ours] if speed_factor is None else speed_factor
     runs = {(r["server"], r["kv_tokens"], r["seed"]): r for r in doc["runs"]}
     ours_scheduler = shipped_scheduler(device="cpu")
     if max_prefills is not None:
@@ -119,7 +122,7 @@ def predict(
             pairs.setdefault((kv, extra), (pairs[kv, seed][0], pairs[kv, seed][1]))
     out = []
     for (kv, seed), (r, p) in sorted(pairs.items(), key=lambda x: (x[0][0] or 0, x[0][1])):
-        measured = r["seed"] == seed
+        measured = r["seed"] == seed and speed_factor is None  # a what-if is not compared
         wl, _ = workload(cfg, seed)
         page = cfg.block_tokens
         pen = SimConfig(SHIPPED_POLICY, "gpu", device_budget_tokens=r["kv_capacity"]["tokens"],
@@ -193,6 +196,13 @@ def main(argv: list[str] | None = None) -> int:
         default=(),
         help="seeds to simulate beside the run's (comma list; no measured ratio for them)",
     )
+    ap.add_argument(
+        "--speed-factor",
+        type=float,
+        default=None,
+        help="the peer's step costs x this (default: the run's cold-prefill TTFT ratio, "
+        "peer / ours); another CPU's ratio, as a what-if",
+    )
     args = ap.parse_args(argv)  # fmt: skip
     policies = tuple(p for p in args.policies.split(",") if p)
     for name in policies:
@@ -202,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         cost = CpuCostModel.from_dict(json.loads(args.cost_model.read_text()))
     else:
         cost = fit_here(args.model, doc["config"]["block_tokens"])
-    rows = predict(doc, cost, args.ours, args.peer, policies, args.max_prefills, args.seeds)
+    rows = predict(
+        doc, cost, args.ours, args.peer, policies, args.max_prefills, args.seeds, args.speed_factor
+    )
     for r in rows:
         by = "".join(f", {k} {v:.2f}x" for k, v in r["sim_ratio_by_policy"].items())
         by += "".join(f", {k} {v:.2f}x" for k, v in r["sim_ablation"].items())

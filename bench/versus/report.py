@@ -18,7 +18,7 @@ import numpy as np
 
 from bench.report import pyplot, save_figure, spread
 
-FIGURES = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "mean_e2e_s", "p90_e2e_s")
+FIGURES = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "mean_e2e_s", "p90_e2e_s", "mean_jct_s")
 
 
 def _stats(xs: Sequence[float], name: str) -> dict[str, float | None]:
@@ -32,6 +32,20 @@ def _stats(xs: Sequence[float], name: str) -> dict[str, float | None]:
     }
 
 
+def mean_jct_s(records: Sequence[dict[str, Any]]) -> float | None:
+    """Mean over sessions whose every request finished of the job completion time: first
+    request sent to last token (tool gaps included, as the agent lives it)."""
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by[r["session"]].append(r)
+    jcts = [
+        max(r["sent_s"] + r["e2e_s"] for r in rs) - min(r["sent_s"] for r in rs)
+        for rs in by.values()
+        if not any(r["error"] for r in rs)
+    ]
+    return float(np.mean(jcts)) if jcts else None
+
+
 def summarize(records: Sequence[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     ok = [r for r in records if not r["error"]]
     prompt = sum(r["prompt_tokens"] for r in ok)
@@ -40,6 +54,7 @@ def summarize(records: Sequence[dict[str, Any]], wall_s: float) -> dict[str, Any
         "errors": len(records) - len(ok),
         **_stats([r["ttft_s"] for r in ok], "ttft_s"),
         **_stats([r["e2e_s"] for r in ok], "e2e_s"),
+        "mean_jct_s": mean_jct_s(records),
         "prompt_tokens": prompt,
         "cached_tokens": sum(r["cached_tokens"] for r in ok),
         "hit_ratio": sum(r["cached_tokens"] for r in ok) / prompt if prompt else 0.0,
@@ -59,7 +74,7 @@ def ratios(runs: Sequence[dict[str, Any]], baseline: str) -> list[dict[str, Any]
         row = {"server": r["server"], "baseline": baseline, "kv_tokens": r["kv_tokens"]}
         row["seed"] = r["seed"]
         for f in FIGURES:
-            row[f] = s[f] / bs[f] if s[f] is not None and bs[f] else None
+            row[f] = s[f] / bs[f] if s.get(f) is not None and bs.get(f) else None
         out.append(row)
     return out
 
@@ -78,10 +93,10 @@ def grouped(runs: Sequence[dict[str, Any]], rats: Sequence[dict[str, Any]]) -> l
         row["kv_read_back"] = sorted({str(r["kv_capacity"].get("tokens")) for r in rs})
         row["working_set_tokens"] = rs[0]["working_set_tokens"]
         for f in (*FIGURES, "hit_ratio", "wall_s", "errors"):
-            vals = [r["summary"][f] for r in rs if r["summary"][f] is not None]
+            vals = [r["summary"][f] for r in rs if r["summary"].get(f) is not None]
             row[f] = float(np.mean(vals)) if vals else None
-        for f in ("mean_ttft_s", "p90_ttft_s", "mean_e2e_s"):
-            vals = [q[f] for q in rby.get((kv, name), []) if q[f] is not None]
+        for f in ("mean_ttft_s", "p90_ttft_s", "mean_e2e_s", "mean_jct_s"):
+            vals = [q[f] for q in rby.get((kv, name), []) if q.get(f) is not None]
             if vals:
                 row[f"ratio_{f}"] = spread(vals)
         rows.append(row)
@@ -96,7 +111,8 @@ def _ratio(row: dict[str, Any], f: str) -> str:
 def table(rows: Sequence[dict[str, Any]], raw: dict[str, float | None]) -> str:
     head = (
         f"{'kv tokens':>9} {'kv/ws':>5} {'server':<16} {'TTFT mean':>9} {'p90':>7} {'E2E':>7} "
-        f"{'hit':>5} {'wall':>6} {'err':>3}  {'x base: TTFT mean':<18} {'p90':<18} {'E2E':<18}"
+        f"{'JCT':>7} {'hit':>5} {'wall':>6} {'err':>3}  {'x base: TTFT mean':<18} {'p90':<18} "
+        f"{'E2E':<18} {'JCT':<18}"
     )
     lines = [head]
     for r in rows:
@@ -109,9 +125,10 @@ def table(rows: Sequence[dict[str, Any]], raw: dict[str, float | None]) -> str:
 
         lines.append(
             f"{kv or '-':>9} {frac:>5} {r['server']:<16} {num(r['mean_ttft_s']):>9} "
-            f"{num(r['p90_ttft_s']):>7} {num(r['mean_e2e_s']):>7} {r['hit_ratio']:>5.2f} "
-            f"{r['wall_s']:>6.1f} {int(r['errors'] or 0):>3}  {_ratio(r, 'mean_ttft_s'):<18} "
-            f"{_ratio(r, 'p90_ttft_s'):<18} {_ratio(r, 'mean_e2e_s'):<18}"
+            f"{num(r['p90_ttft_s']):>7} {num(r['mean_e2e_s']):>7} {num(r.get('mean_jct_s')):>7} "
+            f"{r['hit_ratio']:>5.2f} {r['wall_s']:>6.1f} {int(r['errors'] or 0):>3}  "
+            f"{_ratio(r, 'mean_ttft_s'):<18} {_ratio(r, 'p90_ttft_s'):<18} "
+            f"{_ratio(r, 'mean_e2e_s'):<18} {_ratio(r, 'mean_jct_s'):<18}"
         )
     lines.append("raw speed, cold prefill TTFT: " + ", ".join(
         f"{k} {v:.3f} s" if v is not None else f"{k} -" for k, v in raw.items()
