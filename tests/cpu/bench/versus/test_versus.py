@@ -16,6 +16,7 @@ from bench.versus.cli import config_from, main, parse
 from bench.versus.config import REGIMES, ServerSpec, VersusConfig
 from bench.versus.plan import make_plan
 from bench.versus.predict import predict
+from bench.versus.report import mean_jct_s
 from bench.versus.servers import log_capacity, vllm_metrics_capacity
 from bench.versus.turns import turn_summary, turns_table, versus_turns
 
@@ -77,6 +78,16 @@ def test_returning_turns_are_tallied_turn_by_turn_against_the_baseline() -> None
     assert {k: pair[k] for k in ("both", "ours_only", "theirs_only", "neither")} == {
         "both": 1, "ours_only": 1, "theirs_only": 1, "neither": 0}  # fmt: skip
     assert "p only 1" in turns_table(runs, [pair])
+
+
+def test_a_session_completes_at_its_last_token_and_a_failed_one_is_left_out() -> None:
+    def rec(session: str, sent: float, e2e: float, error: str = "") -> dict:
+        return {"session": session, "sent_s": sent, "e2e_s": e2e, "error": error}
+
+    records = [rec("a", 1.0, 2.0), rec("a", 10.0, 0.5), rec("b", 0.0, 4.0),
+               rec("c", 0.0, 1.0), rec("c", 5.0, 0.0, error="status 500")]  # fmt: skip
+    assert mean_jct_s(records) == pytest.approx((9.5 + 4.0) / 2)
+    assert mean_jct_s([]) is None
 
 
 def test_a_regime_sets_the_workload_and_an_option_given_overrides_it() -> None:
