@@ -99,6 +99,7 @@ def sim_config(
             max_batch_tokens=spec.step_tokens,
             prefill_chunk=spec.prefill_chunk,
             solo_prefill_chunk=spec.solo_prefill_chunk,
+            max_prefills=spec.max_prefills,
             agent=spec.agent,
         ),
     )

@@ -183,6 +183,7 @@ class Setup:
             "prefill_chunk": self.spec.prefill_chunk,
             "solo_prefill_chunk": self.spec.solo_prefill_chunk,
             "step_tokens": self.spec.step_tokens,
+            "max_prefills": self.spec.max_prefills,
             "layerwise_loads": self.spec.layerwise_loads,
             "async_writes": self.spec.async_writes,
             "async_spills": self.spec.async_spills,
