@@ -7,7 +7,8 @@ replica from its start, before it served anything). The engine deployment runs
 the KV-aware autoscaling policy (pinned at 2 replicas). Last, a replica is
 killed while it streams: the client gets an error event and [DONE], the
 session's next turn is served by a live replica, and the dead one leaves
-/metrics.
+/metrics. /v1/messages and /v1/responses (stateless, and a stored chain that either
+ingress replica continues) take the same path.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ SYSTEM = "You are a coding agent with tools: read_file, edit_file, run_tests. " 
 
 
 @pytest.fixture(scope="module")
-def base_url() -> Iterator[str]:
+def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {**RAY_PROCESS_ENV, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     for key, value in RAY_PROCESS_ENV.items():  # the local Ray's own processes inherit these
         os.environ.setdefault(key, value)
@@ -75,6 +76,8 @@ def base_url() -> Iterator[str]:
             },
             "ingress": {"num_cpus": 0.1, "num_replicas": 2},
             "router": {"stats_period_s": 0.5},
+            # stored responses where both ingress replicas read them (no KV store here)
+            "api": {"responses_store_uri": str(tmp_path_factory.mktemp("responses"))},
         }
     )
     try:
@@ -286,6 +289,40 @@ def test_anthropic_messages_through_the_proxy(base_url: str) -> None:
     r = httpx.post(f"{base_url}/v1/messages", json=bad, headers=headers, timeout=60)
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert r.json()["error"]["param"] == "messages[0].content[0]"
+
+
+def test_responses_stateless_and_a_stored_chain_through_the_proxy(base_url: str) -> None:
+    """/v1/responses takes the same path. Codex's way (`store: false`, the session in
+    `prompt_cache_key`, the whole history resent) and a stored chain (`previous_response_id`,
+    only the new item sent, whichever ingress replica reads it from the shared store): each
+    turn after the first is served from the cache of the replica that served the one
+    before."""
+    ask = {"model": MODEL, "instructions": SYSTEM, "max_output_tokens": 2, "temperature": 0}
+
+    def create(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        r = httpx.post(f"{base_url}/v1/responses", json={**ask, **body}, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.headers["x-penelope-replica"], r.json()
+
+    history: list[Any] = [{"role": "user", "content": "Run the tests."}]
+    stateless = {"store": False, "prompt_cache_key": "session-codex"}  # a "session-*" name
+    first_replica, first = create({**stateless, "input": history})
+    history += [*first["output"], {"role": "user", "content": "Fix the failure."}]
+    replica, again = create({**stateless, "input": history})
+    assert replica == first_replica
+    assert again["usage"]["input_tokens_details"]["cached_tokens"] >= (
+        first["usage"]["input_tokens"] - 4
+    )
+    # the links name no session: each continues the session of the response it continues
+    link_replica, link = create({"input": "Run the linter.", "prompt_cache_key": "session-chain"})
+    for turn in range(3):  # the proxy spreads the links over both ingress replicas
+        replica, nxt = create({"input": f"Fix lint error {turn}.", "previous_response_id":
+                               link["id"]})  # fmt: skip
+        assert replica == link_replica and nxt["previous_response_id"] == link["id"]
+        usage = nxt["usage"]
+        assert usage["input_tokens_details"]["cached_tokens"] >= link["usage"]["input_tokens"] - 4
+        assert usage["penelope"]["device_tokens"] == usage["input_tokens_details"]["cached_tokens"]
+        link = nxt
 
 
 def test_replica_hooks_answer_inside_a_real_replica(base_url: str) -> None:
