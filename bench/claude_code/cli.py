@@ -1,30 +1,45 @@
 """`penelope bench claude-code`: the Claude Code CLI against `penelope serve`, twice, one session.
 
-    penelope bench claude-code [--json OUT] [--claude PATH] [--timeout-s 600]
+    penelope bench claude-code [--json OUT] [--setup NAME] [--claude PATH] [--timeout-s 600]
 
-Starts `penelope serve` with the tiny random-weight Qwen3 with a 64K window
-(`tiny-qwen3-64k`: the protocol and the cache are tested, not the text) on
-127.0.0.1, puts a recording proxy in front of it (`proxy`), and runs
-`claude -p PROMPT` and then `claude -p --continue PROMPT` in one scratch
-directory with `ANTHROPIC_BASE_URL` pointing at the proxy, a dummy API key,
-every model name set to the served one, and Claude Code's telemetry, error
-reports, auto-update and other non-essential traffic off (`claude_env`).
+Starts `penelope serve` with the set-up's model on 127.0.0.1, puts a recording
+proxy in front of it (`proxy`), and runs `claude -p PROMPT` and then
+`claude -p --continue PROMPT` in one scratch directory with `ANTHROPIC_BASE_URL`
+pointing at the proxy, a dummy API key, every model name set to the served one,
+the model's real window in `CLAUDE_CODE_MAX_CONTEXT_TOKENS` (so Claude Code
+neither warns that it does not know the model nor assumes a 1M-token window), and
+its telemetry, error reports, auto-update and other non-essential traffic off
+(`claude_env`). Two set-ups (`setups.SETUPS`, `--setup`):
+
+    smollm2-135m    the bundled SmolLM2-135M (real weights: it ends its turns) in
+                    its 8K window, with Claude Code's own `--bare` mode (its short
+                    system prompt, its Bash, Edit and Read tools, no hooks, plugins
+                    or CLAUDE.md; the environment notes in the system prompt rather
+                    than in a system turn after the question, which SmolLM2 takes for
+                    the last word and never answers). The default; both runs exit 0.
+                    Claude Code sends no temperature, so the model samples at 1.0
+                    and now and then rambles past the output cap (256 tokens): that
+                    run exits 1 (measured: 1 run in 5 at a 512 cap; 1 first reply
+                    in 12 past 128 tokens).
+    tiny-qwen3-64k  Claude Code's whole prompt (~12K tokens, its tools) on the tiny
+                    random-weight Qwen3 with a 64K window: the long-prompt cache
+                    figures. The random model never ends its turn, so each reply
+                    stops at max_tokens, Claude Code exits 1 saying so, and `ok` is
+                    false (`cache_ok` holds the cache verdict).
 
 The JSON: `ok`, `requests` (each `/v1/messages` request as the server saw
 it), `exit_codes`, and per request `prompt_tokens`, `cached_tokens` and
 `shared_prefix_tokens` (the longest token prefix it shares with an earlier
 request's prompt, which is what a cache could serve). `ok` means both runs
-exited 0 and printed the model's reply, every request was answered 200, and
-the second run's requests were served mostly from cache (cached >=
-`--min-cached` of their prompt tokens); `cache_ok` is the last two alone. The
-random model never ends its turn, so its replies stop at max_tokens, Claude
-Code exits 1 saying so, and `ok` is false: the cache figures stand, a clean
-exit is not shown with this model.
+exited 0 and printed the model's reply without an unknown-model warning, every
+request was answered 200, and the second run's requests were served mostly
+from cache (cached >= `--min-cached` of their prompt tokens); `cache_ok` is
+the last two alone.
 
 Claude Code comes from npm, pinned (`CLAUDE_CODE_VERSION`), installed into
 `.claude-code/` (git-ignored): `npm install --prefix .claude-code
-@anthropic-ai/claude-code@VERSION`. Without node or that package this says
-so and exits 2.
+@anthropic-ai/claude-code@VERSION` (`make claude-code`). Without node or that
+package this says so and exits 2.
 """
 
 from __future__ import annotations
@@ -38,17 +53,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.child import server_process
+from bench.claude_code.setups import SETUPS, Setup
 from bench.net import free_port
+
+if TYPE_CHECKING:
+    from penelope_engine.model.tokenizer import Tokenizer
 
 CLAUDE_CODE_VERSION = "2.1.332"
 INSTALL_DIR = Path(__file__).resolve().parents[2] / ".claude-code"
-MODEL = "tiny-qwen3-64k"
-PROMPTS = ("List the files in this directory.", "Now say which one is largest.")
 DUMMY_KEY = "sk-penelope-bench-dummy"
 MISSING_EXIT = 2
+UNKNOWN_MODEL = "doesn't recognize the model"  # Claude Code's warning for a model it lacks
 
 
 def find_claude(explicit: str | None = None) -> tuple[str | None, str]:
@@ -66,20 +84,25 @@ def find_claude(explicit: str | None = None) -> tuple[str | None, str]:
     return str(found), ""
 
 
-def claude_env(base_url: str, home: Path) -> dict[str, str]:
-    """What Claude Code needs to talk only to this server: no telemetry, a dummy key."""
+def claude_env(base_url: str, home: Path, setup: Setup) -> dict[str, str]:
+    """What Claude Code needs to talk only to this server: no telemetry, a dummy key, the
+    served model's name and its window. Auto-compact is off: two short runs never need it,
+    and in an 8K window its threshold sits below the first prompt."""
+    model = setup.model
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_API_KEY": DUMMY_KEY,
-        "ANTHROPIC_MODEL": MODEL,
-        "ANTHROPIC_SMALL_FAST_MODEL": MODEL,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
-        "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL,
-        "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL,
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "32",
+        "ANTHROPIC_MODEL": model,
+        "ANTHROPIC_SMALL_FAST_MODEL": model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+        "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
+        "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(setup.window),
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(setup.max_output_tokens),
+        "DISABLE_AUTO_COMPACT": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
@@ -90,24 +113,21 @@ def claude_env(base_url: str, home: Path) -> dict[str, str]:
     }
 
 
-def serve_argv(port: int) -> list[str]:
-    cmd = [sys.executable, "-m", "penelope_cli.cli", "serve", "--model", MODEL]
-    # A device pool that holds Claude Code's ~12K-token prompt in the model's 64K window,
-    # and no store: a run starts cold, whatever earlier runs left in ~/.cache.
-    cmd += ["--device-pages", "4096", "--store-uri", "none"]
+def serve_argv(port: int, setup: Setup) -> list[str]:
+    cmd = [sys.executable, "-m", "penelope_cli.cli", "serve", "--model", setup.model]
+    # No store: a run starts cold, whatever earlier runs left in ~/.cache.
+    cmd += ["--device-pages", str(setup.device_pages), "--store-uri", "none"]
     return cmd + ["--port", str(port), "--log-level", "warning"]
 
 
-def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
+def shared_prefixes(bodies: list[dict[str, Any]], tokenizer: Tokenizer) -> list[int]:
     """Per request: the longest prompt-token prefix shared with an earlier request's prompt."""
     from deployments.api.anthropic.schemas import MessagesRequest
     from deployments.api.anthropic.session import session_of
     from deployments.api.anthropic.translate import to_chat
     from deployments.api.prepare import render_chat
     from deployments.api.settings import ApiSettings
-    from penelope_engine.model.registry import qwen3_tokenizer
 
-    tokenizer = qwen3_tokenizer()
     prompts: list[list[int]] = []
     out = []
     for body in bodies:
@@ -132,7 +152,9 @@ def _common(a: list[int], b: list[int]) -> int:
     return n
 
 
-def run_bench(claude: str, timeout_s: float, min_cached: float) -> dict[str, Any]:
+def run_bench(
+    claude: str, timeout_s: float, min_cached: float, setup: Setup = SETUPS["smollm2-135m"]
+) -> dict[str, Any]:
     from bench.claude_code.proxy import Seen, recording_proxy
     from deployments.api.standalone import background_server
 
@@ -151,44 +173,54 @@ def run_bench(claude: str, timeout_s: float, min_cached: float) -> dict[str, Any
         base, serve_log = f"http://127.0.0.1:{port}", Path(tmp) / "serve.log"
         try:
             with (
-                server_process("penelope serve", serve_argv(port), serve_log, f"{base}/health",
-                               min(timeout_s, 180.0), env=serve_env, grace_s=30.0),
+                server_process("penelope serve", serve_argv(port, setup), serve_log,
+                               f"{base}/health", min(timeout_s, 180.0), env=serve_env,
+                               grace_s=30.0),
                 background_server(recording_proxy(base, log)) as url,
             ):  # fmt: skip
-                env = claude_env(url, home)
-                for i, prompt in enumerate(PROMPTS):
+                env = claude_env(url, home, setup)
+                for i, prompt in enumerate(setup.prompts):
                     args = [claude, "-p", *(["--continue"] if i else []), prompt]
-                    args += ["--max-turns", "2"]
+                    args += ["--max-turns", "2", *setup.claude_args]
                     first = len(log)
-                    t0 = time.monotonic()
-                    try:
-                        done = subprocess.run(
-                            args, cwd=work, env=env, capture_output=True, timeout=timeout_s
-                        )
-                        code, tail = done.returncode, (done.stdout + done.stderr)[-600:]
-                        printed = _reply_printed(done.stdout.decode(errors="replace"))
-                    except subprocess.TimeoutExpired:
-                        code, tail, printed = 124, b"timed out", False
-                    runs.append(
-                        {
-                            "exit_code": code,
-                            "reply_printed": printed,
-                            "seconds": round(time.monotonic() - t0, 1),
-                            "requests": list(range(first, len(log))),
-                            "output_tail": tail.decode(errors="replace"),
-                        }
-                    )
+                    run = _run(args, work, env, timeout_s)
+                    runs.append({**run, "requests": list(range(first, len(log)))})
         finally:
             server_log = serve_log.read_text(errors="replace")[-2000:]
-    return _report(log, runs, min_cached, time.monotonic() - started, server_log)
+    return _report(log, runs, min_cached, time.monotonic() - started, server_log, setup)
+
+
+def _run(args: list[str], work: Path, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
+    """One `claude -p`: its exit code, its reply (stdout) and whether it printed one."""
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(args, cwd=work, env=env, capture_output=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+        code, out = done.returncode, done.stdout.decode(errors="replace")
+        err = done.stderr.decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        code, out, err = 124, "", "timed out"
+    return {
+        "exit_code": code,
+        "reply": out.strip()[:600],
+        "reply_printed": _reply_printed(out),
+        "unknown_model_warning": UNKNOWN_MODEL in out + err,
+        "seconds": round(time.monotonic() - t0, 1),
+        "output_tail": (out + err)[-600:],
+    }
 
 
 def _report(
-    log: list[Any], runs: list[dict[str, Any]], min_cached: float, seconds: float, server_log: str
+    log: list[Any],
+    runs: list[dict[str, Any]],
+    min_cached: float,
+    seconds: float,
+    server_log: str,
+    setup: Setup,
 ) -> dict[str, Any]:
     prompt = [_prompt_tokens(s.usage) for s in log]
     cached = [int(s.usage.get("cache_read_input_tokens", 0)) for s in log]
-    shared = shared_prefixes([s.body for s in log]) if log else []
+    shared = shared_prefixes([s.body for s in log], setup.tokenizer()) if log else []
     second = runs[1]["requests"] if len(runs) > 1 else []
     second_ratio = sum(cached[i] for i in second) / max(1, sum(prompt[i] for i in second))
     cache_ok = (
@@ -197,12 +229,15 @@ def _report(
         and all(s.status == 200 for s in log)
         and second_ratio >= min_cached
     )
-    ok = cache_ok and all(r["exit_code"] == 0 and r["reply_printed"] for r in runs)
+    clean = all(
+        r["exit_code"] == 0 and r["reply_printed"] and not r["unknown_model_warning"] for r in runs
+    )
+    ok = cache_ok and clean
     return {
         "ok": ok,
         "cache_ok": cache_ok,
         "claude_code_version": CLAUDE_CODE_VERSION,
-        "model": MODEL,
+        "model": setup.model,
         "seconds": round(seconds, 1),
         "exit_codes": [r["exit_code"] for r in runs],
         "runs": runs,
@@ -232,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap = parser("penelope bench claude-code", __doc__)
     ap.add_argument("--json", metavar="OUT", default=None, help="write the report here")
+    ap.add_argument(
+        "--setup", choices=SETUPS.names(), default="smollm2-135m",
+        help="the served model and how Claude Code meets it (see above)",
+    )  # fmt: skip
     ap.add_argument("--claude", default=None, help="the claude executable (default: .claude-code)")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="bound on each claude run")
     ap.add_argument(
@@ -246,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     if claude is None:
         print(f"penelope bench claude-code: {why}", file=sys.stderr)
         return MISSING_EXIT
-    report = run_bench(claude, args.timeout_s, args.min_cached)
+    report = run_bench(claude, args.timeout_s, args.min_cached, SETUPS[args.setup])
     text = json.dumps(report, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")

@@ -1,8 +1,12 @@
 """`penelope bench claude-code`: skipped with the reason where node or Claude Code is missing;
-otherwise the real CLI, twice in one session, and its second run served mostly from cache.
+otherwise the real CLI (`--bare`), twice in one session, against SmolLM2: both runs exit 0
+with the model's reply printed and no unknown-model warning, and the second run is served
+mostly from cache.
 
-The run takes about 3.5 minutes on a shared 2-core machine (two `claude -p` runs of four
-requests each, ~12K prompt tokens each); set PENELOPE_SKIP_CLAUDE_CODE=1 to skip it.
+A passing bench takes about 15 s on a shared 2-core machine. SmolLM2 samples at temperature 1
+(Claude Code sends none) and now and then rambles past the output cap, and Claude Code then
+exits 1 saying so: the bench is run a second time then, and only then (about 3 minutes more).
+Set PENELOPE_SKIP_CLAUDE_CODE=1 to skip it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.claude_code.cli import MISSING_EXIT, find_claude, main
+from bench.claude_code.cli import MISSING_EXIT, claude_env, find_claude, main
+from bench.claude_code.setups import SETUPS
+from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
+from penelope_engine.model.tiny import tiny_qwen3_64k_config
+
+OVER_CAP = "output token maximum"  # Claude Code's message when a reply hit max_tokens
 
 
 def test_missing_claude_says_so_and_exits_non_zero(capsys: pytest.CaptureFixture[str]) -> None:
@@ -21,9 +30,23 @@ def test_missing_claude_says_so_and_exits_non_zero(capsys: pytest.CaptureFixture
     assert "/nonexistent/claude not found" in capsys.readouterr().err
 
 
+def test_claude_code_is_told_each_served_models_real_window(tmp_path: Path) -> None:
+    smollm2 = json.loads((converted_dir(find_smollm2_gguf()) / "config.json").read_text())
+    windows = {
+        "smollm2-135m": smollm2["max_position_embeddings"],
+        "tiny-qwen3-64k": tiny_qwen3_64k_config().max_position,
+    }
+    for name, setup in SETUPS.items():
+        env = claude_env("http://127.0.0.1:1", tmp_path, setup)
+        assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == str(windows[name])
+        assert env["ANTHROPIC_MODEL"] == env["ANTHROPIC_SMALL_FAST_MODEL"] == setup.model
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_two_claude_code_runs_in_one_session_hit_the_cache(tmp_path: Path) -> None:
+def test_two_claude_code_runs_in_one_session_exit_cleanly_and_hit_the_cache(
+    tmp_path: Path,
+) -> None:
     claude, why = find_claude()
     if claude is None:
         pytest.skip(why)
@@ -32,14 +55,16 @@ def test_two_claude_code_runs_in_one_session_hit_the_cache(tmp_path: Path) -> No
     out = tmp_path / "claude-code.json"
     code = main(["--json", str(out), "--timeout-s", "500"])
     report = json.loads(out.read_text())
-    assert report["cache_ok"], report
-    # `ok` needs both runs to exit 0 with the reply printed; the random model never ends its
-    # turn (Claude Code exits 1), so here it says so rather than passing.
-    clean = all(r["exit_code"] == 0 and r["reply_printed"] for r in report["runs"])
-    assert report["ok"] == clean and code == (0 if clean else 1), report
-    assert len(report["exit_codes"]) == 2 and all(r["requests"] for r in report["runs"])
+    if not report["ok"] and all(OVER_CAP in r["output_tail"] for r in report["runs"]
+                                if r["exit_code"] != 0):  # fmt: skip
+        code = main(["--json", str(out), "--timeout-s", "500"])  # the model rambled: once more
+        report = json.loads(out.read_text())
+    assert report["ok"] and code == 0, report
+    assert report["exit_codes"] == [0, 0]
+    assert all(r["reply_printed"] and not r["unknown_model_warning"] for r in report["runs"])
     sessions = {r["session"] for r in report["requests"]}
     assert len(sessions) == 1 and None not in sessions  # --continue: the same session
-    second = report["runs"][1]["requests"]
+    first, second = (r["requests"] for r in report["runs"])
     assert report["cached_tokens"][second[0]] >= 0.9 * report["shared_prefix_tokens"][second[0]]
-    assert report["shared_prefix_tokens"][second[0]] > 5000  # the system prompt and tools
+    # run 2 resends run 1's whole prompt (system prompt, first question) before its own
+    assert report["shared_prefix_tokens"][second[0]] >= report["prompt_tokens"][first[0]] - 16
