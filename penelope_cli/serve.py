@@ -59,7 +59,7 @@ SESSION_OPTIONS = (
 SCHEDULER_OPTIONS = ("max_running", "max_batch_tokens", "max_prefills")
 AGENT_OPTIONS = ("admission", "starvation_s")
 AS_SHIPPED = ("max_prefills", *AGENT_OPTIONS)  # default None: what ships on --device
-API_OPTIONS = ("max_pending",)
+API_OPTIONS = ("max_pending", "default_temperature")
 
 
 def add_serve_args(ap: argparse.ArgumentParser) -> None:
@@ -163,6 +163,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
     settings = ApiSettings(
         api_keys=load_api_keys(args.api_keys_file),
         max_pending=args.max_pending,
+        default_temperature=args.default_temperature,
         metrics_require_auth=args.metrics_require_auth,
         tool_parser=args.tool_parser,
     )

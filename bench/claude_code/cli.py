@@ -17,10 +17,10 @@ its telemetry, error reports, auto-update and other non-essential traffic off
                     or CLAUDE.md; the environment notes in the system prompt rather
                     than in a system turn after the question, which SmolLM2 takes for
                     the last word and never answers). The default; both runs exit 0.
-                    Claude Code sends no temperature, so the model samples at 1.0
-                    and now and then rambles past the output cap (256 tokens): that
-                    run exits 1 (measured: 1 run in 5 at a 512 cap; 1 first reply
-                    in 12 past 128 tokens).
+                    Claude Code sends no temperature; the server samples such
+                    requests greedily (`--default-temperature 0`), so a run is
+                    repeatable (at 1.0 SmolLM2 now and then rambled past the
+                    256-token cap and that run exited 1: 1 run in 5).
     tiny-qwen3-64k  Claude Code's whole prompt (~12K tokens, its tools) on the tiny
                     random-weight Qwen3 with a 64K window: the long-prompt cache
                     figures. The random model never ends its turn, so each reply
@@ -117,6 +117,7 @@ def serve_argv(port: int, setup: Setup) -> list[str]:
     cmd = [sys.executable, "-m", "penelope_cli.cli", "serve", "--model", setup.model]
     # No store: a run starts cold, whatever earlier runs left in ~/.cache.
     cmd += ["--device-pages", str(setup.device_pages), "--store-uri", "none"]
+    cmd += ["--default-temperature", str(setup.default_temperature)]
     return cmd + ["--port", str(port), "--log-level", "warning"]
 
 

@@ -42,6 +42,9 @@ class Setup:
     prompts: tuple[str, str]
     claude_args: tuple[str, ...]  # Claude Code's own options that shape its prompt
     tokenizer: Callable[[], Tokenizer]
+    # the server's temperature for requests that name none (Claude Code names none):
+    # 0 makes a run repeatable, so the bench passes or fails the same way every time
+    default_temperature: float = 1.0
 
 
 SETUPS: Registry[Setup] = Registry(
@@ -52,6 +55,7 @@ SETUPS: Registry[Setup] = Registry(
             ("Say hello to the user in one short sentence.", "Now say goodbye in one sentence."),
             ("--bare",),
             _smollm2_tokenizer,
+            default_temperature=0.0,
         ),
         "tiny-qwen3-64k": Setup(
             "tiny-qwen3-64k", 65536, 4096, 32,

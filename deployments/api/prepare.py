@@ -162,7 +162,7 @@ def _prepared(
     try:
         sampling = SamplingParams(
             max_tokens=max_tokens,
-            temperature=_temperature(body.temperature),
+            temperature=_temperature(body.temperature, settings.default_temperature),
             top_p=1.0 if body.top_p is None else max(body.top_p, MIN_TOP_P),
             seed=body.seed,
             ignore_eos=body.ignore_eos,
@@ -187,10 +187,9 @@ def _prepared(
     return Prepared(meta, request, stop, body.stream, body.include_usage, arrival, extras.parser)
 
 
-def _temperature(requested: float | None) -> float:
-    if requested is None:
-        return 1.0
-    return 0.0 if requested < GREEDY_BELOW_TEMPERATURE else requested
+def _temperature(requested: float | None, default: float) -> float:
+    t = default if requested is None else requested
+    return 0.0 if t < GREEDY_BELOW_TEMPERATURE else t
 
 
 def _max_tokens(

@@ -41,6 +41,9 @@ class ApiSettings:
     retry_after_s: int = 1
     max_tokens_limit: int = 4096  # largest `max_tokens` a client may ask for
     default_max_tokens: int = 256  # when the client sets none (bounded by the context)
+    # A request that names no temperature samples at this (OpenAI's and Anthropic's default,
+    # 1; vLLM takes the model's generation_config, `--override-generation-config` to set it)
+    default_temperature: float = with_help(1.0, "temperature of a request that names none")
     max_stop_sequences: int = 4
     max_stop_chars: int = 256
     request_timeout_s: float = 600.0  # from arrival; past it the request is aborted (504)
@@ -89,6 +92,10 @@ class ApiSettings:
         require(
             self.tool_parser in PARSER_CHOICES,
             f"tool_parser must be one of {', '.join(PARSER_CHOICES)}, got {self.tool_parser!r}",
+        )
+        require(
+            0 <= self.default_temperature <= 2,
+            f"default_temperature must be in [0, 2], got {self.default_temperature}",
         )
         require(self.max_tools > 0, "max_tools must be positive")
         require(self.max_tools_bytes > 0, "max_tools_bytes must be positive")

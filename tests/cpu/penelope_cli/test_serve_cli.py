@@ -31,6 +31,8 @@ def test_defaults_bind_loopback_and_serve_the_default_model() -> None:
     assert (args.host, args.port) == ("127.0.0.1", 8000)
     engine, settings = config_from_args(args)
     assert engine.model == "smollm2-135m" and not settings.auth_enabled
+    assert settings.default_temperature == 1.0
+    assert config_from_args(parse("--default-temperature", "0"))[1].default_temperature == 0.0
     # what ships and is measured (penelope_engine.shipped), unless the levers are turned off
     assert engine.cache.policy == SHIPPED_POLICY
     assert engine.scheduler == shipped_scheduler(2048, args.max_running, device="cpu")
