@@ -11,7 +11,7 @@ import pytest
 from bench.soak.config import SoakConfig
 from bench.soak.server import SERIES, fit, run_soak, slopes
 from penelope_cli.cli import main
-from penelope_engine.shipped import SHIPPED_AGENT, SHIPPED_POLICY
+from penelope_engine.shipped import SHIPPED_CPU_AGENT, SHIPPED_POLICY
 
 SMALL = ["--concurrency", "4", "--sample-period-s", "0.2", "--session-ttl-s", "0.5"]
 SMALL += ["--store-record-ttl-s", "1.0", "--device-pages", "128", "--host-pages", "128"]
@@ -36,7 +36,7 @@ def test_a_short_run_expires_records_and_reports_every_series(tmp_path: Path) ->
     assert all(set(SERIES) <= set(s) for s in r["samples"]) and len(r["samples"]) > 5
     assert r["cpu"]["model"] and png.stat().st_size > 0
     assert r["engine"]["policy"] == SHIPPED_POLICY and r["engine"]["store"]  # what ships
-    assert r["engine"]["agent"]["admission"] == SHIPPED_AGENT.admission
+    assert r["engine"]["agent"]["admission"] == SHIPPED_CPU_AGENT.admission  # a CPU server
 
 
 def test_sessionless_requests_leave_no_session_record() -> None:
