@@ -165,3 +165,26 @@ def repeat_answer(ids: np.ndarray, last: tuple[np.ndarray, np.ndarray] | None) -
     out = ids.copy()
     out[:common] = actual[:common]
     return out
+
+
+def shared_prefixes(prompts: list[list[int] | None]) -> list[int]:
+    """Per prompt: the longest token prefix it shares with an earlier prompt (0 for a
+    prompt that is None: one the server refused, which had nothing to share)."""
+    seen: list[list[int]] = []
+    out = []
+    for ids in prompts:
+        if ids is None:
+            out.append(0)
+            continue
+        out.append(max((_common(ids, p) for p in seen), default=0))
+        seen.append(ids)
+    return out
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from bench.child import server_process
 from bench.claude_code.setups import SETUPS, Setup
 from bench.net import free_port
+from bench.tokens import shared_prefixes as common_prefixes
 
 if TYPE_CHECKING:
     from penelope_engine.model.tokenizer import Tokenizer
@@ -129,28 +130,15 @@ def shared_prefixes(bodies: list[dict[str, Any]], tokenizer: Tokenizer) -> list[
     from deployments.api.prepare import render_chat
     from deployments.api.settings import ApiSettings
 
-    prompts: list[list[int]] = []
-    out = []
-    for body in bodies:
+    def prompt(body: dict[str, Any]) -> list[int] | None:
         try:
             request = MessagesRequest.model_validate(body)
             chat = to_chat(request, session_of(request, {})).chat
-            ids, _ = render_chat(chat, tokenizer, ApiSettings())
+            return render_chat(chat, tokenizer, ApiSettings())[0]
         except Exception:  # noqa: BLE001 (the server refused it too: no prompt to share)
-            out.append(0)
-            continue
-        out.append(max((_common(ids, p) for p in prompts), default=0))
-        prompts.append(ids)
-    return out
+            return None
 
-
-def _common(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    return common_prefixes([prompt(b) for b in bodies])
 
 
 def run_bench(

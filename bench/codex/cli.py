@@ -41,6 +41,7 @@ from typing import Any
 
 from bench.child import server_process
 from bench.net import free_port
+from bench.tokens import shared_prefixes as common_prefixes
 
 CODEX_VERSION = "0.171.0"
 INSTALL_DIR = Path(__file__).resolve().parents[2] / ".codex-cli"
@@ -232,27 +233,15 @@ def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
     from penelope_engine.model.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_dir(converted_dir(find_smollm2_gguf()))
-    prompts: list[list[int]] = []
-    out = []
-    for body in bodies:
+
+    def prompt(body: dict[str, Any]) -> list[int] | None:
         try:
             request = ResponsesRequest.model_validate(body)
-            ids, _ = render_chat(to_chat(request, [], "s"), tokenizer, ApiSettings())
+            return render_chat(to_chat(request, [], "s"), tokenizer, ApiSettings())[0]
         except Exception:  # noqa: BLE001 (the server refused it too: no prompt to share)
-            out.append(0)
-            continue
-        out.append(max((_common(ids, p) for p in prompts), default=0))
-        prompts.append(ids)
-    return out
+            return None
 
-
-def _common(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    return common_prefixes([prompt(b) for b in bodies])
 
 
 def build_parser() -> argparse.ArgumentParser:

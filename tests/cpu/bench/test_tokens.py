@@ -109,3 +109,9 @@ def test_block_span_places_tools_after_the_system_prompt() -> None:
     short = _keyed("c", ("2208", 100), ("12439", 200), n_in=150)  # the input ends in the tools
     assert tm.block_span(short, 0, TOOLS) == (100, 150)
     assert np.array_equal(tm.input_ids(short, 0), tm.input_ids(s, 0)[:150])
+
+
+def test_shared_prefixes_are_with_any_earlier_prompt_and_a_refused_one_shares_nothing() -> None:
+    from bench.tokens import shared_prefixes
+
+    assert shared_prefixes([[1, 2, 3], [1, 2, 9], None, [1, 2, 9, 4], [7]]) == [0, 2, 0, 3, 0]
