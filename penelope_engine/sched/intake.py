@@ -14,7 +14,7 @@ remembers the count it failed at (`Sequence.blocked_at`). Torch-free.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.config import AgentConfig
@@ -79,12 +79,13 @@ class Intake:
                 return None
         return None
 
-    def _order(self, now: float) -> list[Sequence]:
+    def _order(self, now: float) -> Iterable[Sequence]:
         """The queue order, but requests that have waited `starvation_s` first, oldest first:
-        nobody passes them (neither by the order's key nor by backfill)."""
+        nobody passes them (neither by the order's key nor by backfill). The queue is not
+        changed while the caller walks it."""
         starved = [s for s in self.waiting if now - s.arrival >= self.agent.starvation_s]
         if not starved:
-            return list(self.waiting)
+            return self.waiting
         starved.sort(key=lambda s: s.arrival)
         return starved + [s for s in self.waiting if now - s.arrival < self.agent.starvation_s]
 
