@@ -2,7 +2,7 @@
 
     penelope bench codex [--json OUT] [--codex PATH] [--timeout-s 600]
 
-Starts `penelope serve` with the bundled SmolLM2-135M (real weights: it ends its
+Starts `penelope serve` with the bundled SmolLM2-135M, greedy (real weights: it ends its
 turns) on 127.0.0.1, puts a recording proxy in front of it
 (`bench.claude_code.proxy`), and runs `codex exec PROMPT` and then
 `codex exec resume --last PROMPT` in one scratch git repository, with a
@@ -105,8 +105,10 @@ def codex_env(home: Path) -> dict[str, str]:
 
 def serve_argv(port: int) -> list[str]:
     cmd = [sys.executable, "-m", "penelope_cli.cli", "serve", "--model", MODEL]
-    # Two sessions' worth of the 8K window, and no store: a run starts cold.
-    cmd += ["--device-pages", "1024", "--store-uri", "none"]
+    # Two sessions' worth of the 8K window, and no store: a run starts cold. Codex sends no
+    # temperature: served greedily, a run repeats, and the small model does not ramble past
+    # the server's output cap (Codex exits 1 on an incomplete response).
+    cmd += ["--device-pages", "1024", "--store-uri", "none", "--default-temperature", "0"]
     return cmd + ["--port", str(port), "--log-level", "warning"]
 
 
