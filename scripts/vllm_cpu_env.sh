@@ -56,7 +56,7 @@ EOF
 
 serve() {
   local dtype=${1:-float32}
-  VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
+  VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
     exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
     --model "$MODEL_DIR" --served-model-name smollm2-135m --dtype "$dtype" \
     --enable-prefix-caching --enable-prompt-tokens-details \

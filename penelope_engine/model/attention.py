@@ -14,6 +14,7 @@ at its true position. For each sequence:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -87,6 +88,33 @@ def _int64_on(table: torch.Tensor | np.ndarray, device: torch.device | str) -> t
     return torch.from_numpy(table.astype(np.int64)).to(device)
 
 
+class GatherScratch:
+    """Buffers one step's gathers reuse, layer after layer: one for keys, one for values.
+
+    Every layer of a step gathers the same pages into tensors of the same shapes. A fresh
+    tensor per gather costs more than the copy itself once it is large (tens of MB at a few
+    thousand tokens of context): the allocator maps new pages and the kernel faults them in
+    on first touch. Measured here (AMD EPYC, AVX2, 1 thread; 8 sequences x 6,144 keys, 3 KV
+    heads of 64, float32): 56 ms a layer to gather keys and values into new tensors, 8 ms
+    into reused ones. A step's plan owns one scratch, so the buffers live as long as the step.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+
+    def take(self, which: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """A ``shape`` tensor of `like`'s dtype and device, from the `which` buffer (grown to
+        fit). Its contents are whatever the last user left; the next `take` of the same
+        `which` may overwrite them."""
+        key = (which, like.dtype, like.device)
+        numel = math.prod(shape)
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.numel() < numel:
+            buffer = torch.empty(numel, dtype=like.dtype, device=like.device)
+            self._buffers[key] = buffer
+        return buffer[:numel].view(shape)
+
+
 @dataclass(frozen=True)
 class KeyPages:
     """The pages holding keys ``0 .. width-1`` of G sequences, gathered a page at a time.
@@ -113,13 +141,20 @@ class KeyPages:
             ids[row, :used] = table[:used]
         return KeyPages(ids.reshape(-1), len(tables), width, page_size)
 
-    def gather(self, cache: torch.Tensor) -> torch.Tensor:
+    def gather(
+        self, cache: torch.Tensor, scratch: GatherScratch | None = None, which: str = "k"
+    ) -> torch.Tensor:
         """``[G, width, kv_heads, D]`` from a layer's pool ``[slots, kv_heads, D]``: one copy
-        of whole pages, then a view of the first `width` keys of each sequence."""
+        of whole pages, then a view of the first `width` keys of each sequence. With a
+        `scratch`, the copy lands in its `which` buffer (valid until that buffer's next use)."""
         slots, kv_heads, dim = cache.shape
         paged = cache.view(slots // self.page_size, self.page_size, kv_heads, dim)
-        keys = paged.index_select(0, self.pages).view(self.num_seqs, -1, kv_heads, dim)
-        return keys[:, : self.width]
+        shape = (int(self.pages.shape[0]), self.page_size, kv_heads, dim)
+        if scratch is None:
+            copied = paged.index_select(0, self.pages)
+        else:
+            copied = torch.index_select(paged, 0, self.pages, out=scratch.take(which, shape, cache))
+        return copied.view(self.num_seqs, -1, kv_heads, dim)[:, : self.width]
 
 
 def context_slots(page_table: torch.Tensor, context_len: int, page_size: int) -> torch.Tensor:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from penelope_engine.model.attention import AttentionMetadata, KeyPages
+from penelope_engine.model.attention import AttentionMetadata, GatherScratch, KeyPages
 from penelope_engine.model.widen import widens
 
 
@@ -46,12 +46,17 @@ def causal_group(meta: AttentionMetadata, s: int, page_size: int) -> CausalGroup
 
 
 def attend_causal(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: CausalGroup
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    group: CausalGroup,
+    scratch: GatherScratch | None = None,
 ) -> torch.Tensor:
-    """Rows ``[start, end)`` of `q` ``[T, heads, D]`` attended; returns ``[Q, heads, D]``."""
+    """Rows ``[start, end)`` of `q` ``[T, heads, D]`` attended; returns ``[Q, heads, D]``.
+    Keys and values are gathered into `scratch` when given (`GatherScratch`)."""
     qg = q[group.start : group.end].transpose(0, 1)[None]  # [1, H, Q, D]
-    kg = group.keys.gather(k_cache).transpose(1, 2)  # [1, Hkv, Q, D]
-    vg = group.keys.gather(v_cache).transpose(1, 2)
+    kg = group.keys.gather(k_cache, scratch, "k").transpose(1, 2)  # [1, Hkv, Q, D]
+    vg = group.keys.gather(v_cache, scratch, "v").transpose(1, 2)
     if widens(q):  # bf16 / fp16 that this CPU only emulates: float32 (`widen`)
         qg, kg, vg = qg.float(), kg.float(), vg.float()
     out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=True)

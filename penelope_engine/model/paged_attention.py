@@ -21,17 +21,23 @@ layer converts them again.
 A query at position p attends to the keys at positions ``0..p`` of its own
 sequence. Keys come from the page table: position ``i`` lives in slot
 ``page_table[i // page_size] * page_size + i % page_size``, and a group's
-keys are gathered a whole page at a time (`KeyPages`).
+keys are gathered a whole page at a time (`KeyPages`), into buffers the plan owns
+and every layer of the step reuses (`GatherScratch`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from penelope_engine.model.attention import AttentionMetadata, KeyPages, context_slots
+from penelope_engine.model.attention import (
+    AttentionMetadata,
+    GatherScratch,
+    KeyPages,
+    context_slots,
+)
 from penelope_engine.model.causal_attention import CausalGroup, attend_causal, causal_group
 from penelope_engine.model.widen import compute_dtype
 
@@ -56,6 +62,8 @@ class AttentionPlan:
     prefill alone in its step; a fresh prompt's first chunk is causal and has no mask)."""
 
     groups: tuple[AttentionGroup | CausalGroup, ...]
+    # every layer's gathers reuse these buffers: the plan lives for one step (`GatherScratch`)
+    scratch: GatherScratch = field(default_factory=GatherScratch, compare=False, repr=False)
 
     @staticmethod
     def build(
@@ -152,19 +160,24 @@ def paged_attention(
     if len(plan.groups) == 1:  # the whole batch in one group (a decode step): no scatter
         only = plan.groups[0]
         if isinstance(only, CausalGroup):
-            return attend_causal(q, k_cache, v_cache, only)
-        return _attend_group(q, k_cache, v_cache, only)
+            return attend_causal(q, k_cache, v_cache, only, plan.scratch)
+        return _attend_group(q, k_cache, v_cache, only, plan.scratch)
     out = torch.empty_like(q)
+    # groups run one after another, so each may reuse the buffers the one before it filled
     for group in plan.groups:
         if isinstance(group, CausalGroup):
-            out[group.start : group.end] = attend_causal(q, k_cache, v_cache, group)
+            out[group.start : group.end] = attend_causal(q, k_cache, v_cache, group, plan.scratch)
         else:
-            out[group.rows] = _attend_group(q, k_cache, v_cache, group)
+            out[group.rows] = _attend_group(q, k_cache, v_cache, group, plan.scratch)
     return out
 
 
 def _attend_group(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: AttentionGroup
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    group: AttentionGroup,
+    scratch: GatherScratch | None = None,
 ) -> torch.Tensor:
     num_seqs = group.keys.num_seqs
     num_queries = group.num_queries
@@ -175,8 +188,8 @@ def _attend_group(
     rows = q if group.all_rows else q.index_select(0, group.rows)
     qg = rows.view(num_seqs, num_queries, kv_heads, ratio, head_dim)
     qg = qg.permute(0, 2, 3, 1, 4).reshape(num_seqs, kv_heads, ratio * num_queries, head_dim)
-    kg = group.keys.gather(k_cache).transpose(1, 2)  # [G, Hkv, C, D]
-    vg = group.keys.gather(v_cache).transpose(1, 2)
+    kg = group.keys.gather(k_cache, scratch, "k").transpose(1, 2)  # [G, Hkv, C, D]
+    vg = group.keys.gather(v_cache, scratch, "v").transpose(1, 2)
     wide = group.mask.dtype  # the plan's compute dtype for this group (`widen`)
     if wide != q.dtype:
         qg, kg, vg = qg.to(wide), kg.to(wide), vg.to(wide)
