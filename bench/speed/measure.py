@@ -5,7 +5,11 @@ clock (`CpuClock`), over the same window:
 
     prefill   request sent .. first token      prompt_tokens / window
     decode    all streams past their first token .. the first stream's last
-              token; tokens arriving inside the window / window
+              token; tokens arriving inside the window / window. Each stream's
+              prompt is prefilled first, one at a time (four tokens asked), so the
+              streams start from cache together: at thousands of tokens of context
+              a server that prefills one prompt at a time would otherwise finish the
+              first stream before the last one starts
     session   per turn: request sent .. first token, and the cached tokens
               the server reports (`usage.prompt_tokens_details`)
 
@@ -59,6 +63,8 @@ def prefill(side: Side, cfg: SpeedConfig, run: int) -> dict[str, float]:
 def decode(side: Side, cfg: SpeedConfig, run: int, batch: int) -> tuple[float, float]:
     """Total tokens/s over `batch` concurrent streams, on the wall and the CPU clock."""
     prompts = [prompt(cfg, cfg.decode_prompt_tokens, "decode", batch, run, i) for i in range(batch)]
+    for p in prompts:  # a few tokens: a single one may decode to no text (a partial byte)
+        complete(side.url, side.model, p, 4, cfg.request_timeout_s)
     with ThreadPoolExecutor(batch) as pool:
         streams = list(
             pool.map(
@@ -67,6 +73,12 @@ def decode(side: Side, cfg: SpeedConfig, run: int, batch: int) -> tuple[float, f
                 ),  # fmt: skip
                 prompts,
             )
+        )
+    uncached = [len(p) - s.cached_tokens for p, s in zip(prompts, streams)]
+    if max(uncached) > max(64, len(prompts[0]) // 8):  # room for a partial last block
+        raise RuntimeError(
+            f"{side.name}, batch {batch}, run {run}: the streams' prompts were prefilled first, "
+            f"yet {max(uncached)} tokens of one were not cached: turn on prefix caching"
         )
     try:
         start, end, tokens = decode_window(streams)

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from penelope_engine.config import ModelConfig
+from penelope_engine.model import cpu_kernels
 from penelope_engine.model.attention import AttentionMetadata
 from penelope_engine.model.gemm import PackedLinear
 from penelope_engine.model.layers import MLP, Embedding, Linear, RMSNorm, fuse_rows
@@ -143,6 +144,8 @@ class Decoder(nn.Module):
     def prepare_decode(self) -> None:
         """Make every decode-step weight copy now (`gemm`), not at the first batched decode
         step; call it once the weights are loaded."""
+        if self.device.type == "cpu" and self.dtype == torch.float32:
+            cpu_kernels.available()  # build the paged decode kernel now, not at a first step
         for layer in self.model.layers:
             assert isinstance(layer, DecoderLayer)
             layer.self_attn.prepare_decode()

@@ -1,15 +1,17 @@
 """Attention of a flat batch over paged KV.
 
 `AttentionPlan.build` turns one step's `AttentionMetadata` into groups of
-sequences attended by one SDPA call each; every layer reuses the plan:
+sequences attended together; every layer reuses the plan:
 
-- all sequences with a single query (decode steps) form one group: their
-  keys are padded to the longest context and masked per row;
+- all sequences with a single query (decode steps) form one group: on a CPU
+  in float32 the paged kernel reads their keys where they live (`cpu_kernels`);
+  otherwise their keys are padded to the longest context and masked per row;
 - a sequence whose queries are all of its positions ``0 .. ctx-1`` (a fresh
   prompt's first chunk) is a `CausalGroup`: SDPA's causal kernel, no mask
   (`causal_attention`);
 - every other sequence with several queries (fused recompute of holes plus
-  new tokens) is its own masked group.
+  new tokens, a later prefill chunk) is a `RunsGroup`: its queries in pieces,
+  each over the keys up to its last position (`run_attention`).
 
 Grouped-query attention folds the query heads that share a KV head into the
 query axis (``[G, kv_heads, ratio * Q, D]``), so no kernel sees repeated keys
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from penelope_engine.model import cpu_kernels
 from penelope_engine.model.attention import (
     AttentionMetadata,
     GatherScratch,
@@ -39,6 +42,7 @@ from penelope_engine.model.attention import (
     context_slots,
 )
 from penelope_engine.model.causal_attention import CausalGroup, attend_causal, causal_group
+from penelope_engine.model.run_attention import MaskFolder, RunsGroup, attend_runs, runs_group
 from penelope_engine.model.widen import compute_dtype
 
 __all__ = ["AttentionPlan", "context_slots", "paged_attention"]
@@ -53,15 +57,17 @@ class AttentionGroup:
     keys: KeyPages  # the pages of key positions 0 .. C-1 of each sequence (padding: page 0)
     mask: torch.Tensor  # [G, 1, ratio * Q, C] additive: 0 where the key is visible, else -inf
     all_rows: bool = False  # rows are 0 .. T-1 in order: the queries need no gather
+    lens: torch.Tensor | None = None  # [G] keys each row sees, for one query per sequence
 
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    """The groups of one step. Masks take ``ratio * Q * C`` elements per group, which the
-    scheduler bounds by chunking prefills (`prefill_chunk`, or `solo_prefill_chunk` for a
-    prefill alone in its step; a fresh prompt's first chunk is causal and has no mask)."""
+    """The groups of one step. A `RunsGroup`'s masks take at most ``ratio * Q * C`` elements
+    (its pieces drop the keys past their ends), which the scheduler bounds by chunking
+    prefills (`prefill_chunk`, or `solo_prefill_chunk` for a prefill alone in its step; a
+    fresh prompt's first chunk is causal and has no mask)."""
 
-    groups: tuple[AttentionGroup | CausalGroup, ...]
+    groups: tuple[AttentionGroup | CausalGroup | RunsGroup, ...]
     # every layer's gathers reuse these buffers: the plan lives for one step (`GatherScratch`)
     scratch: GatherScratch = field(default_factory=GatherScratch, compare=False, repr=False)
 
@@ -71,17 +77,17 @@ class AttentionPlan:
     ) -> AttentionPlan:
         """Plan one step; `gqa_ratio` is query heads per KV head, `dtype` the queries' dtype."""
         _check_metadata(meta, page_size)
-        fold = _MaskFolder(gqa_ratio, dtype)
+        fold = MaskFolder(gqa_ratio, dtype)
         # several queries of one sequence: a product widened to float32 where `widen` says so
-        wide_fold = _MaskFolder(gqa_ratio, compute_dtype(dtype, meta.positions.device))
+        wide_fold = MaskFolder(gqa_ratio, compute_dtype(dtype, meta.positions.device))
         singles = [s for s in range(meta.num_seqs) if _num_queries(meta, s) == 1]
-        groups: list[AttentionGroup | CausalGroup] = []
+        groups: list[AttentionGroup | CausalGroup | RunsGroup] = []
         if singles:
             groups.append(_single_query_group(meta, singles, page_size, fold))
         for s in range(meta.num_seqs):
             if _num_queries(meta, s) > 1:
                 causal = causal_group(meta, s, page_size)
-                groups.append(causal or _sequence_group(meta, s, page_size, wide_fold))
+                groups.append(causal or runs_group(meta, s, page_size, wide_fold))
         return AttentionPlan(tuple(groups))
 
 
@@ -105,7 +111,7 @@ def _check_metadata(meta: AttentionMetadata, page_size: int) -> None:
 
 
 def _single_query_group(
-    meta: AttentionMetadata, seqs: list[int], page_size: int, fold: _MaskFolder
+    meta: AttentionMetadata, seqs: list[int], page_size: int, fold: MaskFolder
 ) -> AttentionGroup:
     device = meta.positions.device
     rows = torch.tensor([meta.query_starts[s] for s in seqs], dtype=torch.int64, device=device)
@@ -115,58 +121,43 @@ def _single_query_group(
     key_pos = torch.arange(width, device=device)
     visible = (key_pos[None, :] <= meta.positions[rows][:, None]).view(len(seqs), 1, 1, width)
     in_order = seqs == list(range(meta.num_seqs)) and meta.query_starts[-1] == len(seqs)
-    return AttentionGroup(rows, 1, keys, fold(visible), all_rows=in_order)
-
-
-def _sequence_group(
-    meta: AttentionMetadata, s: int, page_size: int, fold: _MaskFolder
-) -> AttentionGroup:
-    start, end = meta.query_starts[s], meta.query_starts[s + 1]
-    ctx = meta.context_lens[s]
-    device = meta.positions.device
-    rows = torch.arange(start, end, dtype=torch.int64, device=device)
-    key_pos = torch.arange(ctx, device=device)
-    visible = key_pos[None, :] <= meta.positions[start:end][:, None]
-    keys = KeyPages.of([meta.page_tables[s]], [ctx], page_size)
-    mask = fold(visible.view(1, 1, end - start, ctx))
-    whole = start == 0 and end == meta.query_starts[-1]
-    return AttentionGroup(rows, end - start, keys, mask, all_rows=whole)
-
-
-@dataclass(frozen=True)
-class _MaskFolder:
-    """Turns a boolean ``[G, 1, Q, C]`` visibility into the additive ``[G, 1, ratio * Q, C]``
-    mask of the folded query heads."""
-
-    ratio: int
-    dtype: torch.dtype
-
-    def __call__(self, visible: torch.Tensor) -> torch.Tensor:
-        num_seqs, _, num_queries, width = visible.shape
-        folded = visible[:, :, None].expand(num_seqs, 1, self.ratio, num_queries, width)
-        folded = folded.reshape(num_seqs, 1, self.ratio * num_queries, width)
-        mask = torch.zeros(folded.shape, dtype=self.dtype, device=folded.device)
-        return mask.masked_fill_(~folded, float("-inf"))
+    seen = meta.positions[rows] + 1
+    return AttentionGroup(rows, 1, keys, fold(visible), all_rows=in_order, lens=seen)
 
 
 def paged_attention(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: AttentionPlan
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    plan: AttentionPlan,
+    *,
+    kernels: bool = True,
 ) -> torch.Tensor:
     """Attend queries `q` ``[T, heads, head_dim]`` over the cache; returns ``[T, heads, head_dim]``.
 
     `k_cache`/`v_cache` are one layer's pool tensors ``[slots, kv_heads, head_dim]``
-    that already hold this step's keys and values.
+    that already hold this step's keys and values. Decode rows take the CPU's paged
+    kernel where it fits and is built (`cpu_kernels`); `kernels=False` keeps every group
+    on SDPA, the reference the kernel is tested against.
     """
     if len(plan.groups) == 1:  # the whole batch in one group (a decode step): no scatter
         only = plan.groups[0]
         if isinstance(only, CausalGroup):
             return attend_causal(q, k_cache, v_cache, only, plan.scratch)
+        if isinstance(only, RunsGroup):
+            return attend_runs(q, k_cache, v_cache, only, plan.scratch)
+        if kernels and _kernel_fits(q, k_cache, only):
+            return _attend_kernel(q, k_cache, v_cache, only)
         return _attend_group(q, k_cache, v_cache, only, plan.scratch)
     out = torch.empty_like(q)
     # groups run one after another, so each may reuse the buffers the one before it filled
     for group in plan.groups:
         if isinstance(group, CausalGroup):
             out[group.start : group.end] = attend_causal(q, k_cache, v_cache, group, plan.scratch)
+        elif isinstance(group, RunsGroup):
+            out[group.start : group.end] = attend_runs(q, k_cache, v_cache, group, plan.scratch)
+        elif kernels and _kernel_fits(q, k_cache, group):
+            out[group.rows] = _attend_kernel(q, k_cache, v_cache, group)
         else:
             out[group.rows] = _attend_group(q, k_cache, v_cache, group, plan.scratch)
     return out
@@ -196,3 +187,22 @@ def _attend_group(
     out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=group.mask).to(q.dtype)
     out = out.view(num_seqs, kv_heads, ratio, num_queries, head_dim).permute(0, 3, 1, 2, 4)
     return out.reshape(num_seqs * num_queries, heads, head_dim)
+
+
+def _kernel_fits(q: torch.Tensor, k_cache: torch.Tensor, group: AttentionGroup) -> bool:
+    return (
+        group.lens is not None
+        and cpu_kernels.fits(q, k_cache, group.keys.page_size)
+        and cpu_kernels.available()
+    )
+
+
+def _attend_kernel(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: AttentionGroup
+) -> torch.Tensor:
+    """One query per sequence, straight over the pool (`cpu_kernels.paged_decode`)."""
+    assert group.lens is not None
+    rows = q if group.all_rows else q.index_select(0, group.rows)
+    pages = group.keys.pages.view(group.keys.num_seqs, -1)
+    return cpu_kernels.paged_decode(rows, k_cache, v_cache, pages, group.lens,
+                                    group.keys.page_size)  # fmt: skip

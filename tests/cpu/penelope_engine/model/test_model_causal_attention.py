@@ -7,13 +7,8 @@ import torch
 
 from penelope_engine.model.attention import build_metadata
 from penelope_engine.model.causal_attention import CausalGroup, attend_causal, causal_group
-from penelope_engine.model.paged_attention import (
-    AttentionPlan,
-    _attend_group,
-    _MaskFolder,
-    _sequence_group,
-    paged_attention,
-)
+from penelope_engine.model.paged_attention import AttentionPlan, paged_attention
+from penelope_engine.model.run_attention import MaskFolder, attend_runs, runs_group
 
 PAGE = 4
 HEADS, KV_HEADS, DIM = 6, 2, 16
@@ -36,7 +31,7 @@ def test_chunk_attention_matches_the_masked_path(queries: int, dtype: torch.dtyp
     assert isinstance(group, CausalGroup)
     k, v = _pool(8 * PAGE, dtype)
     q = torch.randn(queries, HEADS, DIM, generator=torch.Generator().manual_seed(4)).to(dtype)
-    masked = _attend_group(q, k, v, _sequence_group(meta, 0, PAGE, _MaskFolder(3, dtype)))
+    masked = attend_runs(q, k, v, runs_group(meta, 0, PAGE, MaskFolder(3, dtype)))
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(attend_causal(q, k, v, group), masked, atol=tol, rtol=0)
 
@@ -57,7 +52,7 @@ def test_a_plan_mixes_decode_rows_chunks_and_fused_recompute() -> None:
     tables = [torch.arange(4), torch.arange(4, 8), torch.arange(8, 12)]
     meta = build_metadata([[9], list(range(0, 6)), [1, 2, 7, 8]], tables, [10, 6, 9], PAGE)
     kinds = [type(g).__name__ for g in AttentionPlan.build(meta, PAGE, 3, torch.float32).groups]
-    assert kinds == ["AttentionGroup", "CausalGroup", "AttentionGroup"]
+    assert kinds == ["AttentionGroup", "CausalGroup", "RunsGroup"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
