@@ -2,8 +2,9 @@
  *
  * One query per sequence (a decode step). Query head h reads KV head h / R.
  * Each sequence walks its pages once, all heads together: a page's keys are
- * one contiguous block (page_size x kv_heads x dim), read front to back, and
- * the next page's blocks are prefetched; then an online softmax per head
+ * one contiguous block (page_size x kv_heads x dim), read front to back (the
+ * hardware prefetcher follows; prefetching the next page by hand measured no
+ * faster); then an online softmax per head
  * (running max m, running sum l, the weighted sum of values acc). So every
  * key and value row is read once, from where it lives in the pool: no copy
  * of the context, no mask. (Walking one KV head at a time read a third of
@@ -71,14 +72,6 @@ void penelope_paged_decode_f32(const float *q, const float *k, const float *v,
             const int64_t n = len - p * page_size < page_size ? len - p * page_size : page_size;
             const float *kp = k + pages[b * num_pages + p] * page_size * row;
             const float *vp = v + pages[b * num_pages + p] * page_size * row;
-            if ((p + 1) * page_size < len) { /* the next page's blocks, while this one runs */
-                const float *kn = k + pages[b * num_pages + p + 1] * page_size * row;
-                const float *vn = v + pages[b * num_pages + p + 1] * page_size * row;
-                for (int64_t i = 0; i < page_size * row; i += 16) {
-                    __builtin_prefetch(kn + i);
-                    __builtin_prefetch(vn + i);
-                }
-            }
             for (int64_t t = 0; t < n; t++) {
                 for (int64_t h = 0; h < heads; h++) {
                     const float *kr = kp + t * row + (h / ratio) * dim;
