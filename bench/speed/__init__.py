@@ -10,6 +10,8 @@ Modules:
     config   What one `penelope bench speed` run measures, and on which servers
     cpu      CPU seconds of a server's process tree (psutil), sampled on a thread for any
              instant
+    holes    What a hole costs the engine: one returning turn's forward, hole against tail,
+             in process
     measure  The figures of one side in one run: prefill / TTFT, decode at batch 1 and B, a
              session
     report   Medians over runs, ratios ours/theirs, and the printed table

@@ -3,6 +3,8 @@
 Modules:
     attention         Explicit attention metadata for one forward pass over a flat batch
     causal_attention  Attention of a prefill chunk that starts its sequence: no mask at all
+    cpu_kernels       The CPU's paged decode kernel (`kernels/paged_decode.c`): built from C
+                      at first use, called through ctypes
     decoder           Paged-KV decoder for the Llama and Qwen3 architectures
     gemm              Linear layers on CPU: oneDNN over a pre-packed copy for decode
                       batches, and bf16 prefill products widened to float32 where the CPU
@@ -18,6 +20,8 @@ Modules:
     paged_attention   Attention of a flat batch over paged KV
     registry          Models by name: ``tiny-qwen3``, ``tiny-llama``, ``smollm2-135m``, or a
                       checkpoint directory
+    run_attention     Attention of one sequence's queries over its cached keys, a piece of a
+                      run at a time
     rope              Rotary position embedding with the Hugging Face `rotate_half`
                       convention
     tiny              Tiny seeded random-weight models for tests and CPU benchmarks

@@ -190,8 +190,11 @@ def _attend_group(
 
 
 def _kernel_fits(q: torch.Tensor, k_cache: torch.Tensor, group: AttentionGroup) -> bool:
+    # the kernel gives each thread whole sequences: with fewer sequences than threads,
+    # SDPA (which also splits heads) keeps the cores busy
     return (
         group.lens is not None
+        and torch.get_num_threads() <= group.keys.num_seqs
         and cpu_kernels.fits(q, k_cache, group.keys.page_size)
         and cpu_kernels.available()
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,14 @@ from penelope_engine.model.paged_attention import AttentionPlan, paged_attention
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _built() -> None:
+def _built() -> Iterator[None]:
     if shutil.which("gcc") is None and shutil.which("cc") is None:
         pytest.skip("no C compiler here: attention keeps the SDPA path")
     assert cpu_kernels.available(), cpu_kernels.why_not()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the kernel runs where threads <= sequences: here, always
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize(
@@ -59,6 +64,21 @@ def test_decode_rows_beside_a_chunk_take_the_kernel_and_land_in_their_rows() -> 
     got = paged_attention(q, k, v, plan)
     torch.testing.assert_close(got, paged_attention(q, k, v, plan, kernels=False), atol=2e-6,
                                rtol=0)  # fmt: skip
+
+
+def test_fewer_sequences_than_threads_stay_on_sdpa_which_splits_heads_too() -> None:
+    page, heads, kv_heads, dim = 4, 6, 2, 16
+    meta = build_metadata([[9]], [torch.arange(4)], [10], page)
+    plan = AttentionPlan.build(meta, page, heads // kv_heads, torch.float32)
+    q = torch.randn(1, heads, dim)
+    k, v = torch.randn(16, kv_heads, dim), torch.randn(16, kv_heads, dim)
+    torch.set_num_threads(2)
+    try:  # one sequence, two threads: the SDPA path, bit for bit
+        assert torch.equal(
+            paged_attention(q, k, v, plan), paged_attention(q, k, v, plan, kernels=False)
+        )
+    finally:
+        torch.set_num_threads(1)
 
 
 def test_what_the_kernel_does_not_take_stays_on_sdpa() -> None:
