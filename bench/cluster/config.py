@@ -177,6 +177,7 @@ def autoscaling_args(args: dict[str, Any], cfg: ClusterConfig) -> dict[str, Any]
         upscale_delay_s=1.0,
         downscale_delay_s=cfg.downscale_delay_s,
         look_back_period_s=2.0,
+        metrics_interval_s=0.5,  # four queue reports in each look-back window
     )
     # a session used in the last 10 s is live (not 3 minutes): the fleet may shrink soon
     # after the load stops

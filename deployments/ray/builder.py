@@ -51,6 +51,7 @@ def autoscaling_config(a: AutoscalingSettings) -> AutoscalingConfig:
         upscale_delay_s=a.upscale_delay_s,
         downscale_delay_s=a.downscale_delay_s,
         look_back_period_s=a.look_back_period_s,
+        metrics_interval_s=a.metrics_interval_s,
         policy=policy,
     )
 

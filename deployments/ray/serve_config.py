@@ -47,6 +47,9 @@ class AutoscalingSettings:
     upscale_delay_s: float = 10.0
     downscale_delay_s: float = 300.0
     look_back_period_s: float = 20.0
+    # how often each replica reports the queue Ray scales on (Ray's default); the look-back
+    # window must hold more than one report, or a window may hold none and scaling stalls
+    metrics_interval_s: float = 10.0
     kv_pressure: KvPressureSettings = field(default_factory=KvPressureSettings)
 
     def __post_init__(self) -> None:
@@ -63,6 +66,11 @@ class AutoscalingSettings:
         require(self.target_ongoing_requests > 0, "target_ongoing_requests must be positive")
         for name in ("upscale_delay_s", "downscale_delay_s", "look_back_period_s"):
             require(getattr(self, name) >= 0, f"{name} must be >= 0")
+        require(
+            0 < self.metrics_interval_s < self.look_back_period_s,
+            f"metrics_interval_s ({self.metrics_interval_s}) must be positive and below "
+            f"look_back_period_s ({self.look_back_period_s}), so every window holds reports",
+        )
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ def test_engine_options_wire_the_router_and_the_kv_aware_policy() -> None:
         4,
         4,
     )
+    # the look-back window holds two of each replica's queue reports
+    assert (scaling.look_back_period_s, scaling.metrics_interval_s) == (20, 10)
     assert scaling.policy.policy_function == POLICY_FUNCTION
     policy = scaling.policy.get_policy()(**scaling.policy.policy_kwargs)
     assert isinstance(policy, KvAwarePolicy)
@@ -77,6 +79,10 @@ def test_a_fixed_replica_count_when_autoscaling_is_off() -> None:
         ({"engine": {"dtype": "int8"}}, "engine.EngineConfig.dtype: Input should be 'float32'"),
         ({"engine_deployment": {"num_cpus": 0}}, "num_cpus must be positive"),
         ({"engine_deployment": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}, "max_r"),
+        (
+            {"engine_deployment": {"autoscaling": {"look_back_period_s": 2}}},
+            "metrics_interval_s (10.0) must be positive and below look_back_period_s (2.0)",
+        ),
         ({"router": {"policy": "random"}}, "router policy must be one of"),
         ({"router": {"policy": "ray_prefix"}}, "router policy must be one of affinity, pow2"),
         ({"router": {"options": {"overload": 1}}}, "unknown key(s) ['overload']"),
