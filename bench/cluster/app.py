@@ -132,6 +132,39 @@ def wait_routed(url: str, api_key: str, timeout_s: float) -> set[str]:
         raise ClusterError(f"{e} (it knows {sorted(seen[0] or ())})") from None
 
 
+def write_behind_jobs(url: str, api_key: str) -> dict[str, float]:
+    """Per engine replica: the writes it has queued for the store now
+    (`penelope_write_behind_queue_jobs` on the ingress's `/metrics`)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    resp = httpx.get(f"{url}/metrics", headers={"authorization": f"Bearer {api_key}"}, timeout=10)
+    resp.raise_for_status()
+    for family in text_string_to_metric_families(resp.text):
+        if family.name == "penelope_write_behind_queue_jobs":
+            return {s.labels.get("replica", ""): s.value for s in family.samples}
+    return {}
+
+
+def wait_writes_settled(url: str, api_key: str, timeout_s: float, report_s: float) -> float:
+    """Until no engine replica has store writes queued, judged on reports made after this
+    call (`report_s`: the replicas' stats period); the seconds from the call. Raises
+    `ClusterError` past `timeout_s`: a finished turn's KV did not reach the store in time."""
+    t0 = time.monotonic()
+    time.sleep(2 * report_s)  # every replica has reported since the last turn ended
+    seen: list[dict[str, float]] = [{}]
+
+    def settled() -> bool:
+        seen[0] = write_behind_jobs(url, api_key)
+        return bool(seen[0]) and not any(seen[0].values())
+
+    try:
+        wait_for("the replicas' store writes to finish", settled, timeout_s)
+    except ClusterError as e:
+        raise ClusterError(f"{e} (queued writes by replica: {seen[0]})") from None
+    return time.monotonic() - t0
+
+
 def app_state() -> tuple[str, dict[str, int]]:
     """The application's status and the engine deployment's replica states."""
     from ray import serve

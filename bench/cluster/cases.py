@@ -1,7 +1,10 @@
 """Cases a-c: sessions that lose their replica, and what their next turn finds.
 
 Each case starts its own sessions on the fleet of two (one replica per node),
-runs `turns_before` turns, makes the fault, then runs one more turn:
+runs `turns_before` turns, waits until their KV is in the store (no replica has
+store writes queued, within `WRITES_BOUND_S`: what a replica that dies may lose
+is the turns whose writes were still queued), makes the fault, then runs one
+more turn:
 
     replica_kill   a streamed turn of a session is cut: its replica's actor is
                    `ray.kill`ed once tokens flow; Serve starts a new replica
@@ -29,6 +32,8 @@ replica fails, with `placement` saying so. The entry of a case:
     cut             how the cut turn ended (an error event, then [DONE])
     ok              all affected sessions moved, each loaded history from the
                     store, identical, no server error, the cut turn ended cleanly
+    writes_settled_s  seconds from the last turn before the fault until no replica
+                    had store writes queued
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ from bench.cluster.nodes import WORKER, Cluster, kill_node
 from bench.plan import SessionPlan
 
 Answers = dict[tuple[str, int], tuple[str, int | None, str | None]]
+# A finished turn's KV reaches the store within this, on the bench's local S3 server
+# sharing 2 cores with the cluster (seconds per write when loaded); past it the case fails.
+WRITES_BOUND_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,8 @@ def run_case(run: Run, case: str, plans: list[SessionPlan]) -> dict[str, Any]:
     sessions = case_sessions(case, plans)
     turns = _before_fault(run, sessions, last, AGENT_KEY)
     homes = _homes([t for t in turns if t.turn == last - 1])
+    # an agent's next turn comes after a tool call: by then its last turn is in the store
+    settled_s = app.wait_writes_settled(run.url, AGENT_KEY, WRITES_BOUND_S, STATS_PERIOD_S)
     # a replica kill takes the busiest replica; the others lose the worker's
     if case != "replica_kill" and not _worker_tags() & set(homes.values()):
         return {"ok": False, "placement": f"no session on the worker's replica: {homes}"}
@@ -151,9 +161,10 @@ def run_case(run: Run, case: str, plans: list[SessionPlan]) -> dict[str, Any]:
     rewrites = {
         s for s, p in sessions if not p.turns[last].prompt.startswith(p.turns[last - 1].prompt)
     }
-    return summarize(
+    entry = summarize(
         case, turns + after, homes, lost, cut, run.reference, time.monotonic() - t0, rewrites
     )
+    return {**entry, "writes_settled_s": round(settled_s, 2)}
 
 
 def _before_fault(
