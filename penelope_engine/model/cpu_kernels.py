@@ -93,6 +93,8 @@ def _build() -> ctypes.CDLL:
 
 
 def _library() -> ctypes.CDLL | None:
+    if "lib" in _state or "why" in _state:  # decided: every later call (each layer) reads it
+        return _state.get("lib")  # type: ignore[return-value]
     with _lock:
         if "lib" in _state or "why" in _state:
             return _state.get("lib")  # type: ignore[return-value]

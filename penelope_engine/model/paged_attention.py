@@ -50,14 +50,13 @@ __all__ = ["AttentionPlan", "context_slots", "paged_attention"]
 
 @dataclass(frozen=True)
 class AttentionGroup:
-    """Sequences attended together: query rows, their key slots and the mask."""
+    """The step's decode rows, one query per sequence: their rows, key pages and mask."""
 
-    rows: torch.Tensor  # [G * Q] int64 rows of the flat batch, sequence-major
-    num_queries: int  # Q, query rows per sequence
+    rows: torch.Tensor  # [G] int64 rows of the flat batch
     keys: KeyPages  # the pages of key positions 0 .. C-1 of each sequence (padding: page 0)
-    mask: torch.Tensor  # [G, 1, ratio * Q, C] additive: 0 where the key is visible, else -inf
+    mask: torch.Tensor  # [G, 1, ratio, C] additive: 0 where the key is visible, else -inf
+    lens: torch.Tensor  # [G] keys each row sees (its position + 1): the kernel's bound
     all_rows: bool = False  # rows are 0 .. T-1 in order: the queries need no gather
-    lens: torch.Tensor | None = None  # [G] keys each row sees, for one query per sequence
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,7 @@ def _single_query_group(
     visible = (key_pos[None, :] <= meta.positions[rows][:, None]).view(len(seqs), 1, 1, width)
     in_order = seqs == list(range(meta.num_seqs)) and meta.query_starts[-1] == len(seqs)
     seen = meta.positions[rows] + 1
-    return AttentionGroup(rows, 1, keys, fold(visible), all_rows=in_order, lens=seen)
+    return AttentionGroup(rows, keys, fold(visible), seen, all_rows=in_order)
 
 
 def paged_attention(
@@ -141,26 +140,31 @@ def paged_attention(
     on SDPA, the reference the kernel is tested against.
     """
     if len(plan.groups) == 1:  # the whole batch in one group (a decode step): no scatter
-        only = plan.groups[0]
-        if isinstance(only, CausalGroup):
-            return attend_causal(q, k_cache, v_cache, only, plan.scratch)
-        if isinstance(only, RunsGroup):
-            return attend_runs(q, k_cache, v_cache, only, plan.scratch)
-        if kernels and _kernel_fits(q, k_cache, only):
-            return _attend_kernel(q, k_cache, v_cache, only)
-        return _attend_group(q, k_cache, v_cache, only, plan.scratch)
+        return _attend(q, k_cache, v_cache, plan.groups[0], plan.scratch, kernels)
     out = torch.empty_like(q)
     # groups run one after another, so each may reuse the buffers the one before it filled
     for group in plan.groups:
-        if isinstance(group, CausalGroup):
-            out[group.start : group.end] = attend_causal(q, k_cache, v_cache, group, plan.scratch)
-        elif isinstance(group, RunsGroup):
-            out[group.start : group.end] = attend_runs(q, k_cache, v_cache, group, plan.scratch)
-        elif kernels and _kernel_fits(q, k_cache, group):
-            out[group.rows] = _attend_kernel(q, k_cache, v_cache, group)
-        else:
-            out[group.rows] = _attend_group(q, k_cache, v_cache, group, plan.scratch)
+        rows = group.rows if isinstance(group, AttentionGroup) else slice(group.start, group.end)
+        out[rows] = _attend(q, k_cache, v_cache, group, plan.scratch, kernels)
     return out
+
+
+def _attend(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    group: AttentionGroup | CausalGroup | RunsGroup,
+    scratch: GatherScratch,
+    kernels: bool,
+) -> torch.Tensor:
+    """One group's rows attended, in the group's row order."""
+    if isinstance(group, CausalGroup):
+        return attend_causal(q, k_cache, v_cache, group, scratch)
+    if isinstance(group, RunsGroup):
+        return attend_runs(q, k_cache, v_cache, group, scratch)
+    if kernels and _kernel_fits(q, k_cache, group):
+        return _attend_kernel(q, k_cache, v_cache, group)
+    return _attend_group(q, k_cache, v_cache, group, scratch)
 
 
 def _attend_group(
@@ -170,31 +174,28 @@ def _attend_group(
     group: AttentionGroup,
     scratch: GatherScratch | None = None,
 ) -> torch.Tensor:
+    """Decode rows by SDPA over their gathered keys: ``[G, Hkv, ratio, D]`` queries."""
     num_seqs = group.keys.num_seqs
-    num_queries = group.num_queries
     heads, head_dim = q.shape[1], q.shape[2]
     kv_heads = k_cache.shape[1]
     ratio = heads // kv_heads
-    # queries [G*Q, H, D] -> [G, Q, Hkv, R, D] -> [G, Hkv, R*Q, D]; head h uses KV head h // R
+    # queries [G, H, D] -> [G, Hkv, R, D]; head h uses KV head h // R
     rows = q if group.all_rows else q.index_select(0, group.rows)
-    qg = rows.view(num_seqs, num_queries, kv_heads, ratio, head_dim)
-    qg = qg.permute(0, 2, 3, 1, 4).reshape(num_seqs, kv_heads, ratio * num_queries, head_dim)
+    qg = rows.view(num_seqs, kv_heads, ratio, head_dim)
     kg = group.keys.gather(k_cache, scratch, "k").transpose(1, 2)  # [G, Hkv, C, D]
     vg = group.keys.gather(v_cache, scratch, "v").transpose(1, 2)
     wide = group.mask.dtype  # the plan's compute dtype for this group (`widen`)
     if wide != q.dtype:
         qg, kg, vg = qg.to(wide), kg.to(wide), vg.to(wide)
     out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=group.mask).to(q.dtype)
-    out = out.view(num_seqs, kv_heads, ratio, num_queries, head_dim).permute(0, 3, 1, 2, 4)
-    return out.reshape(num_seqs * num_queries, heads, head_dim)
+    return out.reshape(num_seqs, heads, head_dim)
 
 
 def _kernel_fits(q: torch.Tensor, k_cache: torch.Tensor, group: AttentionGroup) -> bool:
     # the kernel gives each thread whole sequences: with fewer sequences than threads,
     # SDPA (which also splits heads) keeps the cores busy
     return (
-        group.lens is not None
-        and torch.get_num_threads() <= group.keys.num_seqs
+        torch.get_num_threads() <= group.keys.num_seqs
         and cpu_kernels.fits(q, k_cache, group.keys.page_size)
         and cpu_kernels.available()
     )
@@ -204,7 +205,6 @@ def _attend_kernel(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: AttentionGroup
 ) -> torch.Tensor:
     """One query per sequence, straight over the pool (`cpu_kernels.paged_decode`)."""
-    assert group.lens is not None
     rows = q if group.all_rows else q.index_select(0, group.rows)
     pages = group.keys.pages.view(group.keys.num_seqs, -1)
     return cpu_kernels.paged_decode(rows, k_cache, v_cache, pages, group.lens,
