@@ -5,6 +5,8 @@ are in `bench.peers`. ``ray_router`` imports Ray, so it is not imported here.
 
 Modules:
     assignments  Where this router sent each session that the digests do not show yet
+    board        Where sessions not yet in any digest were placed, shared by every router
+                 of a deployment (imports Ray lazily, only for the ``ray`` kind)
     core         The cache-affinity routing core: plain Python, no Ray
     digest       The compact digest an engine replica publishes for the router
     hashing      Stable hashing for routing decisions that several routers must share

@@ -50,6 +50,16 @@ class AssignmentTable:
         self._rehomed.pop(session_id, None)
         _trim(self._live, self._capacity)
 
+    def claim(self, session_id: str, replica_id: str, live_ids: Collection[str], now: float) -> str:
+        """The replica ``session_id`` already has, if unexpired and in ``live_ids``; else
+        record ``replica_id`` for it and return that. Mutates. The first claim wins, so
+        every caller of one table places a session alike."""
+        held = self.get(session_id, now)
+        if held is not None and held in live_ids:
+            return held
+        self.put(session_id, replica_id, now)
+        return replica_id
+
     def pending(self, now: float) -> list[tuple[str, str]]:
         """(session, replica) of every unexpired entry, oldest first."""
         return [(sid, a.replica_id) for sid, a in self._live.items() if now - a.at <= self._ttl_s]

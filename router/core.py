@@ -46,6 +46,7 @@ from router.schema import (
 )
 
 PAIR_SALT = "pow2"
+NEW_HOME_REASONS = frozenset({"balance", "prefix", "hash"})  # a home chosen afresh, by load
 
 
 class AffinityRouter:
@@ -204,4 +205,4 @@ class AffinityRouter:
         view = by_id[home]
         overloaded = view.queue_len >= self.config.overload_ratio * view.max_ongoing
         ranks = (pair, (*rest, home)) if overloaded else ((home,), pair, rest)
-        return RouteDecision(tuple(r for r in ranks if r), reason, overloaded, rehomed_from)
+        return RouteDecision(tuple(r for r in ranks if r), reason, overloaded, rehomed_from, home)

@@ -18,14 +18,16 @@ Ray calls ``on_request_routed``: that is where the session is remembered.
 Replica state comes only from ``RunningReplica.routing_stats``: the dict the
 replica's ``record_routing_stats`` returned, which the controller pulls every
 ``request_routing_stats_period_s`` and broadcasts to all routers; plus Ray's
-own queue-length cache. Nothing here blocks or calls ``ray.get``.
+own queue-length cache. Routers in different processes share where they placed
+sessions that no digest shows yet through a placement board (``router.board``):
+a new session's choice waits on one claim there, bounded by its deadline.
+Nothing here calls ``ray.get``.
 
 Wiring a deployment::
 
     from ray import serve
     from ray.serve.config import RequestRouterConfig
-    from router import local
-from router.digest import build_digest
+    from router.digest import build_digest
 
     @serve.deployment(
         max_ongoing_requests=32,
@@ -45,7 +47,8 @@ from router.digest import build_digest
                                 now=self.engine.clock())
 
 ``request_router_kwargs`` must be JSON-serializable: ``policy`` ("affinity" or
-"pow2") plus any ``RouterConfig`` field. The class is pickled by value but
+"pow2"), ``placements`` ("ray", "process" or "none"; ``router.board``) plus any
+``RouterConfig`` field. The class is pickled by value but
 ``router`` and ``penelope_engine`` are imported by reference, so they must be
 importable wherever a handle lives (install the package or ship the repo as
 the runtime_env ``working_dir``).
@@ -86,6 +89,8 @@ from ray.serve.request_router import (
 )
 
 from router import local
+from router.board import PlacementBoard, make_board
+from router.core import NEW_HOME_REASONS
 from router.digest import EMPTY_DIGEST, DigestError, ReplicaDigest, decode_digest
 from router.policies import RoutingPolicy, make_routing_policy
 from router.schema import ReplicaView, RouterConfig, RouteRequest
@@ -101,11 +106,18 @@ class PenelopeRequestRouter(RequestRouter):
         self._policy: RoutingPolicy = make_routing_policy("affinity")
         self._digests: dict[str, tuple[object, ReplicaDigest]] = {}
         self._live_ids: set[str] = set()
+        self._board: PlacementBoard | None = None
         local.register(self)
 
-    def initialize_state(self, policy: str = "affinity", **options: Any) -> None:
-        """Called once by Ray with ``request_router_kwargs``."""
-        self._policy = make_routing_policy(policy, RouterConfig.from_kwargs(options))
+    def initialize_state(
+        self, policy: str = "affinity", placements: str = "ray", **options: Any
+    ) -> None:
+        """Called once by Ray with ``request_router_kwargs``. ``placements`` names the board
+        that routers of this deployment share new sessions' homes through (``router.board``)."""
+        config = RouterConfig.from_kwargs(options)
+        self._policy = make_routing_policy(policy, config)
+        name = f"{self._deployment_id.app_name}.{self._deployment_id.name}"
+        self._board = make_board(placements, name, config.assignment_ttl_s, config.max_assignments)
 
     @property
     def policy(self) -> RoutingPolicy:
@@ -138,7 +150,16 @@ class PenelopeRequestRouter(RequestRouter):
         pending_request.routing_context.should_backoff = True
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         views = [self._view(r) for r in candidate_replicas]
-        decision = self._policy.rank(views, route_request_of(pending_request))
+        request = route_request_of(pending_request)
+        decision = self._policy.rank(views, request)
+        sid, home = request.session_id, decision.home
+        if self._board is not None and sid is not None and home is not None and (
+            decision.reason in NEW_HOME_REASONS
+        ):  # placed by this router's view of load: another router may already have placed it
+            held = await self._board.claim(sid, home, by_id)
+            if held is not None and held != home and held in by_id:
+                self._policy.remember(sid, held)
+                decision = self._policy.rank(views, request)
         return [[by_id[rid] for rid in rank] for rank in decision.ranks]
 
     def on_request_routed(
@@ -150,6 +171,8 @@ class PenelopeRequestRouter(RequestRouter):
             return
         reported = session_id in self._digest(replica).sessions
         self._policy.remember(session_id, replica_id.unique_id, reported=reported)
+        if self._board is not None and not reported:
+            self._board.settle(session_id, replica_id.unique_id)
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)

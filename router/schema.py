@@ -113,6 +113,7 @@ class RouteDecision:
     reason: str  # "assigned" | "holder" | "balance" | "prefix" | "hash" | "pow2" | "no_replicas"
     overloaded: bool = False  # the preferred home was over the threshold
     rehomed_from: str | None = None  # the vanished replica this session lived on
+    home: str | None = None  # the session's home (ranked first unless overloaded)
 
 
 class Choice(NamedTuple):

@@ -86,7 +86,8 @@ def ingress_options(config: ServeConfig) -> dict[str, Any]:
     (its `x-session-id` header) to the same one, by Ray's consistent hash: the
     engine router there remembers where it sent the session's last turn, which
     its replica's digest may not show yet (a stats period), so the next turn
-    follows it. Another ingress would place it afresh by its own load view."""
+    follows it. Sessions named otherwise (Claude Code's header, Codex's body) reach
+    either ingress; their routers agree through the placement board (`router.board`)."""
     i = config.ingress
     return {
         "name": INGRESS_DEPLOYMENT,

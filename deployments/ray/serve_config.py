@@ -32,6 +32,7 @@ from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.errors import ConfigError
 from penelope_engine.sglang.config import SGLangEngineConfig
 from penelope_engine.util import require
+from router.board import PLACEMENT_BOARDS
 from router.policies import ROUTING_POLICIES
 from router.schema import RouterConfig
 
@@ -112,6 +113,9 @@ class IngressSettings:
 @dataclass(frozen=True)
 class RouterSettings:
     policy: str = "affinity"
+    # how the routers of several calling processes (ingress replicas) agree on a new
+    # session's home before a digest shows it: router.board's PLACEMENT_BOARDS
+    placements: str = "ray"
     options: RouterConfig = field(default_factory=RouterConfig)
     stats_period_s: float = 2.0  # how fresh the replicas' session digests are
     stats_timeout_s: float = 5.0
@@ -120,6 +124,11 @@ class RouterSettings:
         require(
             self.policy in ROUTING_POLICIES,
             f"router policy must be one of {', '.join(ROUTING_POLICIES)}, got {self.policy!r}",
+        )
+        require(
+            self.placements in PLACEMENT_BOARDS,
+            f"router placements must be one of {', '.join(PLACEMENT_BOARDS)}, "
+            f"got {self.placements!r}",
         )
         require(self.stats_period_s > 0, "stats_period_s must be positive")
         require(self.stats_timeout_s > 0, "stats_timeout_s must be positive")
@@ -132,7 +141,7 @@ class RouterSettings:
             for f in dataclasses.fields(RouterConfig)
             if getattr(self.options, f.name) != getattr(default, f.name)
         }
-        return {"policy": self.policy, **changed}
+        return {"policy": self.policy, "placements": self.placements, **changed}
 
 
 def _default_engine() -> EngineConfig:

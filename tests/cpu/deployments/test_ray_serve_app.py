@@ -264,10 +264,11 @@ def test_hints_and_the_miss_ledger_through_the_proxy(base_url: str) -> None:
 
 
 def test_anthropic_messages_through_the_proxy(base_url: str) -> None:
-    """/v1/messages takes the same path: Claude Code's session header routes both turns to
-    one replica (the second reads the first's prefix from its cache), and a bad block is a
-    400 in Anthropic's shape."""
-    sid = "session-claude"  # other tests read every digest session as "session-*"
+    """/v1/messages takes the same path: Claude Code's session header routes both turns of
+    each session to one replica (the second reads the first's prefix from its cache), and a
+    bad block is a 400 in Anthropic's shape. The proxy keeps only `x-session-id` on one
+    ingress replica, so a session's turns reach both, and the two routers agree through
+    their placement board."""
     body: dict[str, Any] = {
         "model": MODEL,
         "max_tokens": 2,
@@ -275,16 +276,19 @@ def test_anthropic_messages_through_the_proxy(base_url: str) -> None:
         "tools": [{"name": "run_tests", "input_schema": {"type": "object"}}],
         "messages": [{"role": "user", "content": "Run the tests."}],
     }
-    headers = {"x-claude-code-session-id": sid, "anthropic-version": "2023-06-01"}
-    seen = []
-    for _ in range(2):
-        r = httpx.post(f"{base_url}/v1/messages", json=body, headers=headers, timeout=60)
-        assert r.status_code == 200, r.text
-        seen.append((r.headers["x-penelope-replica"], r.json()["usage"]))
-    (first_replica, first), (second_replica, second) = seen
-    assert first_replica == second_replica
-    assert second["cache_read_input_tokens"] >= first["cache_creation_input_tokens"] - 4
-    assert second["penelope"]["device_tokens"] == second["cache_read_input_tokens"]
+    headers = {"anthropic-version": "2023-06-01"}
+    for n in range(SESSIONS):
+        # other tests read every digest session as "session-*"
+        headers["x-claude-code-session-id"] = f"session-claude-{n}"
+        seen = []
+        for _ in range(2):
+            r = httpx.post(f"{base_url}/v1/messages", json=body, headers=headers, timeout=60)
+            assert r.status_code == 200, r.text
+            seen.append((r.headers["x-penelope-replica"], r.json()["usage"]))
+        (first_replica, first), (second_replica, second) = seen
+        assert first_replica == second_replica, n
+        assert second["cache_read_input_tokens"] >= first["cache_creation_input_tokens"] - 4
+        assert second["penelope"]["device_tokens"] == second["cache_read_input_tokens"]
     bad = {**body, "messages": [{"role": "user", "content": [{"type": "image"}]}]}
     r = httpx.post(f"{base_url}/v1/messages", json=bad, headers=headers, timeout=60)
     assert r.status_code == 400 and r.json()["type"] == "error"

@@ -40,7 +40,7 @@ def test_engine_options_wire_the_router_and_the_kv_aware_policy() -> None:
     assert isinstance(router, RequestRouterConfig)
     assert router.request_router_class == ROUTER_CLASS
     assert router.get_request_router_class() is PenelopeRequestRouter
-    assert router.request_router_kwargs == {"policy": "affinity"}
+    assert router.request_router_kwargs == {"policy": "affinity", "placements": "ray"}
     scaling = options["autoscaling_config"]
     assert isinstance(scaling, AutoscalingConfig)
     assert (scaling.min_replicas, scaling.max_replicas, scaling.target_ongoing_requests) == (

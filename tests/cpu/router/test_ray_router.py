@@ -80,9 +80,9 @@ def pending(header_session: str = "", *args: Any, **kwargs: Any) -> PendingReque
     return PendingRequest(args=list(args), kwargs=kwargs, metadata=metadata)
 
 
-def make_router(**options: Any) -> PenelopeRequestRouter:
+def make_router(deployment: DeploymentID = DEPLOYMENT, **options: Any) -> PenelopeRequestRouter:
     router = PenelopeRequestRouter(
-        deployment_id=DEPLOYMENT,
+        deployment_id=deployment,
         handle_source=DeploymentHandleSource.REPLICA,
         self_actor_id="test-actor",
         use_replica_queue_len_cache=True,
@@ -155,6 +155,41 @@ def test_two_router_instances_agree_on_new_sessions() -> None:
         for i in range(20):
             homes = {await route(router, pending(f"new{i}")) for router in routers}
             assert len(homes) == 1
+
+    run(body())
+
+
+def test_routers_of_one_deployment_agree_through_the_board_where_load_views_differ() -> None:
+    """Each router counts its own recent placements as load, so two routers place a new
+    session differently (as two ingress replicas did when a session's turns reached both
+    before a digest showed it); through a shared board the first placement holds."""
+
+    async def homes_of(placements: str) -> tuple[str, str]:
+        deployment = DeploymentID(name="engine", app_name=f"app-{uuid.uuid4().hex}")
+        busy, fresh = (make_router(deployment, placements=placements) for _ in range(2))
+        for router in (busy, fresh):
+            router.update_replicas([FakeReplica("r0"), FakeReplica("r1")])
+        await settle()
+        on_r0 = (f"s{i}" for i in range(1000) if rendezvous_pick(f"s{i}", ("r0", "r1")) == "r0")
+        first, sid = next(on_r0), next(on_r0)
+        assert await route(busy, pending(first)) == "r0"  # now busy counts r0 as loaded
+        return await route(busy, pending(sid)), await route(fresh, pending(sid))
+
+    async def body() -> None:
+        assert await homes_of("none") == ("r1", "r0")  # each by its own view: apart
+        assert await homes_of("process") == ("r1", "r1")  # the first claim holds
+
+    run(body())
+
+
+def test_a_board_that_cannot_answer_leaves_the_router_placing_by_its_own_view() -> None:
+    async def body() -> None:
+        router = make_router(placements="ray")  # no Ray in this process
+        router.update_replicas([FakeReplica("r0"), FakeReplica("r1")])
+        await settle()
+        sid = session_homed_on("r1", ("r0", "r1"))
+        assert await route(router, pending(sid)) == "r1"
+        assert await route(router, pending(sid)) == "r1"
 
     run(body())
 
@@ -267,6 +302,8 @@ def test_initialize_state_validates_options() -> None:
         make_router(policy="random")
     with pytest.raises(ConfigError, match="unknown router option"):
         make_router(overload=0.5)
+    with pytest.raises(UnknownNameError, match="valid: ray, process, none"):
+        make_router(placements="redis")
 
 
 def test_request_router_config_loads_the_class_by_path() -> None:
