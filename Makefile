@@ -19,11 +19,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: setup
-	$(VENV)/bin/ruff check penelope_engine penelope_cli cache_store router deployments bench tests
+	$(VENV)/bin/ruff check penelope_engine penelope_sglang penelope_cli cache_store router deployments bench tests
 
 # mypy over every package of ours; part of `make test`.
 typecheck: setup
-	$(PY) -m mypy penelope_engine penelope_cli cache_store router deployments bench
+	$(PY) -m mypy penelope_engine penelope_sglang penelope_cli cache_store router deployments bench
 
 test: setup lint typecheck test-sglang test-peers-real claude-code codex
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q

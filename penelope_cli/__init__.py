@@ -10,8 +10,6 @@ Modules:
                    fails
     demo           `penelope demo`: a short agent session on the embedded engine, with a
                    tight cache
-    helpformat     One help style for every `penelope` parser: each option says what it does
-                   and its default
     serve          `penelope serve`: the OpenAI-compatible server and one engine in one
                    process, no Ray
     verify         `penelope verify`: recomputing holes is exact, in the decoder and through

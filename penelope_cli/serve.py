@@ -22,22 +22,21 @@ import dataclasses
 from deployments.api.settings import ApiSettings, load_api_keys
 from deployments.api.standalone import serve_standalone
 from deployments.api.tools.parsers import PARSER_CHOICES
-from deployments.ray.serve_config import DEFAULT_MODEL
-from penelope_cli.helpformat import add_field_args, parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.config import AgentConfig, CacheConfig, EngineConfig, SchedulerConfig
+from penelope_engine.helpformat import add_field_args, parser
 from penelope_engine.shipped import (
+    SHIPPED_DEVICE_PAGES,
     SHIPPED_HOST_FACTOR,
+    SHIPPED_MAX_BATCH_TOKENS,
+    SHIPPED_MAX_RUNNING,
+    SHIPPED_MODEL,
     SHIPPED_POLICY,
     SHIPPED_STORE_BYTES,
     SHIPPED_STORE_URI,
     shipped_cache,
     shipped_scheduler,
 )
-
-# serve_config.yaml's engine (a test holds them equal): one of its replicas
-DEVICE_PAGES, MAX_RUNNING, MAX_BATCH_TOKENS = 512, 16, 2048
-
 
 # The options that are config fields, by config: name, type, choices and help come from
 # the field (`helpformat.add_field_args`); the defaults are what `penelope serve` serves.
@@ -66,8 +65,8 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
     """The `penelope serve` options."""
     ap.add_argument("--host", default="127.0.0.1", help="bind address")
     ap.add_argument("--port", type=int, default=8000, help="TCP port")
-    add_field_args(ap, EngineConfig, ENGINE_OPTIONS, defaults={"model": DEFAULT_MODEL})
-    add_field_args(ap, CacheConfig, CACHE_OPTIONS, defaults={"device_pages": DEVICE_PAGES})
+    add_field_args(ap, EngineConfig, ENGINE_OPTIONS, defaults={"model": SHIPPED_MODEL})
+    add_field_args(ap, CacheConfig, CACHE_OPTIONS, defaults={"device_pages": SHIPPED_DEVICE_PAGES})
     ap.add_argument(
         "--host-pages",
         type=int,
@@ -101,8 +100,8 @@ def add_serve_args(ap: argparse.ArgumentParser) -> None:
         SchedulerConfig,
         SCHEDULER_OPTIONS,
         defaults={
-            "max_running": MAX_RUNNING,
-            "max_batch_tokens": MAX_BATCH_TOKENS,
+            "max_running": SHIPPED_MAX_RUNNING,
+            "max_batch_tokens": SHIPPED_MAX_BATCH_TOKENS,
             "max_prefills": None,
         },
     )

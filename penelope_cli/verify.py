@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 from penelope_cli.closeness import max_abs_diff, passes, worst
-from penelope_cli.helpformat import parser
 from penelope_cli.verify_engine import run_engine, run_reference
 from penelope_engine.config import DType
+from penelope_engine.helpformat import parser
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest
 from penelope_engine.runner import step_inputs

@@ -3,15 +3,14 @@
 Rooms depend one way: `sched` -> `tiers` -> `cache`; `cache`, `sched` and the
 torch-free half of `tiers` import no torch. `core.build_core` is the one place
 that assembles a cache and a scheduler over tiers: the engine, the simulator
-and the replay all call it. Nothing here imports router, deployments, bench or
-penelope_cli.
+and the replay all call it. Nothing here imports router, deployments, bench,
+penelope_cli or penelope_sglang (the SGLang adapter, a package of its own above this one).
 
 Modules:
     cache/        the cache room: tree with holes, pages, placement, eviction policies
     sched/        the scheduling room: scheduler, admission, agent levers, sequences
     tiers/        the tiers room: KV pools, copies, load-or-recompute planner, handover
     model/        paged Qwen3 / Llama decoders, loaders (safetensors, GGUF), tokenizers
-    sglang/       the SGLang 0.5.23 plugin (`--radix-cache-backend penelope`) and adapter
     core          `build_core`: cache + scheduler + tiers from configs and `CoreHooks`
     engine        `Engine`: the synchronous step loop over the core and the model runner
     parts         the engine's parts from its config: KV pools, store, page identity, tiers
@@ -25,6 +24,7 @@ Modules:
     config        frozen, validated configs: model, scheduler, engine (re-exports the two below)
     cache_config  `CacheConfig`: page size, tier budgets, eviction policy, the store's tuning
     options       the named string options, each once: `DType`, `Arch`, write policy, ...
+    helpformat    one help style for every `penelope` parser (the CLI's and the benches')
     shipped       what ships and is measured: policy, agent levers, prefill chunk share
     costs         the default prefill cost constants (c_lin, c_attn)
     registry      `Registry`: strategies chosen by name

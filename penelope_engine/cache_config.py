@@ -6,7 +6,7 @@ Frozen and validated like every config (`penelope_engine.config` re-exports it).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Annotated
 
 from cache_store.health import StoreTuning
@@ -21,6 +21,8 @@ from penelope_engine.options import (
     with_help,
 )
 from penelope_engine.util import require
+
+_TUNING = StoreTuning()  # the store calls' defaults, in their one home
 
 
 @dataclass(frozen=True)
@@ -61,14 +63,15 @@ class CacheConfig:
     # `store_probe_s` (a success ends it). A store read on the request path (pages for
     # an admission, a session's record) waits `store_read_budget_s` at most: past it the
     # pages are recomputed, and the ledger counts them as `store_miss`.
-    store_connect_timeout_s: float = 2.0
+    # Each `store_X` is `StoreTuning`'s `X`, with its default from there (`store_tuning`).
+    store_connect_timeout_s: float = _TUNING.connect_timeout_s
     store_request_timeout_s: float = with_help(
-        10.0, "seconds an S3 call may wait for its response"
+        _TUNING.request_timeout_s, "seconds an S3 call may wait for its response"
     )
-    store_retries: int = 2
-    store_backoff_s: float = 0.1
-    store_backoff_max_s: float = 2.0
-    store_probe_s: float = with_help(2.0, "seconds between probes of a degraded store")
+    store_retries: int = _TUNING.retries
+    store_backoff_s: float = _TUNING.backoff_s
+    store_backoff_max_s: float = _TUNING.backoff_max_s
+    store_probe_s: float = with_help(_TUNING.probe_s, "seconds between probes of a degraded store")
     store_read_budget_s: float = with_help(
         0.5, "seconds a request-path store read may take; past it the pages are recomputed"
     )
@@ -139,12 +142,7 @@ class CacheConfig:
         """The store calls' timeouts, retries and probe interval."""
         try:
             return StoreTuning(
-                connect_timeout_s=self.store_connect_timeout_s,
-                request_timeout_s=self.store_request_timeout_s,
-                retries=self.store_retries,
-                backoff_s=self.store_backoff_s,
-                backoff_max_s=self.store_backoff_max_s,
-                probe_s=self.store_probe_s,
+                **{f.name: getattr(self, f"store_{f.name}") for f in fields(StoreTuning)}
             )
         except ValueError as e:
             raise ConfigError(f"store_{e}") from e

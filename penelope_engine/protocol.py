@@ -88,14 +88,6 @@ class GenerateRequest:
     def session(self) -> str:
         return self.session_id if self.session_id is not None else f"req:{self.request_id}"
 
-    @property
-    def prompt(self) -> str:
-        """The prompt as text for routers that match text prefixes (Ray Serve LLM's
-        `PrefixCacheAffinityRouter` reads `.prompt` of the call's argument): one
-        character per token id (its code point, shifted past the surrogates), so a
-        text prefix is a token prefix."""
-        return "".join(chr(t + 0x800 if t >= 0xD800 else t) for t in self.prompt_token_ids)
-
 
 @dataclass(frozen=True)
 class RequestOutput:

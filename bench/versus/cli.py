@@ -41,7 +41,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_cli.helpformat import parser
+    from penelope_engine.helpformat import parser
 
     d = VersusConfig((ServerSpec("x", "http://x"),))
     ap = parser("penelope bench versus", __doc__)

@@ -23,6 +23,7 @@ Modules:
     middleware          request bodies: size (413) and stall (408) limits; request counting
     prepare             body -> engine request: tokens, sampling, session, tenant, limits
     responses           OpenAI response bodies, usage with Penelope's breakdown, SSE framing
+    sessions            the one rule every API names a request's session by
     schemas             pydantic request bodies (HTTP edge only)
     settings            ``ApiSettings`` and API-key loading
     sglang_probes       SGLang's metadata probes, so that sgl-router can put Penelope

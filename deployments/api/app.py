@@ -47,14 +47,13 @@ from deployments.api.openai_responses.routes import add_responses_routes
 from deployments.api.openai_responses.store import ResponseStore, ResponseStoreCollector
 from deployments.api.prepare import Caller, prepare_chat, prepare_text
 from deployments.api.schemas import ChatCompletionRequest, CompletionRequest, SessionHintsRequest
+from deployments.api.sessions import header_session, named_session
 from deployments.api.settings import ApiSettings
 from deployments.api.sglang_probes import add_sglang_probes
 from deployments.metrics.series import ApiMetrics
 from penelope_engine.protocol import EngineStats
 
-SESSION_HEADER = "x-session-id"
 API_KEY_HEADER = "x-api-key"  # Anthropic's clients' key header, beside bearer tokens
-MAX_SESSION_ID = 256
 BackendFactory = Callable[[], Backend | Awaitable[Backend]]
 
 
@@ -140,7 +139,7 @@ def _caller(request: Request) -> Caller:
     tenant = state.auth.tenant(authorization)
     if settings.tenant_header:
         tenant = request.headers.get(settings.tenant_header) or tenant
-    session = request.headers.get(SESSION_HEADER) or None
+    session = header_session(request.headers)
     return Caller(tenant, session, hint_headers(request.headers))
 
 
@@ -170,8 +169,8 @@ def _add_routes(app: FastAPI, state: AppState) -> None:
         session_id: str, body: SessionHintsRequest, who: CallerDep
     ) -> JSONResponse:
         """What a harness learned once a turn's reply arrived: the session's gap, its end."""
-        if not 0 < len(session_id) <= MAX_SESSION_ID:
-            raise invalid(f"session id must have 1 to {MAX_SESSION_ID} characters", "session_id")
+        if named_session(session_id, "session_id") != session_id:
+            raise invalid("session id must not be blank or padded with white space", "session_id")
         hints = session_endpoint_hints(body)
         grants = await state.ready_backend().session_hints(session_id, who.tenant, hints)
         return JSONResponse({"session_id": session_id, "hints": grants_body(tuple(grants))})

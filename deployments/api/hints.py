@@ -31,6 +31,7 @@ from typing import Any
 
 from deployments.api.errors import invalid
 from deployments.api.schemas import ChatCompletionRequest, CompletionRequest, SessionHintsRequest
+from deployments.api.sessions import named_session
 from penelope_engine.errors import InvalidRequestError
 from penelope_engine.hints import NO_HINTS, HintGrant, SessionHints
 
@@ -74,10 +75,10 @@ def _from_headers(headers: Mapping[str, str]) -> dict[str, Any]:
             out[name] = _seconds(value, header)
         elif name == "end_session":
             out[name] = _flag(value, header)
-        elif not value or len(value) > 256:
-            raise invalid(f"{header} must have 1 to 256 characters", header)
+        elif (named := named_session(value, header)) is None:
+            raise invalid(f"{header} must not be blank", header)
         else:
-            out[name] = value
+            out[name] = named
     return out
 
 

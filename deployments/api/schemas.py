@@ -27,6 +27,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from deployments.api.sessions import ClientId
+
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
@@ -65,7 +67,7 @@ class PenelopeHints(_Closed):
     retain_s: Seconds | None = None
     expected_gap_s: Seconds | None = None
     end_session: bool = False
-    parent_session: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    parent_session: ClientId | None = None
 
 
 class SessionHintsRequest(_Closed):
@@ -94,7 +96,7 @@ class FunctionCall(_Strict):
 class ToolCallPart(_Strict):
     """An assistant message's `tool_calls[i]`."""
 
-    id: Annotated[str, Field(min_length=1, max_length=256)]
+    id: ClientId
     type: Literal["function"] = "function"
     function: FunctionCall
 
@@ -141,7 +143,7 @@ class ChatMessage(_Strict):
     name: str | None = None
     cache_control: CacheControl | None = None
     tool_calls: list[ToolCallPart] | None = None  # role "assistant"
-    tool_call_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None  # "tool"
+    tool_call_id: ClientId | None = None  # "tool"
 
     def text(self) -> str:
         if self.content is None:
@@ -170,7 +172,7 @@ class _SamplingFields(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
-    session_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    session_id: ClientId | None = None
     penelope: PenelopeHints | None = None
 
     def stop_list(self) -> list[str]:

@@ -22,8 +22,8 @@ from deployments.api.app import create_app
 from deployments.api.backend import LocalBackend
 from deployments.api.connections import first_request_deadline
 from deployments.api.settings import ApiSettings
-from deployments.ray.serve_config import DEFAULT_MODEL
 from penelope_engine.config import EngineConfig
+from penelope_engine.shipped import SHIPPED_MODEL
 
 log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 30.0  # uvicorn's graceful shutdown (5 s) plus the app's lifespan close
@@ -52,7 +52,7 @@ def standalone_app(engine_config: EngineConfig, settings: ApiSettings | None = N
 def serve_standalone(
     host: str = "127.0.0.1",
     port: int = 8000,
-    model: str = DEFAULT_MODEL,
+    model: str = SHIPPED_MODEL,
     *,
     engine_config: EngineConfig | None = None,
     settings: ApiSettings | None = None,

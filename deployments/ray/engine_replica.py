@@ -43,7 +43,7 @@ from penelope_engine.protocol import (
     EngineStats,
     GenerateRequest,
 )
-from penelope_engine.sglang.config import SGLangEngineConfig
+from penelope_sglang.config import SGLangEngineConfig
 from router.digest import build_digest
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class EngineInfo:
 
 def _sglang_engine(config: SGLangEngineConfig) -> EngineProtocol:
     """SGLang in-process with the penelope backend (needs CUDA and sglang==0.5.23)."""
-    from penelope_engine.sglang.engine import SGLangEngine
+    from penelope_sglang.engine import SGLangEngine
 
     return SGLangEngine(config)
 

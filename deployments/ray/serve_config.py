@@ -8,7 +8,7 @@ the key, and everything past this point is frozen dataclasses.
     args:
       engine:      penelope_engine.config.EngineConfig (model, cache, scheduler),
                    or the string "sglang" to run SGLang with the Penelope backend
-      sglang:      penelope_engine.sglang.config.SGLangEngineConfig (with engine: sglang;
+      sglang:      penelope_sglang.config.SGLangEngineConfig (with engine: sglang;
                    CUDA only to run, parsed anywhere)
       api:         deployments.api.settings.ApiSettings (limits; keys come from a file/env)
       engine_deployment: EngineDeploymentSettings (CPUs, queue bounds, autoscaling)
@@ -28,15 +28,14 @@ from pydantic import TypeAdapter, ValidationError
 
 from deployments.api.settings import ApiSettings
 from deployments.metrics.autoscaling import KvPressureSettings
-from penelope_engine.config import CacheConfig, EngineConfig
+from penelope_engine.config import EngineConfig
 from penelope_engine.errors import ConfigError
-from penelope_engine.sglang.config import SGLangEngineConfig
+from penelope_engine.shipped import shipped_engine
 from penelope_engine.util import require
+from penelope_sglang.config import SGLangEngineConfig
 from router.board import PLACEMENT_BOARDS
 from router.policies import ROUTING_POLICIES
 from router.schema import RouterConfig
-
-DEFAULT_MODEL = "smollm2-135m"
 
 
 @dataclass(frozen=True)
@@ -144,15 +143,11 @@ class RouterSettings:
         return {"policy": self.policy, "placements": self.placements, **changed}
 
 
-def _default_engine() -> EngineConfig:
-    return EngineConfig(model=DEFAULT_MODEL, cache=CacheConfig(device_pages=2048))
-
-
 @dataclass(frozen=True)
 class ServeConfig:
     """Everything `build_application` needs."""
 
-    engine: EngineConfig | typing.Literal["sglang"] = field(default_factory=_default_engine)
+    engine: EngineConfig | typing.Literal["sglang"] = field(default_factory=shipped_engine)
     sglang: SGLangEngineConfig | None = None
     api: ApiSettings = field(default_factory=ApiSettings)
     engine_deployment: EngineDeploymentSettings = field(default_factory=EngineDeploymentSettings)

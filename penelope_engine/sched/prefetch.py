@@ -7,7 +7,7 @@ session comes back (`expected_gap_s`), the prefetcher starts that read
 `AgentConfig.prefetch_lead_s` before then, soonest first, one read at a time
 (the store is one channel), in the background (`SchedulerTiers.read_ahead`).
 Sessions without the hint are left alone: a return learned from past gaps
-misses by a median of 93 s on the Claude Code traces (docs/results.md A.15),
+misses by a median of 93 s on the Claude Code traces (docs/history.md A.15),
 and a read that lands that early is evicted again before the turn.
 
 A read asks only for what the host can take, and no more than the store gives

@@ -30,11 +30,10 @@ from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
 from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.contract import ReadAhead
-from penelope_engine.tiers.kv_pool import DTYPES, KVPool
+from penelope_engine.tiers.kv_pool import DTYPES, NAMES_OF_DTYPES, KVPool
 from penelope_engine.tiers.transfer import PageMover
 
 log = logging.getLogger(__name__)
-DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class PageSnapshot:
             page_hashes=self.hashes,
             positions=self.positions,
             token_ids=tuple(tuple(t) for t in self.tokens.tolist()),
-            dtype=DTYPE_NAMES[self.kv.dtype],
+            dtype=NAMES_OF_DTYPES[self.kv.dtype],
             shape=tuple(self.kv.shape),
             payload=memoryview(self.kv.view(torch.uint8).numpy().data).cast("B"),
         )

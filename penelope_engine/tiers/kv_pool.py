@@ -12,9 +12,11 @@ from __future__ import annotations
 import torch
 
 from penelope_engine.config import ModelConfig
+from penelope_engine.options import DTYPE_NAMES
 
-# Keyed by `config.DType` (a test holds the names equal).
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Each `options.DType` name as torch's dtype, and back (a segment names its dtype).
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
+NAMES_OF_DTYPES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
 
 
 class KVPool:

@@ -15,7 +15,15 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("penelope_engine", "router", "deployments", "cache_store", "penelope_cli", "bench")
+PACKAGES = (
+    "penelope_engine",
+    "penelope_sglang",
+    "router",
+    "deployments",
+    "cache_store",
+    "penelope_cli",
+    "bench",
+)
 OWNER = ROOT / "penelope_engine" / "cache"
 CACHE_PARTS = {"tree", "placement", "heaps"}
 

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("penelope_engine", "cache_store", "router", "deployments", "bench", "penelope_cli")
+PACKAGES = (
+    "penelope_engine",
+    "penelope_sglang",
+    "cache_store",
+    "router",
+    "deployments",
+    "bench",
+    "penelope_cli",
+)
 # docs/architecture.md's table lists these packages module by module; the others by their
 # own __init__.
 MAPPED_PACKAGES = (
@@ -19,6 +27,7 @@ MAPPED_PACKAGES = (
     "penelope_engine/cache",
     "penelope_engine/sched",
     "penelope_engine/tiers",
+    "penelope_sglang",
     "cache_store",
     "router",
     "deployments",

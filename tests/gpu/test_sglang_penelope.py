@@ -78,7 +78,7 @@ def plugin_entry_point(tmp_path_factory: pytest.TempPathFactory) -> None:
         "Metadata-Version: 2.1\nName: penelope-gpu-test\nVersion: 0.0.0\n"
     )
     (dist / "entry_points.txt").write_text(
-        "[sglang.srt.plugins]\npenelope = penelope_engine.sglang.plugin:register\n"
+        "[sglang.srt.plugins]\npenelope = penelope_sglang.plugin:register\n"
     )
     paths = [str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
@@ -86,8 +86,8 @@ def plugin_entry_point(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def run_workload(model_dir: Path, backend: str | None, hicache: bool) -> dict[str, Any]:
     """Every turn's greedy tokens, the prompt tokens served from cache, returning TTFTs."""
-    from penelope_engine.sglang.digests import usage_of
-    from penelope_engine.sglang.sessions import SessionHint
+    from penelope_sglang.digests import usage_of
+    from penelope_sglang.sessions import SessionHint
 
     kwargs: dict[str, Any] = {
         "model_path": str(model_dir),

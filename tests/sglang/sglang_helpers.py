@@ -14,7 +14,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.test.kits.unified_radix_cache import fixtures
 from sglang.test.kits.unified_radix_cache.config import CacheConfig
 
-from penelope_engine.sglang.radix_cache import PenelopeRadixCache
+from penelope_sglang.radix_cache import PenelopeRadixCache
 
 
 def build_penelope(cfg: CacheConfig, **kwargs: Any) -> tuple[PenelopeRadixCache, Any, Any]:

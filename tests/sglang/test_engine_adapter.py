@@ -20,8 +20,8 @@ from sglang.srt.server_args import ServerArgs
 
 from penelope_engine.errors import ConfigError
 from penelope_engine.protocol import EngineProtocol, GenerateRequest, SamplingParams
-from penelope_engine.sglang import engine as adapter
-from penelope_engine.sglang.engine import (
+from penelope_sglang import engine as adapter
+from penelope_sglang.engine import (
     SGLangEngine,
     SGLangEngineConfig,
     finish_reason,
@@ -130,7 +130,7 @@ def test_the_adapter_answers_every_member_of_the_engine_protocol(
 def test_importing_the_adapter_without_sglang_says_how_to_install_it() -> None:
     code = (
         "import sys; sys.modules['sglang'] = None\n"
-        "try:\n    import penelope_engine.sglang.engine\n"
+        "try:\n    import penelope_sglang.engine\n"
         "except ImportError as e:\n    print(e)\n"
     )
     out = subprocess.run(
@@ -144,7 +144,7 @@ def test_the_plugin_hooks_apply_to_sglangs_scheduler() -> None:
         "import sys; sys.path.insert(0, 'tests/sglang/stubs')\n"
         "from sglang.srt.managers.scheduler import Scheduler\n"
         "from sglang.srt.plugins.hook_registry import HookRegistry\n"
-        "from penelope_engine.sglang import plugin\n"
+        "from penelope_sglang import plugin\n"
         "before = {'fn': Scheduler._add_request_to_queue}\n"  # apply_hooks rebinds globals
         "plugin.register(); HookRegistry.apply_hooks()\n"
         "assert Scheduler._add_request_to_queue is not before['fn']\n"

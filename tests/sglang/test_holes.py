@@ -11,7 +11,7 @@ from sglang.test.kits.unified_radix_cache.config import CacheConfig
 from sglang.test.kits.unified_radix_cache.fixtures import match_prefix
 from sglang_helpers import accounting_holds, build_penelope, insert, key
 
-from penelope_engine.sglang.results import PenelopeMatch
+from penelope_sglang.results import PenelopeMatch
 
 KV = 128
 CFG = CacheConfig(page_size=4, kv_size=KV)

@@ -27,7 +27,7 @@ from sglang_helpers import (
     key,
 )
 
-from penelope_engine.sglang.results import PenelopeMatch
+from penelope_sglang.results import PenelopeMatch
 
 KV = 128
 CFG = CacheConfig(page_size=4, kv_size=KV)

@@ -18,10 +18,10 @@ from sglang.srt.server_args import ServerArgs, set_global_server_args_for_schedu
 from sglang.test.kits.unified_radix_cache.config import CacheConfig
 from sglang.test.kits.unified_radix_cache.fixtures import build_fixture
 
-from penelope_engine.sglang import hooks, plugin
-from penelope_engine.sglang.radix_cache import PenelopeRadixCache
+from penelope_sglang import hooks, plugin
+from penelope_sglang.radix_cache import PenelopeRadixCache
 
-ENTRY_POINT = "penelope = penelope_engine.sglang.plugin:register"
+ENTRY_POINT = "penelope = penelope_sglang.plugin:register"
 
 
 def test_register_adds_the_backend_once() -> None:
@@ -82,9 +82,9 @@ def test_importing_the_package_does_not_import_sglang() -> None:
     import subprocess
 
     code = (
-        "import sys, penelope_engine.sglang, penelope_engine.sglang.shelf, "
-        "penelope_engine.sglang.policy, penelope_engine.sglang.refill, "
-        "penelope_engine.sglang.results; "
+        "import sys, penelope_sglang, penelope_sglang.shelf, "
+        "penelope_sglang.policy, penelope_sglang.refill, "
+        "penelope_sglang.results; "
         "assert 'sglang' not in sys.modules, 'sglang was imported'"
     )
     root = Path(__file__).resolve().parents[2]

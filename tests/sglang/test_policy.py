@@ -10,8 +10,8 @@ from sglang.test.kits.unified_radix_cache.config import CacheConfig
 from sglang.test.kits.unified_radix_cache.fixtures import match_prefix
 from sglang_helpers import build_penelope, insert
 
-from penelope_engine.sglang.policy import coldest_session, private_chain, private_chains
-from penelope_engine.sglang.shelf import ShelvedSuffix
+from penelope_sglang.policy import coldest_session, private_chain, private_chains
+from penelope_sglang.shelf import ShelvedSuffix
 
 CFG = CacheConfig(page_size=4, kv_size=128)
 SHARED = list(range(1, 9))

@@ -21,8 +21,8 @@ from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.test.kits.unified_radix_cache.config import CacheConfig
 from sglang_helpers import accounting_holds, build_penelope, insert
 
-from penelope_engine.sglang import hooks
-from penelope_engine.sglang.refill import REFILL_RID_PREFIX, is_refill_rid
+from penelope_sglang import hooks
+from penelope_sglang.refill import REFILL_RID_PREFIX, is_refill_rid
 
 KV = 128
 CFG = CacheConfig(page_size=4, kv_size=KV)

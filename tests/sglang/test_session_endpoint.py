@@ -45,11 +45,11 @@ from deployments.api.hints import grants_body, session_endpoint_hints
 from deployments.api.schemas import SessionHintsRequest
 from penelope_engine.errors import EngineError
 from penelope_engine.hints import SessionHints
-from penelope_engine.sglang import engine as adapter
-from penelope_engine.sglang import hint_rpc, hooks
-from penelope_engine.sglang.between_turns import MAX_PIN_S
-from penelope_engine.sglang.engine import SGLangEngine, SGLangEngineConfig
-from penelope_engine.sglang.sessions import SessionHint
+from penelope_sglang import engine as adapter
+from penelope_sglang import hint_rpc, hooks
+from penelope_sglang.between_turns import MAX_PIN_S
+from penelope_sglang.engine import SGLangEngine, SGLangEngineConfig
+from penelope_sglang.sessions import SessionHint
 
 KV = 256
 CFG = CacheConfig(page_size=4, kv_size=KV)

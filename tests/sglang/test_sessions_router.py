@@ -26,8 +26,8 @@ from sglang_helpers import (
 )
 
 from penelope_engine.cache.pages import FirstPages, PageNaming
-from penelope_engine.sglang import digests, hooks
-from penelope_engine.sglang.sessions import SessionHint
+from penelope_sglang import digests, hooks
+from penelope_sglang.sessions import SessionHint
 from router.core import AffinityRouter
 from router.digest import build_digest, decode_digest
 from router.schema import ReplicaView, RouteRequest

@@ -7,7 +7,7 @@ from array import array
 import pytest
 import torch
 
-from penelope_engine.sglang.shelf import ShelvedSuffix, SuffixShelf
+from penelope_sglang.shelf import ShelvedSuffix, SuffixShelf
 
 NS = (None, None)
 

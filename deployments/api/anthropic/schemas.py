@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator
 
 from deployments.api.schemas import CacheControl, PenelopeHints, _Closed, _Strict
+from deployments.api.sessions import ClientId
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[a-zA-Z0-9_-]+$")]
 
@@ -27,7 +28,7 @@ class TextBlock(_Strict):
 
 class ToolUseBlock(_Strict):
     type: Literal["tool_use"]
-    id: Annotated[str, Field(min_length=1, max_length=256)]
+    id: ClientId
     name: Name
     input: dict[str, Any]
     cache_control: CacheControl | None = None
@@ -35,7 +36,7 @@ class ToolUseBlock(_Strict):
 
 class ToolResultBlock(_Strict):
     type: Literal["tool_result"]
-    tool_use_id: Annotated[str, Field(min_length=1, max_length=256)]
+    tool_use_id: ClientId
     content: str | list[TextBlock] = ""
     is_error: bool = False
     cache_control: CacheControl | None = None

@@ -29,13 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from deployments.api.anthropic.schemas import Message, PromptRequest, TextBlock
+from deployments.api.sessions import MAX_SESSION_ID, header_session, named_session
 
-SESSION_HEADER = "x-session-id"
 CLAUDE_SESSION_HEADER = "x-claude-code-session-id"
 CLAUDE_PARENT_HEADER = "x-claude-code-parent-agent-id"
 ATTRIBUTION_PREFIX = "x-anthropic-billing-header:"
-MAX_ID_CHARS = 256
-_USER_ID_SESSION = re.compile(r"_session_([A-Za-z0-9_.:-]{1,256})$")
+_USER_ID_SESSION = re.compile(rf"_session_([A-Za-z0-9_.:-]{{1,{MAX_SESSION_ID}}})$")
 
 
 @dataclass(frozen=True)
@@ -46,23 +45,18 @@ class SessionIds:
 
 
 def session_of(body: PromptRequest, headers: Mapping[str, str]) -> SessionIds:
-    """The request's session, by the rule in the module doc."""
-    explicit = _header(headers, SESSION_HEADER)
-    parent = _header(headers, CLAUDE_PARENT_HEADER)
+    """The request's session, by the rule in the module doc (ids as `api.sessions` says)."""
+    explicit = header_session(headers)
+    parent = header_session(headers, CLAUDE_PARENT_HEADER)
     if explicit:
         return SessionIds(explicit, parent, "header")
-    claude = _header(headers, CLAUDE_SESSION_HEADER)
+    claude = header_session(headers, CLAUDE_SESSION_HEADER)
     if claude:
         return SessionIds(claude, parent, "claude-code")
     from_user = _user_id_session(getattr(body, "metadata", None))
     if from_user:
         return SessionIds(from_user, parent, "metadata")
     return SessionIds(_conversation_id(body), parent, "conversation")
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    value = (headers.get(name) or "").strip()
-    return value[:MAX_ID_CHARS] or None
 
 
 def _user_id_session(metadata: object) -> str | None:
@@ -74,7 +68,7 @@ def _user_id_session(metadata: object) -> str | None:
     except ValueError:
         parsed = None
     if isinstance(parsed, dict) and isinstance(parsed.get("session_id"), str):
-        return parsed["session_id"][:MAX_ID_CHARS] or None
+        return named_session(parsed["session_id"], "metadata.user_id session_id")
     found = _USER_ID_SESSION.search(user_id)
     return found.group(1) if found else None
 

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, TypeAdapter, field_validator
 
 from deployments.api.schemas import FunctionName, PenelopeHints, _Strict
+from deployments.api.sessions import ClientId
 
 DROPPED_ITEM_TYPES = frozenset(
     {
@@ -46,7 +47,6 @@ SKIPPED_TOOL_TYPES = frozenset(
         "namespace", "apply_patch", "tool_search",
     }
 )  # fmt: skip
-CallId = Annotated[str, Field(min_length=1, max_length=256)]
 
 
 class TextContent(_Strict):
@@ -95,14 +95,14 @@ class MessageItem(_Strict):
 
 class FunctionCallItem(_Strict):
     type: Literal["function_call"]
-    call_id: CallId
+    call_id: ClientId
     name: FunctionName
     arguments: str
 
 
 class FunctionCallOutputItem(_Strict):
     type: Literal["function_call_output"]
-    call_id: CallId
+    call_id: ClientId
     output: str | list[ContentPart]
 
     def text(self) -> str:
@@ -196,7 +196,7 @@ class ResponsesRequest(_Strict):
     model: str
     input: str | Annotated[list[InputItem], Field(min_length=1)]
     instructions: str | None = None
-    previous_response_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    previous_response_id: ClientId | None = None
     tools: list[ResponseTool] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedFunctionChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -206,7 +206,7 @@ class ResponsesRequest(_Strict):
     top_p: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] | None = None
     stream: bool = False
     store: bool = True
-    prompt_cache_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    prompt_cache_key: ClientId | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
     penelope: PenelopeHints | None = None

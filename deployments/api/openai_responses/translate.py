@@ -59,20 +59,19 @@ from deployments.api.schemas import (
     Tool,
     ToolCallPart,
 )
-
-SESSION_HEADER = "x-session-id"
-MAX_ID_CHARS = 256
+from deployments.api.sessions import header_session, named_session
 
 
 def session_of(
     body: ResponsesRequest, headers: Mapping[str, str], chain_session: str | None
 ) -> str:
-    """The request's session, by the rule in the module doc."""
-    header = (headers.get(SESSION_HEADER) or "").strip()[:MAX_ID_CHARS]
+    """The request's session, by the rule in the module doc (ids as `api.sessions` says)."""
+    header = header_session(headers)
     if header:
         return header
-    if body.prompt_cache_key:
-        return body.prompt_cache_key
+    cache_key = named_session(body.prompt_cache_key, "prompt_cache_key")
+    if cache_key:
+        return cache_key
     if chain_session:
         return chain_session
     digest = hashlib.sha256((body.instructions or "").encode() + b"\x00")

@@ -4,7 +4,7 @@ import pytest
 
 from deployments.ray.serve_config import parse_serve_config
 from penelope_engine.errors import ConfigError
-from penelope_engine.sglang.config import SGLangEngineConfig
+from penelope_sglang.config import SGLangEngineConfig
 
 
 def test_engine_sglang_selects_the_sglang_settings() -> None:

@@ -15,7 +15,7 @@ from deployments.ray.serve_config import parse_serve_config
 from penelope_cli.serve import add_serve_args, config_from_args
 from penelope_engine.config import AgentConfig, SchedulerConfig
 from penelope_engine.errors import ConfigError
-from penelope_engine.shipped import SHIPPED_POLICY, shipped_scheduler
+from penelope_engine.shipped import SHIPPED_POLICY, shipped_engine, shipped_scheduler
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -52,7 +52,8 @@ def test_the_defaults_are_what_serve_config_yaml_deploys() -> None:
     doc = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     deployed = parse_serve_config(doc["applications"][0]["args"]).engine
     engine, _ = config_from_args(parse())
-    assert engine == deployed
+    assert engine == deployed == shipped_engine()  # one home: penelope_engine.shipped
+    assert parse_serve_config(None).engine == deployed  # args that name no engine
     assert engine.cache.host_pages == 2 * engine.cache.device_pages
     assert engine.cache.store_uri == "~/.cache/penelope/store"
     assert engine.scheduler.agent.prefetch_lead_s > 0  # with a store, prefetch runs

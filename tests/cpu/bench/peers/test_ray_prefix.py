@@ -18,6 +18,7 @@ import math
 import random
 import uuid
 from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
@@ -359,16 +360,27 @@ def test_page_tree_matches_rays_prefix_tree_with_eviction() -> None:
         assert real.tenant_to_char_count == ours.pages, t
 
 
+@dataclass(frozen=True)
+class TextPromptRequest(GenerateRequest):
+    """Our request as Ray Serve LLM's `PrefixCacheAffinityRouter` needs it: that router
+    reads `.prompt` of the call's argument. One character per token id (its code point,
+    shifted past the surrogates), so a text prefix is a token prefix."""
+
+    @property
+    def prompt(self) -> str:
+        return "".join(chr(t + 0x800 if t >= 0xD800 else t) for t in self.prompt_token_ids)
+
+
 def test_rays_prefix_router_reads_the_prompt_of_our_request() -> None:
     router_module = pytest.importorskip(REAL_ROUTER)
     from ray.serve._private.common import RequestMetadata
     from ray.serve.request_router import PendingRequest
 
     real = object.__new__(router_module.PrefixCacheAffinityRouter)
-    first = GenerateRequest("r1", (5, 0xD7FF, 0xD800, 0xDFFF, 151_000), session_id="s")
-    longer = GenerateRequest("r2", (*first.prompt_token_ids, 7, 8), session_id="s")
+    first = TextPromptRequest("r1", (5, 0xD7FF, 0xD800, 0xDFFF, 151_000), session_id="s")
+    longer = TextPromptRequest("r2", (*first.prompt_token_ids, 7, 8), session_id="s")
 
-    async def text_of(request: GenerateRequest) -> str:
+    async def text_of(request: TextPromptRequest) -> str:
         ids = uuid.uuid4().hex
         metadata = RequestMetadata(request_id=ids, internal_request_id=ids, session_id="s")
         pending = PendingRequest(args=[request], kwargs={}, metadata=metadata)

@@ -35,7 +35,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from penelope_engine.sglang.shelf import ShelvedSuffix
+from penelope_sglang.shelf import ShelvedSuffix
 
 REFILL_RID_PREFIX = "penelope-refill-"
 

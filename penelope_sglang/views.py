@@ -20,10 +20,10 @@ from typing import Any
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
 from penelope_engine.protocol import DIGEST_LIMITS
-from penelope_engine.sglang.contract import PenelopeTree
-from penelope_engine.sglang.results import key_tokens
-from penelope_engine.sglang.sessions import SessionEntry
-from penelope_engine.sglang.support import FULL, path_above
+from penelope_sglang.contract import PenelopeTree
+from penelope_sglang.results import key_tokens
+from penelope_sglang.sessions import SessionEntry
+from penelope_sglang.support import FULL, path_above
 
 VIEW_KEY = "penelope"  # the key of Penelope's part of `get_internal_state`
 

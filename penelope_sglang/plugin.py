@@ -4,7 +4,7 @@ SGLang calls `register` from `load_plugins()` in every process (server,
 engine, scheduler) through the entry point our package declares:
 
     [project.entry-points."sglang.srt.plugins"]
-    penelope = "penelope_engine.sglang.plugin:register"
+    penelope = "penelope_sglang.plugin:register"
 
 after which `--radix-cache-backend penelope` (or `radix_cache_backend="penelope"`
 for `sglang.Engine`) selects `PenelopeRadixCache`.
@@ -21,9 +21,9 @@ from sglang.srt.mem_cache.registry import (
     registered_radix_cache_backends,
 )
 
-from penelope_engine.sglang.config import BACKEND_NAME
-from penelope_engine.sglang.hooks import register_scheduler_hooks
-from penelope_engine.sglang.radix_cache import PenelopeRadixCache
+from penelope_sglang.config import BACKEND_NAME
+from penelope_sglang.hooks import register_scheduler_hooks
+from penelope_sglang.radix_cache import PenelopeRadixCache
 
 
 def penelope_cache_factory(ctx: TreeCacheBuildContext) -> Any:

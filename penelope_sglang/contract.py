@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from penelope_engine.sglang.results import PenelopeCounters
-from penelope_engine.sglang.sessions import RetainPins, SessionBook
-from penelope_engine.sglang.shelf import SuffixShelf
+from penelope_sglang.results import PenelopeCounters
+from penelope_sglang.sessions import RetainPins, SessionBook
+from penelope_sglang.shelf import SuffixShelf
 
 if TYPE_CHECKING:
-    from penelope_engine.sglang.host_tier import HostTier
+    from penelope_sglang.host_tier import HostTier
 
 
 class Clocked(Protocol):

@@ -14,7 +14,7 @@ from typing import Any
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-from penelope_engine.sglang.results import key_tokens
+from penelope_sglang.results import key_tokens
 
 FULL = ComponentType.FULL
 

@@ -42,18 +42,18 @@ from penelope_engine.protocol import (
     SessionDigest,
     TokenUsage,
 )
-from penelope_engine.sglang import require_sglang
+from penelope_sglang import require_sglang
 
-require_sglang("penelope_engine.sglang.engine (the `sglang` engine)")
+require_sglang("penelope_sglang.engine (the `sglang` engine)")
 
 import sglang  # noqa: E402
 
-from penelope_engine.sglang import digests  # noqa: E402
-from penelope_engine.sglang.config import SGLangEngineConfig  # noqa: E402
-from penelope_engine.sglang.hint_rpc import HintChannel  # noqa: E402
-from penelope_engine.sglang.plugin import register  # noqa: E402
-from penelope_engine.sglang.sessions import SessionHint  # noqa: E402
-from penelope_engine.sglang.views import VIEW_KEY  # noqa: E402
+from penelope_sglang import digests  # noqa: E402
+from penelope_sglang.config import SGLangEngineConfig  # noqa: E402
+from penelope_sglang.hint_rpc import HintChannel  # noqa: E402
+from penelope_sglang.plugin import register  # noqa: E402
+from penelope_sglang.sessions import SessionHint  # noqa: E402
+from penelope_sglang.views import VIEW_KEY  # noqa: E402
 
 if TYPE_CHECKING:
     from cache_store import StoreStats

@@ -40,11 +40,11 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
 from penelope_engine.hints import refused
-from penelope_engine.sglang import between_turns, hint_rpc
-from penelope_engine.sglang.digests import EVICTED_KEY, REFILLED_KEY
-from penelope_engine.sglang.radix_cache import PenelopeRadixCache
-from penelope_engine.sglang.refill import RefillCoordinator, RefillPlan, is_refill_rid
-from penelope_engine.sglang.views import VIEW_KEY
+from penelope_sglang import between_turns, hint_rpc
+from penelope_sglang.digests import EVICTED_KEY, REFILLED_KEY
+from penelope_sglang.radix_cache import PenelopeRadixCache
+from penelope_sglang.refill import RefillCoordinator, RefillPlan, is_refill_rid
+from penelope_sglang.views import VIEW_KEY
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 STREAMER = "sglang.srt.managers.scheduler_components.output_streamer.SchedulerOutputStreamer"

@@ -15,7 +15,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from penelope_engine.sglang.shelf import ShelfHit, ShelvedSuffix
+from penelope_sglang.shelf import ShelfHit, ShelvedSuffix
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from penelope_engine.hints import ClipReason, HintGrant, SessionHints, refused
-from penelope_engine.sglang.sessions import SessionEntry
-from penelope_engine.sglang.support import FULL
+from penelope_sglang.sessions import SessionEntry
+from penelope_sglang.support import FULL
 
 if TYPE_CHECKING:
-    from penelope_engine.sglang.radix_cache import PenelopeRadixCache
+    from penelope_sglang.radix_cache import PenelopeRadixCache
 
 MAX_PIN_S = 600.0  # the longest retain_s granted (HintQuotas' default pin_seconds)
 

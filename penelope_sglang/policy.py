@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 from typing import Any
 
-from penelope_engine.sglang.shelf import ShelvedSuffix
+from penelope_sglang.shelf import ShelvedSuffix
 
 FULL = 0  # SGLang's ComponentType.FULL, the index of the full-attention KV on a node
 

@@ -28,7 +28,7 @@ What changes against SGLang's default tree (everything else is inherited):
   router, the miss ledger's `evicted` count), orders victims by the hints and
   pins retained sessions with SGLang's own node locks.
 
-What the backend supports: `penelope_engine.sglang.support`."""
+What the backend supports: `penelope_sglang.support`."""
 
 from __future__ import annotations
 
@@ -48,20 +48,20 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.components.base import get_and_increase_time_counter
 
-from penelope_engine.sglang.accounting import ShelfAccounting
-from penelope_engine.sglang.eviction import Evictor
-from penelope_engine.sglang.host_tier import HostTier
-from penelope_engine.sglang.refill import RefillCoordinator, is_refill_rid
-from penelope_engine.sglang.results import (
+from penelope_sglang.accounting import ShelfAccounting
+from penelope_sglang.eviction import Evictor
+from penelope_sglang.host_tier import HostTier
+from penelope_sglang.refill import RefillCoordinator, is_refill_rid
+from penelope_sglang.results import (
     PenelopeCounters,
     PenelopeMatch,
     key_namespace,
     key_tokens,
 )
-from penelope_engine.sglang.sessions import RetainPins, SessionBook, hint_of
-from penelope_engine.sglang.shelf import ShelvedSuffix, SuffixShelf
-from penelope_engine.sglang.support import FULL, supported_params
-from penelope_engine.sglang.views import SessionViews
+from penelope_sglang.sessions import RetainPins, SessionBook, hint_of
+from penelope_sglang.shelf import ShelvedSuffix, SuffixShelf
+from penelope_sglang.support import FULL, supported_params
+from penelope_sglang.views import SessionViews
 
 
 class PenelopeRadixCache(ShelfAccounting):

@@ -30,11 +30,11 @@ from typing import Any
 
 import torch
 
-from penelope_engine.sglang.contract import PenelopeTree
-from penelope_engine.sglang.policy import PrivateChain, coldest_session, private_chains
-from penelope_engine.sglang.results import key_namespace, key_tokens
-from penelope_engine.sglang.shelf import ShelvedSuffix
-from penelope_engine.sglang.support import FULL, path_above
+from penelope_sglang.contract import PenelopeTree
+from penelope_sglang.policy import PrivateChain, coldest_session, private_chains
+from penelope_sglang.results import key_namespace, key_tokens
+from penelope_sglang.shelf import ShelvedSuffix
+from penelope_sglang.support import FULL, path_above
 
 
 class Evictor:

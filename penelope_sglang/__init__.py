@@ -1,11 +1,15 @@
 """Penelope inside SGLang 0.5.23, as a plugin rather than a fork.
 
+A package of its own above `penelope_engine`: it imports the engine's cache pages,
+hints, protocol and errors, and nothing in `penelope_engine` imports it (the
+deployment layer, `deployments.ray`, picks it for `engine: sglang`).
+
 Modules that need SGLang import it themselves; importing this package,
 `config`, `shelf`, `policy`, `results` or `contract` does not.
 
 SGLang users select the cache with `--radix-cache-backend penelope`; the
 plugin registers it when SGLang loads its plugins (package entry point
-`sglang.srt.plugins`: `penelope = penelope_engine.sglang.plugin:register`).
+`sglang.srt.plugins`: `penelope = penelope_sglang.plugin:register`).
 
 Modules:
     accounting   the suffix shelf in SGLang's memory accounting (a layer under radix_cache)

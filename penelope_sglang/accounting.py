@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-from penelope_engine.sglang.host_tier import HostTier
-from penelope_engine.sglang.shelf import SuffixShelf
+from penelope_sglang.host_tier import HostTier
+from penelope_sglang.shelf import SuffixShelf
 
 
 class ShelfAccounting(UnifiedRadixCache):
