@@ -24,6 +24,7 @@ from penelope_engine.cache.eviction import EvictionPolicy, make_eviction_policy
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.placement import TierIO
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, SchedulerConfig
 from penelope_engine.sched.hinted import HintQuotas
 from penelope_engine.sched.scheduler import Scheduler
@@ -49,7 +50,11 @@ class CoreHooks:
     - `step_observer`: called with each batch before the model runs it (the
       replay pairs batches with step times);
     - `policy`: an eviction policy object in place of `CacheConfig.policy`
-      (the simulator's offline oracle).
+      (the simulator's offline oracle);
+    - `on_copy`: told (tier, bytes, seconds) of each load the engine's tiers make,
+      after the engine's cost calibrator (a bench timing loads);
+    - `spills_behind`: the engine's host evictions go to the store on the write-behind
+      queue (False: in line, as a simulated clock charges them).
     """
 
     clock: Callable[[], float] = time.monotonic
@@ -57,6 +62,8 @@ class CoreHooks:
     cost: PlannerCost | None = None
     step_observer: Callable[[list[BatchItem]], None] | None = None
     policy: EvictionPolicy | None = None
+    on_copy: Callable[[Tier, int, float], None] | None = None
+    spills_behind: bool = True
 
 
 @dataclass(frozen=True)

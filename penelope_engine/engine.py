@@ -18,7 +18,14 @@ from penelope_engine.errors import EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.registry import LoadedModel, load_model
-from penelope_engine.parts import kv_fingerprint, kv_pools, open_store, page_identity, torch_tiers
+from penelope_engine.parts import (
+    kv_fingerprint,
+    kv_pools,
+    open_store,
+    page_identity,
+    segment_writer,
+    torch_tiers,
+)
 from penelope_engine.protocol import (
     DIGEST_LIMITS,
     EngineStats,
@@ -53,15 +60,19 @@ class Engine:
         fingerprint = kv_fingerprint(config, self.model_name)
         self.store = store if store is not None else open_store(cc, fingerprint)
         self.page_naming, self.hasher, self.public = page_identity(cc, fingerprint)
+        hooks = hooks or CoreHooks()
+        writes = segment_writer(config, self.store)
+        spill = writes.spill if writes is not None and hooks.spills_behind else None
         self.calibrator, self.tiers = torch_tiers(
-            config, mc, self.device_pool, self.host_pool, self.store, self.public
-        )
+            config, mc, self.device_pool, self.host_pool, self.store, self.public, spill,
+            hooks.on_copy,
+        )  # fmt: skip
         self.core = build_core(
             config.cache,
             config.scheduler,
             self.tiers,
             self.hasher,
-            hooks or CoreHooks(),
+            hooks,
             calibrated=lambda: self.calibrator.cost,
             has_store=self.store is not None,
             max_model_len=self.max_model_len,
@@ -71,7 +82,7 @@ class Engine:
         )
         self.cache, self.scheduler = self.core.cache, self.core.scheduler
         self.handover = (
-            SessionHandover(self.store, self.tiers, self.cache, config.cache.write_behind_bytes)
+            SessionHandover(self.store, self.tiers, self.cache, writes)
             if self.store is not None
             else None
         )

@@ -11,12 +11,15 @@ it builds, so the assembly reads as named steps and nothing is built twice:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from cache_store import ArrowSegmentStore
 from penelope_engine.cache.pages import PageHasher, PageNaming, PublicPrefixes
+from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, EngineConfig, ModelConfig
 from penelope_engine.tiers.budget import ReadBudget
-from penelope_engine.tiers.copies import TorchTiers
+from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
+from penelope_engine.tiers.handover import SegmentWriter
 from penelope_engine.tiers.kv_pool import DTYPES, KVPool
 from penelope_engine.tiers.planner import CalibratedCost, CostCalibrator
 
@@ -68,8 +71,11 @@ def torch_tiers(
     host_pool: KVPool | None,
     store: ArrowSegmentStore | None,
     public: PublicPrefixes,
+    spill_behind: Callable[[list[PageSnapshot]], bool] | None = None,
+    on_copy: Callable[[Tier, int, float], None] | None = None,
 ) -> tuple[CostCalibrator, TorchTiers]:
-    """The torch tiers, feeding each copy's time to the cost calibrator they come with."""
+    """The torch tiers, feeding each copy's time to the cost calibrator they come with
+    (and then to `on_copy`); host evictions go to `spill_behind` (None: in line)."""
     cc = config.cache
     itemsize = DTYPES[config.dtype].itemsize
     calibrator = CostCalibrator(CalibratedCost(kv_bytes_per_token=mc.kv_bytes_per_token(itemsize)))
@@ -77,8 +83,25 @@ def torch_tiers(
         device_pool,
         host_pool,
         store,
-        on_copy=calibrator.observe_copy,
+        on_copy=calibrator.observe_copy if on_copy is None else _both(calibrator, on_copy),
         public_hashes=public.hashes,
         read_budget=ReadBudget(cc.store_read_budget_s) if store is not None else None,
+        spill_behind=spill_behind,
     )
     return calibrator, tiers
+
+
+def _both(
+    calibrator: CostCalibrator, on_copy: Callable[[Tier, int, float], None]
+) -> Callable[[Tier, int, float], None]:
+    def observe(tier: Tier, nbytes: int, seconds: float) -> None:
+        calibrator.observe_copy(tier, nbytes, seconds)
+        on_copy(tier, nbytes, seconds)
+
+    return observe
+
+
+def segment_writer(config: EngineConfig, store: ArrowSegmentStore | None) -> SegmentWriter | None:
+    """The store's write-behind queue, when there is a store and a byte bound for it."""
+    bound = config.cache.write_behind_bytes
+    return SegmentWriter(store, bound) if store is not None and bound > 0 else None

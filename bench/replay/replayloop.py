@@ -38,6 +38,7 @@ import numpy as np
 from bench.replay.steptimer import StepTimer
 from bench.sessions import Session
 from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_class, summarize
+from bench.sim.oracle import tell_next_arrival
 from bench.tokens import TokenMap, repeat_answer
 from bench.workload import Workload
 from penelope_engine.core import CoreHooks
@@ -189,8 +190,8 @@ class EngineReplay:
         s = self.sessions[sid]
         if k + 1 < len(s.turns):
             due = now + s.turns[k + 1].think_time_s
-            self.engine.cache.set_next_arrival(sid, self.t0 + due)
+            tell_next_arrival(self.engine.cache, sid, self.t0 + due)
             self._push(due, sid, k + 1)
             return
-        self.engine.cache.set_next_arrival(sid, math.inf)
+        tell_next_arrival(self.engine.cache, sid, math.inf)
         self.session_records.append(SessionRecord(sid, self._starts[sid], now, s.tool_time_s))

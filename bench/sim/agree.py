@@ -144,13 +144,13 @@ def run_engine(
     loaded = load_model(config.model)
     kv = loaded.config.kv_bytes_per_token(4)
     sim_cfg = sim_config(cfg, loaded.config.vocab_size, store=store_dir is not None)
-    sim = Simulator(wl, sim_cfg, cost_model(kv), 0, [lambda h: Engine(config, loaded, hooks=h)])
-    engine = sim.replicas[0].engine
-    assert engine is not None  # a replica over a real engine
     # Spills in line, as the simulator here charges them (`SimConfig.async_spills` off): the
     # engine's write-behind thread runs on the wall clock while this run's clock is virtual,
     # so a spill queued there could still be unwritten when the next arrival reads it.
-    engine.tiers.spill_behind = None
+    in_line = [lambda h: Engine(config, loaded, hooks=replace(h, spills_behind=False))]
+    sim = Simulator(wl, sim_cfg, cost_model(kv), 0, in_line)
+    engine = sim.replicas[0].engine
+    assert engine is not None  # a replica over a real engine
     sim.run()
     engine.check_integrity()
     engine.close()  # its store writes behind end before the caller removes the store

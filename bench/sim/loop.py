@@ -35,6 +35,7 @@ from bench.sim.copyrates import COPY_RATES, MeasuredCopies
 from bench.sim.costmodel import CostModel, ttft_floor, turn_floor
 from bench.sim.hints import TraceHints, next_gap
 from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, summarize
+from bench.sim.oracle import tell_next_arrival
 from bench.sim.replica import Replica, Step
 from bench.sim.tiers import FreeCopies
 from bench.sim.turns import SessionState, SimRequest, make_request
@@ -257,7 +258,8 @@ class Simulator:
             assert req.seq is not None
             assert st.raw is not None
             st.last = (st.raw, req.seq.token_array(len(req.seq.tokens)))
-            rep.cache.set_next_arrival(req.session_id, self.now + next_gap(st.session, req.turn))
+            due = self.now + next_gap(st.session, req.turn)
+            tell_next_arrival(rep.cache, req.session_id, due)
             hints = self.hints.after_turn(st.session, req.turn) if self.hints else None
             if hints is not None:  # the harness, once the reply is in (the session endpoint)
                 grants = rep.scheduler.session_hints(req.session_id, req.seq.req.tenant, hints)

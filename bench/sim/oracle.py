@@ -1,10 +1,11 @@
 """The offline oracle eviction policy: it reads the future, so only the simulator runs it.
 
-The simulator tells the cache, at the end of each turn, when that session's
-next request arrives (`PrefixCache.set_next_arrival`); the oracle evicts the
-session that returns last. It bounds what any deployable victim choice can
-reach (DESIGN.md section 1). `SIM_EVICTION_POLICIES` is the product's
-registry plus the oracle: what `bench simulate --policies` accepts.
+The simulator tells the oracle, at the end of each turn, when that session's
+next request arrives (`tell_next_arrival`: the oracle's own table, then the cache
+ranks the session's pages again); the oracle evicts the session that returns last.
+It bounds what any deployable victim choice can reach (DESIGN.md section 1).
+`SIM_EVICTION_POLICIES` is the product's registry plus the oracle: what
+`bench simulate --policies` accepts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from penelope_engine.cache.eviction import (
     ReturnAwarePolicy,
     SessionInfo,
 )
+from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.config import EvictionPolicyName
 from penelope_engine.registry import Registry
 
@@ -27,10 +29,22 @@ class OraclePolicy(ReturnAwarePolicy):
 
     name = "oracle"
 
-    def expected_return(self, info: SessionInfo, view: CacheView) -> float:
+    def __init__(self) -> None:
+        self.arrivals: dict[str, float] = {}  # session id -> its next request (inf: none)
+
+    def expected_return(self, sid: str, info: SessionInfo, view: CacheView) -> float:
         if info.turn_end is None:
             return view.now
-        return info.next_arrival if info.next_arrival is not None else math.inf
+        return self.arrivals.get(sid, math.inf)
+
+
+def tell_next_arrival(cache: PrefixCache, sid: str, t: float) -> None:
+    """When the session's next request arrives (inf: never), for the cache's policy if it
+    is the oracle (no other policy reads the future)."""
+    policy = cache.policy
+    if isinstance(policy, OraclePolicy):
+        policy.arrivals[sid] = t
+        cache.rerank_session(sid)
 
 
 SIM_EVICTION_POLICIES: Registry[type[EvictionPolicy]] = EVICTION_POLICIES.extended(

@@ -30,7 +30,6 @@ import argparse
 import json
 import statistics
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -102,16 +101,13 @@ def pools(model: ModelConfig, cost: GpuCostModel, tokens: list[int], repeats: in
 
 
 class LoadTimes:
-    """`TorchTiers.on_copy` that records each load's seconds and passes it on."""
+    """A copy observer (`CoreHooks.on_copy`) that records each load's seconds."""
 
-    def __init__(self, then: Callable[[Tier, int, float], None] | None) -> None:
-        self.then = then
+    def __init__(self) -> None:
         self.seconds: list[float] = []
 
     def __call__(self, tier: Tier, nbytes: int, seconds: float) -> None:
         self.seconds.append(seconds)
-        if self.then is not None:
-            self.then(tier, nbytes, seconds)
 
 
 def returning(engine: Any, loads: LoadTimes, req: Any) -> dict[str, Any]:
@@ -134,6 +130,7 @@ def returning(engine: Any, loads: LoadTimes, req: Any) -> dict[str, Any]:
 def engine_return(model: ModelConfig, cost: GpuCostModel, history: int, new: int) -> dict:
     """TTFT of a returning turn whose history is on the host, and with it on the device."""
     from penelope_engine.config import CacheConfig, DType, EngineConfig
+    from penelope_engine.core import CoreHooks
     from penelope_engine.engine import Engine
     from penelope_engine.model.decoder import Decoder
     from penelope_engine.model.registry import LoadedModel, qwen3_tokenizer
@@ -160,9 +157,9 @@ def engine_return(model: ModelConfig, cost: GpuCostModel, history: int, new: int
     out: dict[str, Any] = {"history_tokens": history, "new_tokens": new}
     for label, device_pages in (("host", history // PAGE + 32), ("device", 4 * history // PAGE)):
         cache = CacheConfig(PAGE, device_pages, 4 * history // PAGE, "penelope")
-        engine = Engine(EngineConfig(device=device, dtype=dtype, cache=cache), loaded=loaded)
-        loads = LoadTimes(engine.tiers.on_copy)
-        engine.tiers.on_copy = loads
+        loads = LoadTimes()
+        config = EngineConfig(device=device, dtype=dtype, cache=cache)
+        engine = Engine(config, loaded=loaded, hooks=CoreHooks(on_copy=loads))
         engine.generate_sync(GenerateRequest("warm", prompt(64), one, "w"))
         engine.generate_sync(GenerateRequest("a0", a, one, "a"))
         engine.generate_sync(GenerateRequest("b0", b, one, "b"))  # pushes a's pages out (host)

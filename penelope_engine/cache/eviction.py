@@ -89,7 +89,7 @@ class LruPolicy(EvictionPolicy):
 class _SessionPolicy(EvictionPolicy):
     """Shared pages last (as LRU leaves); private pages ranked by session score."""
 
-    def session_score(self, info: SessionInfo, view: CacheView) -> float:
+    def session_score(self, sid: str, info: SessionInfo, view: CacheView) -> float:
         raise NotImplementedError
 
     def key(self, node: Node, tier: Tier, view: CacheView) -> tuple:
@@ -99,13 +99,13 @@ class _SessionPolicy(EvictionPolicy):
         info = view.session_info(sid)
         if info is None:  # its record expired, or a request without a session id
             info = stand_in(node.last_access)
-        return (0, self.session_score(info, view), node.start)
+        return (0, self.session_score(sid, info, view), node.start)
 
 
 class PenelopePolicy(_SessionPolicy):
     name = "penelope"
 
-    def session_score(self, info: SessionInfo, view: CacheView) -> float:
+    def session_score(self, sid: str, info: SessionInfo, view: CacheView) -> float:
         return info.last_access
 
 
@@ -122,13 +122,13 @@ class ReturnAwarePolicy(_SessionPolicy):
     name = "return_aware"
     static_keys = False  # an overdue session's expected return moves with time
 
-    def expected_return(self, info: SessionInfo, view: CacheView) -> float:
+    def expected_return(self, sid: str, info: SessionInfo, view: CacheView) -> float:
         return expected_return(info, view.now)
 
-    def session_score(self, info: SessionInfo, view: CacheView) -> float:
+    def session_score(self, sid: str, info: SessionInfo, view: CacheView) -> float:
         if info.queued_since is not None:
             return info.queued_since
-        return self.expected_return(info, view)
+        return self.expected_return(sid, info, view)
 
     def key(self, node: Node, tier: Tier, view: CacheView) -> tuple:
         k = super().key(node, tier, view)

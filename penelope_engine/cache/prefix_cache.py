@@ -99,11 +99,6 @@ class PrefixCache(SessionEvents):
     def io(self) -> TierIO | None:
         return self.placement.io
 
-    @io.setter
-    def io(self, io: TierIO | None) -> None:
-        """Replace the tiers the cache copies through (the simulator times a real engine's)."""
-        self.placement.io = io
-
     @property
     def has_store(self) -> bool:
         return self.placement.has_store

@@ -82,10 +82,12 @@ class SessionEvents:
         info.expected_gap = gap
         self.heaps.touch_path(info.leaf)
 
-    def set_next_arrival(self, sid: str, t: float | None) -> None:
-        info = self.session(sid)
-        info.next_arrival = t
-        self.heaps.touch_path(info.leaf)
+    def rerank_session(self, sid: str) -> None:
+        """What an injected policy knows of the session outside the cache changed (the
+        simulator's oracle: its next arrival): its pages are ranked again."""
+        info = self.sessions.get(sid)
+        if info is not None:
+            self.heaps.touch_path(info.leaf)
 
     # -- bounded session records (`sessions.expired`) ----------------------------
     def idle_sessions(self, keep: Container[str]) -> list[str]:

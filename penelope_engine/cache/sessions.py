@@ -32,7 +32,6 @@ class SessionInfo:
     last_stop: str | None = None  # "tool_use" | "end_turn" | None
     gap_ewma: float | None = None  # smoothed past gaps between turn end and next arrival
     queued_since: float | None = None  # set while a request of the session waits
-    next_arrival: float | None = None  # oracle hint (from a trace); inf = never returns
     expected_gap: float | None = None  # a harness's `expected_gap_s` for the current gap
     tenant: str | None = None  # the tenant of its last admitted request (the miss ledger)
     leaf: Node | None = None  # the node ending its last inserted path

@@ -72,6 +72,7 @@ class TorchTiers:
         on_copy: Callable[[Tier, int, float], None] | None = None,
         public_hashes: frozenset[int] = frozenset(),
         read_budget: ReadBudget | None = None,
+        spill_behind: Callable[[list[PageSnapshot]], bool] | None = None,
     ) -> None:
         self.device = device_pool
         self.read_budget = read_budget  # bounds the step's store reads (None: unbounded)
@@ -85,9 +86,9 @@ class TorchTiers:
         self.failures = 0
         self.public_hashes = public_hashes  # pages of operator-declared public prefixes
         self._reader: ThreadPoolExecutor | None = None  # read-ahead thread, started on first use
-        # Host evictions' pages go here when set (`SessionHandover`: the write-behind), so a
-        # slow store never stalls the step; True once queued. None: written here, in line.
-        self.spill_behind: Callable[[list[PageSnapshot]], bool] | None = None
+        # Host evictions' pages go here when set (`handover.SegmentWriter`: the write-behind),
+        # so a slow store never stalls the step; True once queued. None: written in line.
+        self.spill_behind = spill_behind
 
     def owner(self, tenant: str, page_hash: int) -> str:
         """Whose page `page_hash` of `tenant` is in the store: PUBLIC for a declared prefix."""

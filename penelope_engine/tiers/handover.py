@@ -60,24 +60,56 @@ class DrainReport:
     seconds: float
 
 
+class SegmentWriter:
+    """KV segments written to the store behind the step, on one bounded queue: host
+    evictions' pages (`spill`, which the tiers are built with) and turn ends' (the
+    handover's jobs). Built before both, so neither is rewired after it is built."""
+
+    def __init__(self, store: ArrowSegmentStore, max_bytes: int) -> None:
+        self.store = store
+        self.writer = WriteBehind(max_bytes)
+        self.lost_pages = 0  # pages copied to be written whose write failed (recomputed)
+
+    def spill(self, snaps: list[PageSnapshot]) -> bool:
+        """(The step thread.) A host eviction's pages, on the queue: True once queued (they
+        count as stored; a write that then fails counts them lost), False when the queue
+        has no room (they are dropped, and recomputed if needed again)."""
+        return self.writer.submit(sum(s.nbytes for s in snaps), lambda: self.put(snaps))
+
+    def put(self, snaps: list[PageSnapshot]) -> None:
+        """(The writer thread.) Each segment; the pages of one that fails count as lost."""
+        for snap in snaps:
+            if not self.store.put(snap.segment(self.store.namespace)):
+                self.lost_pages += len(snap.hashes)
+
+
 class SessionHandover:
-    """Write-behind of sessions' pages and records; reading records for arriving sessions."""
+    """Write-behind of sessions' pages and records; reading records for arriving sessions.
+    `writes`: the segment writer the tiers spill through (None: pages and records are
+    written only by a drain)."""
 
     def __init__(
-        self, store: ArrowSegmentStore, tiers: TorchTiers, cache: PrefixCache, max_bytes: int
+        self,
+        store: ArrowSegmentStore,
+        tiers: TorchTiers,
+        cache: PrefixCache,
+        writes: SegmentWriter | None,
     ) -> None:
         self.store = store
         self.tiers = tiers
         self.cache = cache
-        self.writer = WriteBehind(max_bytes) if max_bytes > 0 else None  # None: drain only
+        self.writes = writes
+        self.writer = writes.writer if writes is not None else None
         self.records = PathRecords(store, tiers, cache, queued=self.writer is not None)
         self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
         self.deferred_pages = 0  # pages not written behind for want of room (offered again)
-        self.lost_pages = 0  # pages copied to be written whose write failed (recomputed)
         self._recorded: dict[str, int] = {}  # session id -> pages in its last record
         self.last_drain: DrainReport | None = None
-        if self.writer is not None:
-            tiers.spill_behind = self._spill_behind
+
+    @property
+    def lost_pages(self) -> int:
+        """Pages copied to be written whose write failed (recomputed if needed again)."""
+        return self.writes.lost_pages if self.writes is not None else 0
 
     # -- any thread ------------------------------------------------------------------
     def fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
@@ -217,20 +249,6 @@ class SessionHandover:
                 touched.add(id(node))
         return written, touched, False
 
-    def _spill_behind(self, snaps: list[PageSnapshot]) -> bool:
-        """(The step thread.) A host eviction's pages, on the write-behind queue: True once
-        queued (they count as stored; a write that then fails counts them lost), False when
-        the queue has no room (they are dropped, and recomputed if needed again)."""
-        return self.writer is not None and self.writer.submit(
-            sum(s.nbytes for s in snaps), lambda: self._put_segments(snaps)
-        )
-
-    def _put_segments(self, snaps: list[PageSnapshot]) -> None:
-        """(The writer thread.) Each segment; the pages of one that fails count as lost."""
-        for snap in snaps:
-            if not self.store.put(snap.segment(self.store.namespace)):
-                self.lost_pages += len(snap.hashes)
-
     def _snapshot(self, node: Node, idx: np.ndarray) -> list[PageSnapshot]:
         """Copies of pages `idx` of `node`, read from the host where it has them."""
         host, device = self.tiers.host, self.tiers.device
@@ -251,7 +269,8 @@ class SessionHandover:
     ) -> None:
         """(The writer thread.) The segments, then the records that name them: the
         session's, and the public prefix's when its pages were among them."""
-        self._put_segments(snaps)
+        assert self.writes is not None  # jobs are queued only with a writer
+        self.writes.put(snaps)
         if pages and not self.records.put(tenant, session_id, pages):
             self._recorded.pop(session_id, None)  # unwritten: a drain writes it
         if public:

@@ -9,11 +9,14 @@ own ordering rules.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from cache_testkit import CacheWorld, Checker, PrefixCache, Snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.sim.oracle import tell_next_arrival
 from penelope_engine.cache.tier import Tier
 
 SESSIONS = 4
@@ -61,7 +64,7 @@ def run(world: CacheWorld, program: list[tuple], after_op: Checker | None = None
         elif kind == "unlock":
             world.unlock_session(args[0])
         else:
-            world.cache.set_next_arrival(args[0], args[1])
+            tell_next_arrival(world.cache, args[0], math.inf if args[1] is None else args[1])
         world.check()
         if after_op is not None:
             after_op(before, Snapshot.of(world.cache), world.cache)

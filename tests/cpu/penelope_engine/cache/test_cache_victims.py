@@ -5,9 +5,12 @@ Every session below shares a 1-page prefix (tokens 0..3); segments are in tokens
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from cache_testkit import CacheWorld
 
+from bench.sim.oracle import tell_next_arrival
 from penelope_engine.cache.eviction import EVICTION_POLICIES, GreedyDualPolicy
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.cache.tier import Tier
@@ -127,7 +130,7 @@ def test_oracle_evicts_the_session_that_returns_last() -> None:
         world.turn(name, 2)
     hints = {"A": 500.0, "B": 100.0, "C": None}  # C never returns
     for name, t in hints.items():
-        world.cache.set_next_arrival(name, t)
+        tell_next_arrival(world.cache, name, math.inf if t is None else t)
     order = []
     for _ in range(3):
         assert world.hold(2)
