@@ -283,7 +283,7 @@ class AsyncEngine:
         await asyncio.to_thread(self._thread.join, timeout_s)
         await asyncio.to_thread(self.engine.close, timeout_s)
         if self._thread.is_alive():
-            frame = sys._current_frames().get(self._thread.ident or -1)
+            frame = sys._current_frames().get(self._thread.ident or -1)  # noqa: SLF001 - Python: the stuck step thread's stack
             where = "".join(traceback.format_stack(frame)[-6:]) if frame else "(no frame)\n"
             raise EngineError(
                 f"the engine's step thread did not stop within {timeout_s:g} s of shutdown; "

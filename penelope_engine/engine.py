@@ -212,20 +212,20 @@ class Engine:
 
     # -- observability -------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        t, c = self.scheduler.totals, self.cache
+        t, c = self.scheduler.totals, self.cache.stats()
         return EngineStats(
             tokens=t,
-            pages_device_used=c.device.num_used,
-            pages_device_total=c.device.capacity,
-            pages_host_used=c.host.num_used,
-            pages_host_total=c.host.capacity,
-            evictions=tuple((p, r, n) for (p, r), n in sorted(c.evictions.items())),
+            pages_device_used=c.device_used,
+            pages_device_total=c.device_total,
+            pages_host_used=c.host_used,
+            pages_host_total=c.host_total,
+            evictions=c.evictions,
             queue_length=len(self.scheduler.waiting),
             running=len(self.scheduler.running),
             request_pages=self.scheduler.request_pages(),
-            locked_nodes=c.locked_nodes(),
+            locked_nodes=c.locked_nodes,
             tree_nodes=c.tree_nodes,
-            session_records=len(c.sessions),
+            session_records=c.session_records,
             **self._store_faults(),
         )
 

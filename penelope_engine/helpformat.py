@@ -33,7 +33,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         # pushes the help of a long one to the next line; count it, one line each.
         super().add_argument(action)
         if action.help is not argparse.SUPPRESS and hasattr(action, "_get_subactions"):
-            names = [self._format_action_invocation(a) for a in action._get_subactions()]
+            names = [self._format_action_invocation(a) for a in action._get_subactions()]  # noqa: SLF001 - argparse: subcommands' names
             width = max(map(len, names), default=0)
             indent = self._current_indent + self._indent_increment
             self._action_max_length = max(self._action_max_length, width + indent)

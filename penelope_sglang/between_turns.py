@@ -99,7 +99,7 @@ def _retain(cache: PenelopeRadixCache, entry: SessionEntry, asked: float, now: f
 
 def _on_device(cache: PenelopeRadixCache, node_id: int | None) -> bool:
     """The tree still holds node `node_id`, and on the device (a lock may be taken)."""
-    node = cache.tree_core._node_arena.get(node_id) if node_id is not None else None
+    node = cache.tree_core._node_arena.get(node_id) if node_id is not None else None  # noqa: SLF001 - SGLang: its tree's node arena
     return node is not None and node.component_data[FULL].value is not None
 
 

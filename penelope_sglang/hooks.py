@@ -106,7 +106,7 @@ def get_next_batch_to_run(
     coordinator = coordinator_of(scheduler)
     if coordinator is not None:
         for req in coordinator.take_ready():
-            scheduler._add_request_to_queue(req)
+            scheduler._add_request_to_queue(req)  # noqa: SLF001 - SGLang: its scheduler's queue
     return original(scheduler, *args, **kwargs)
 
 

@@ -156,7 +156,7 @@ class PenelopeRadixCache(ShelfAccounting):
 
     def _note_branches(self, node_id: int | None) -> None:
         """Remember the branch points on an inserted path: those pages are shared for good."""
-        arena = self.tree_core._node_arena
+        arena = self.tree_core._node_arena  # noqa: SLF001 - SGLang: its tree's node arena
         node = arena.get(node_id) if node_id is not None else None
         while node is not None and node.parent is not None:
             if len(node.children) >= 2:

@@ -100,7 +100,7 @@ class SessionViews:
         pages = 0
         shared = [
             node
-            for node in cache.tree_core._node_arena.values()
+            for node in cache.tree_core._node_arena.values()  # noqa: SLF001 - SGLang: its tree's node arena
             if node.parent is not None
             and (len(node.children) >= 2 or node.id in cache.shared_ids)
             and node.component_data[FULL].value is not None

@@ -155,7 +155,7 @@ class Replica:
     def kv_usage(self) -> float:
         """Device pages running requests hold, as a share of the pool: an engine's reported
         KV usage (vLLM's kv_cache_usage counts cached pages no request uses as free)."""
-        return self.scheduler.request_pages() / self.cache.device.capacity
+        return self.scheduler.request_pages() / self.cache.capacity(Tier.DEVICE)
 
     def waiting_tokens(self) -> int:
         return sum(len(seq.tokens) for seq in self.scheduler.waiting)
@@ -178,7 +178,7 @@ class Replica:
 
     def fits(self, prompt_len: int, output_len: int) -> bool:
         """Whether the whole turn fits the device pool (else it could never run)."""
-        return cdiv(prompt_len + output_len, self.page_size) <= self.cache.device.capacity
+        return cdiv(prompt_len + output_len, self.page_size) <= self.cache.capacity(Tier.DEVICE)
 
     def enqueue(self, req: SimRequest, now: float) -> None:
         req.replica = self.index

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
@@ -30,18 +29,17 @@ from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node, PageTree
 
 
-class PrefixCache(Protocol):
-    """The parts of `prefix_cache.PrefixCache` these functions use."""
+@dataclass(frozen=True)
+class CacheParts:
+    """The parts of a `prefix_cache.PrefixCache` these functions use (its own, handed
+    over by the cache: nothing outside the cache room holds them)."""
 
-    sessions: dict[str, SessionInfo]
+    tree: PageTree
     host: PageAllocator
     heaps: EvictionHeaps
-    tree: PageTree
     placement: Placement
-
-    def session_info(self, sid: str) -> SessionInfo | None: ...
-
-    def allocate_host(self, n: int) -> np.ndarray | None: ...
+    session_info: Callable[[str], SessionInfo | None]
+    allocate_host: Callable[[int], np.ndarray | None]
 
 # Copies read pages (indices into the read) into host slots; False: they were not copied.
 CopyIn = Callable[[np.ndarray, np.ndarray], bool]
@@ -65,10 +63,9 @@ class Installed:
     no_room: int  # the host had no room short of sooner sessions' pages
 
 
-def store_only(cache: PrefixCache, sid: str, cap: int) -> StoreRun:
-    """The first `cap` store-only pages of `sid`'s path of its own tenant (another's
-    pages are not its to read). The session must hold a path."""
-    info = cache.sessions[sid]
+def store_only(info: SessionInfo, cap: int) -> StoreRun:
+    """The first `cap` store-only pages of the session's path of its own tenant
+    (another's pages are not its to read). The session must hold a path."""
     assert info.leaf is not None
     tenant = _tenant(info)
     parts = [(n, i) for n, i in _store_only_pages(info.leaf) if n.tenant == tenant]
@@ -79,7 +76,7 @@ def store_only(cache: PrefixCache, sid: str, cap: int) -> StoreRun:
     return StoreRun(hashes, tokens, tenant)
 
 
-def host_room(cache: PrefixCache, sid: str, due: float, now: float) -> int:
+def host_room(cache: CacheParts, sid: str, due: float, now: float) -> int:
     """Free host pages plus those on unlocked private nodes of other idle sessions
     expected back later than `due` (or with no record): what may go to make room."""
     n = cache.host.num_free
@@ -97,7 +94,7 @@ def host_room(cache: PrefixCache, sid: str, due: float, now: float) -> int:
 
 
 def install(
-    cache: PrefixCache,
+    cache: CacheParts,
     sid: str,
     hashes: np.ndarray,
     found: np.ndarray,
@@ -153,11 +150,11 @@ def unstored(leaf: Node | None) -> list[tuple[Node, np.ndarray]]:
     return out[::-1]
 
 
-def unstored_by_tier(cache: PrefixCache) -> Iterator[tuple[Node, Tier, np.ndarray, np.ndarray]]:
+def unstored_by_tier(tree: PageTree) -> Iterator[tuple[Node, Tier, np.ndarray, np.ndarray]]:
     """Every node's host pages the store lacks, then its device pages the store lacks,
     as (node, tier, that tier's slots, page indices); each is looked at when reached, so
     pages marked stored meanwhile are not offered again."""
-    for node in list(cache.tree.iter_nodes()):
+    for node in list(tree.iter_nodes()):
         for tier, slots in ((Tier.HOST, node.host), (Tier.DEVICE, node.device)):
             idx = np.flatnonzero((slots >= 0) & ~node.stored)
             if len(idx):

@@ -61,16 +61,16 @@ class PackedLinear:
         packed = self.packed(weight)
         if packed is None:
             return F.linear(x, weight)
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")  # noqa: SLF001 - torch: oneDNN's packed linear
 
     def packed(self, weight: torch.Tensor) -> torch.Tensor | None:
         """The packed copy of `weight` (made now if it is missing or stale); None when this
         weight takes MKL (disabled, not float32, not on the CPU)."""
         if not self.enabled or weight.device.type != "cpu" or weight.dtype != torch.float32:
             return None
-        key = (weight.data_ptr(), weight._version, weight.dtype)
+        key = (weight.data_ptr(), weight._version, weight.dtype)  # noqa: SLF001 - torch: a weight's version counter
         if key != self._key or self._packed is None:
             with torch.inference_mode():
-                self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_HINT)
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_HINT)  # noqa: SLF001 - torch: oneDNN's weight packing
             self._key = key
         return self._packed

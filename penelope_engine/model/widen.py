@@ -31,8 +31,8 @@ def _native_support() -> dict[torch.dtype, bool]:
     if not torch.backends.mkldnn.is_available():
         return {torch.bfloat16: False, torch.float16: False}
     return {
-        torch.bfloat16: bool(mkldnn._is_mkldnn_bf16_supported()),
-        torch.float16: bool(mkldnn._is_mkldnn_fp16_supported()),
+        torch.bfloat16: bool(mkldnn._is_mkldnn_bf16_supported()),  # noqa: SLF001 - torch: oneDNN's bf16 support
+        torch.float16: bool(mkldnn._is_mkldnn_fp16_supported()),  # noqa: SLF001 - torch: oneDNN's fp16 support
     }
 
 

@@ -171,7 +171,7 @@ class Retention:
         if not self.enabled or (stop != "tool_use" and expected_gap_s is None):
             return
         info = self.cache.session(sid)
-        device = self.cache.device.capacity
+        device = self.cache.capacity(Tier.DEVICE)
         pages = context // self.cache.page_size
         if info.leaf is None or pages == 0 or device <= 0:
             return

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.cache.sessions import SessionInfo
+from penelope_engine.cache.tier import Tier
 from penelope_engine.hints import ClipReason, HintGrant, SessionHints, refused
 from penelope_engine.sched.agent import Retention
 from penelope_engine.sched.sequence import Sequence
@@ -176,7 +177,7 @@ class HintedSessions:
             return unfair
         own = self.retention.pins.get(sid)
         others = self.retention.pinned_pages - (own.pages if own is not None else 0)
-        share = self.retention.cfg.max_pinned_fraction * self.cache.device.capacity
+        share = self.retention.cfg.max_pinned_fraction * self.cache.capacity(Tier.DEVICE)
         if others + pages > share:
             return "device_pin_share"
         return None
@@ -207,7 +208,7 @@ class HintedSessions:
         """Why `pages` more hinted pages of `tenant` (for `sid`) are past its quota or its
         fair share of the device (None: they are not)."""
         tenants = {tenant}
-        for info in self.cache.sessions.values():
+        for info in self.cache.session_records():
             if info.tenant is not None and info.tenant not in tenants and self._pages(info):
                 tenants.add(info.tenant)
         quota = self.quotas.pin_tokens
@@ -216,6 +217,6 @@ class HintedSessions:
         held = self.hinted_pages(tenant, sid) + pages
         if quota is not None and held * self.cache.page_size > quota:
             return "tenant_pin_tokens"
-        if len(tenants) > 1 and held > self.cache.device.capacity / len(tenants):
+        if len(tenants) > 1 and held > self.cache.capacity(Tier.DEVICE) / len(tenants):
             return "tenant_fair_share"
         return None

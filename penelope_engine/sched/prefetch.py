@@ -129,7 +129,7 @@ class Prefetcher:
 
     def check(self) -> None:
         """Its state stays bounded: only sessions with a record are remembered."""
-        known = self.cache.sessions.keys()
+        known = self.cache.session_ids()
         assert not (self._tried.keys() - known), "a forgotten session's reads"
         assert not (self._due.keys() - known), "a forgotten session is due"
         assert all(sid in known for _, sid, _ in self._later), "a forgotten session waits"
@@ -157,7 +157,8 @@ class Prefetcher:
             read = self.tiers.read_ahead(run.hashes, run.tokens, run.tenant)
             if read is None:
                 return
-            ended = self.cache.sessions[sid].turn_end
+            info = self.cache.session_info(sid)
+            ended = info.turn_end if info is not None else None
             assert ended is not None
             self._tried[sid] = (ended, self._reads(sid, ended) + 1)
             self.flight = _Flight(sid, run.hashes, read, t, now + READ_DEADLINE_S)
@@ -168,7 +169,7 @@ class Prefetcher:
     def read_cap(self) -> int:
         """Most pages one read asks for: `MAX_READ_SHARE` of the host tier, and what the
         store reads in `MAX_READ_S` by the planner's cost (its latency, then per page)."""
-        share = max(1, int(MAX_READ_SHARE * self.cache.host.capacity))
+        share = max(1, int(MAX_READ_SHARE * self.cache.capacity(Tier.HOST)))
         ps, cost = self.cache.page_size, self.cost()
         one, two = cost.load_s(ps, Tier.STORE), cost.load_s(2 * ps, Tier.STORE)
         per_page = two - one

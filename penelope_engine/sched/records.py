@@ -1,6 +1,6 @@
 """Session records stay bounded: sessionless requests keep none, idle ones expire.
 
-The cache keeps a record per session (`cache.sessions`), retention keeps its
+The cache keeps a record per session (`cache.session_ids`), retention keeps its
 tool gaps, the engine's handover its tenant and last record length. A request
 without a session id drops its record when it finishes; every `SWEEP_EVERY`
 finished requests the records of idle sessions that hold no page past
@@ -48,10 +48,10 @@ class SessionRecords:
         """Records stay within the cap plus one sweep's worth of new sessions; retention
         and the cache agree on which sessions exist."""
         cache = self.cache
-        assert len(cache.sessions) <= cache.max_session_records + self.sweep_every, (
-            f"{len(cache.sessions)} session records, cap {cache.max_session_records}"
+        known = cache.session_ids()
+        assert len(known) <= cache.max_session_records + self.sweep_every, (
+            f"{len(known)} session records, cap {cache.max_session_records}"
         )
-        known = cache.sessions.keys()
         assert not (self.retention.own.keys() - known), "gaps of a forgotten session"
         assert not (self.retention.pins.keys() - known), "a pin of a forgotten session"
 

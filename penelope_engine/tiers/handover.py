@@ -214,7 +214,7 @@ class SessionHandover:
         pages, touched, late = self._drain_pages(end)
         records = stale = 0
         for sid, tenant in list(self.tenants.items()):
-            info = self.cache.sessions.get(sid)
+            info = self.cache.session_info(sid)
             if info is None or not len(info.seen_hashes):
                 continue
             path = info.leaf.path_up() if info.leaf is not None else ()

@@ -85,13 +85,13 @@ async def test_end_session_after_the_last_reply_takes_its_pages_off_the_device(
     client, app = client_app
     await turn(client, "alpha", "done", 300, 40)
     cache = engine(app).cache
-    used = cache.device.num_used
+    used = cache._device.num_used
     assert used > 0
     r = await client.post(SESSIONS + "done", json={"end_session": True}, headers=auth("alpha"))
     assert r.json()["hints"] == {
         "end_session": {"asked": True, "granted": True, "clipped_by": None}
     }
-    assert cache.device.num_used < used
+    assert cache._device.num_used < used
 
 
 async def test_another_tenant_or_an_unknown_session_changes_nothing(

@@ -31,7 +31,7 @@ def held_by_requests(engine: AsyncEngine) -> int:
     """Device pages in use that the tree does not hold (read on the engine's lock)."""
     with engine._reading():
         cache = engine.engine.cache
-        return cache.device.num_used - sum(n.n_device for n in cache.tree.iter_nodes())
+        return cache._device.num_used - sum(n.n_device for n in cache._tree.iter_nodes())
 
 
 def test_streaming_yields_the_same_tokens_as_a_sync_run(tiny_qwen3) -> None:

@@ -30,14 +30,14 @@ def state(engine: Engine) -> tuple:
     cache = engine.cache
     nodes = sorted(
         (n.start, n.hashes.tobytes(), n.device.tobytes(), n.host.tobytes(), n.lock)
-        for n in cache.tree.iter_nodes()
+        for n in cache._tree.iter_nodes()
     )
     sched = engine.scheduler
     return (
         nodes,
-        cache.device.num_used,
-        cache.host.num_used,
-        sorted(cache.sessions),
+        cache._device.num_used,
+        cache._host.num_used,
+        sorted(cache._sessions),
         len(sched.waiting),
         len(sched.running),
         engine.stats(),
@@ -137,7 +137,7 @@ def test_a_single_request_that_would_outgrow_the_pool_stops_at_the_window(
         engine.step()
         engine.check_integrity()
     assert seq.error is None and seq.finish_reason == "length" and len(seq.tokens) == 16
-    assert engine.cache.device.num_used == engine.cache.evictable()
+    assert engine.cache._device.num_used == engine.cache.evictable()
 
 
 def test_abort_frees_pages_while_waiting_prefilling_and_decoding(
@@ -155,8 +155,8 @@ def test_abort_frees_pages_while_waiting_prefilling_and_decoding(
         assert engine.abort(seq.request_id)
         engine.check_integrity()
     assert not engine.has_work() and not engine.abort("r0")
-    tree_pages = sum(n.n_device for n in engine.cache.tree.iter_nodes())
-    assert engine.cache.device.num_used == tree_pages  # no page held by a request
+    tree_pages = sum(n.n_device for n in engine.cache._tree.iter_nodes())
+    assert engine.cache._device.num_used == tree_pages  # no page held by a request
     assert engine.generate_sync(request("after", tuple(range(0, 30)))).finished
 
 

@@ -136,7 +136,7 @@ def test_concurrent_chunked_prefills_match_sequential_requests(
         steps += 1
     assert steps > 4  # the prompts really were chunked
     assert [tuple(s.tokens[s.prompt_len :]) for s in seqs] == reference.tokens[:SESSIONS]
-    assert engine.cache.device.num_used == 12 // 4 + SESSIONS * 5  # one copy of the prefix
+    assert engine.cache._device.num_used == 12 // 4 + SESSIONS * 5  # one copy of the prefix
 
 
 def test_tenants_never_share_cached_pages(make_engine: Callable[..., Engine]) -> None:

@@ -59,7 +59,7 @@ def test_page_report_reads_the_locks_and_pages_running_requests_hold(make_engine
     engine.step()
 
     def walked() -> int:
-        return sum(1 for n in engine.cache.tree.iter_nodes() if n.lock > 0)
+        return sum(1 for n in engine.cache._tree.iter_nodes() if n.lock > 0)
 
     stats = engine.stats()
     assert stats.locked_nodes == walked() > 0

@@ -83,7 +83,7 @@ class Snapshot:
     @staticmethod
     def of(cache: PrefixCache) -> Snapshot:
         nodes, pages = {}, {}
-        for n in cache.tree.iter_nodes():
+        for n in cache._tree.iter_nodes():
             parent = n.parent.id if n.parent is not None and n.parent.parent is not None else None
             rec = NodeRecord(
                 n.id,
@@ -239,7 +239,7 @@ class CacheWorld:
         self._check_kv()
 
     def _check_kv(self) -> None:
-        nodes = list(self.cache.tree.iter_nodes())
+        nodes = list(self.cache._tree.iter_nodes())
         if not nodes:
             return
         want = torch.tensor([page_value(h) for n in nodes for h in n.hashes.tolist()])
@@ -256,4 +256,4 @@ class CacheWorld:
         return [(s.start, s.end, s.where) for s in self.cache.match(self.hashes(sid)).segments(PS)]
 
     def holes(self) -> int:
-        return sum(int((n.where() == Tier.HOLE).sum()) for n in self.cache.tree.iter_nodes())
+        return sum(int((n.where() == Tier.HOLE).sum()) for n in self.cache._tree.iter_nodes())

@@ -28,14 +28,14 @@ Victims = list[tuple[str | None, int]]
 def record_victims(cache: PrefixCache) -> Victims:
     """(session, page index) of every device page the cache evicts, in order."""
     victims: Victims = []
-    drop = cache.placement.drop
+    drop = cache._placement.drop
 
     def recorded(tier: Tier, node: Node, idx: np.ndarray) -> None:
         if tier == Tier.DEVICE:
             victims.extend((owner(node), node.start + int(i)) for i in idx)
         drop(tier, node, idx)
 
-    cache.placement.drop = recorded  # type: ignore[method-assign]
+    cache._placement.drop = recorded  # type: ignore[method-assign]
     return victims
 
 

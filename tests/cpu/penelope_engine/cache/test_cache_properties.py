@@ -95,7 +95,7 @@ def penelope_order(before: Snapshot, after: Snapshot, cache: PrefixCache) -> Non
     """Coldest session first; within it, the lowest private positions; its suffix last."""
     shared_last(before, after, cache)
     gone, kept = before.evicted(after), before.kept(after)
-    last_access = {s: info.last_access for s, info in cache.sessions.items()}
+    last_access = {s: info.last_access for s, info in cache._sessions.items()}
     for victim in {r.owner for r in unlocked_private(gone)}:
         colder = {
             r.owner
@@ -134,7 +134,7 @@ def lru_order(before: Snapshot, after: Snapshot, cache: PrefixCache) -> None:
 
 
 def no_holes(before: Snapshot, after: Snapshot, cache: PrefixCache) -> None:
-    holes = sum(int((n.where() == Tier.HOLE).sum()) for n in cache.tree.iter_nodes())
+    holes = sum(int((n.where() == Tier.HOLE).sum()) for n in cache._tree.iter_nodes())
     assert holes == 0, f"lru formed {holes} hole pages"
 
 

@@ -25,21 +25,21 @@ def sessions(policy: str, host_pages: int, write_through: bool = False) -> Cache
 
 def test_write_through_makes_demotion_free() -> None:
     world = sessions("penelope", host_pages=20, write_through=True)
-    assert world.cache.host.num_used == 10  # the shared page once, 3 private pages each
+    assert world.cache._host.num_used == 10  # the shared page once, 3 private pages each
     assert world.hold(3)
     world.check()
     assert world.segments("s0") == [PREFIX, (4, 16, Tier.HOST)]
-    assert world.cache.host.num_used == 10  # no new host page, no copy
+    assert world.cache._host.num_used == 10  # no new host page, no copy
     assert world.cache.evictions[("penelope", "demote")] == 3
 
 
 def test_demotion_copies_the_kv_when_there_is_no_host_copy() -> None:
     world = sessions("penelope", host_pages=20)
-    assert world.cache.host.num_used == 0
+    assert world.cache._host.num_used == 0
     assert world.hold(3)
     world.check()  # the host pages hold the evicted pages' KV
     assert world.segments("s0") == [PREFIX, (4, 16, Tier.HOST)]
-    assert world.cache.host.num_used == 3
+    assert world.cache._host.num_used == 3
 
 
 def test_host_eviction_forms_holes_at_the_coldest_front() -> None:

@@ -24,7 +24,7 @@ def three_sessions(policy: str) -> CacheWorld:
     world = CacheWorld(policy, device_pages=10, shared_pages=1)
     for name in ("s0", "s1", "s2"):
         world.turn(name, 3)
-    assert world.cache.device.num_free == 0
+    assert world.cache._device.num_free == 0
     return world
 
 
@@ -96,7 +96,7 @@ def tool_loop_and_user_turn() -> CacheWorld:
     timed_turn(world, "A", 65, 0, "tool_use")
     timed_turn(world, "B", 66, 2, "end_turn")
     world.clock.t = 67
-    assert world.cache.device.num_free == 0
+    assert world.cache._device.num_free == 0
     return world
 
 

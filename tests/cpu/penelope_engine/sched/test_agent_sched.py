@@ -268,5 +268,5 @@ def test_park_on_preempt_writes_the_preempted_path_to_the_host() -> None:
         step(sched)
         step(sched)
         sched.preempt(seq)
-        assert (sched.cache.host.num_used > 0) == park
+        assert (sched.cache._host.num_used > 0) == park
         drain(sched)

@@ -117,7 +117,7 @@ def test_end_session_takes_the_sessions_pages_off_the_device(
     a = turn(e, "a2", prompt(1) + prompt(5, 8), "a", SessionHints(end_session=True))
     assert a.hints == (HintGrant("end_session", True, True),)
     assert private_device_pages(e, "a") == 0 and "a" not in e.scheduler.retention.pins
-    assert e.cache.device.num_used == 0
+    assert e.cache._device.num_used == 0
     if host_pages:  # demoted: the next turn loads it from the host
         back = turn(e, "a3", prompt(1) + prompt(5, 8) + a.token_ids, "a")
         assert back.usage.host_tokens == 48

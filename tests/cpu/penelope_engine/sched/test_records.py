@@ -47,12 +47,12 @@ def test_requests_without_a_session_keep_no_record(tiny_qwen3) -> None:
     rng = np.random.default_rng(0)
     for i in range(40):
         turn(e, f"r{i}", PREFIX + rng.integers(0, 500, 8).tolist(), None, clock)
-    assert e.cache.sessions == {}
+    assert e.cache._sessions == {}
     assert e.scheduler.retention.own == {}
     # the prefix is still shared: the last request found it on the device
     assert e.scheduler.totals.device_tokens >= 39 * len(PREFIX)
     # the shared prefix node names two sessions, not forty
-    first = next(iter(e.cache.tree.root.children.values()))
+    first = next(iter(e.cache._tree.root.children.values()))
     assert len(first.sessions) == 2
 
 
@@ -65,14 +65,14 @@ def test_an_idle_session_without_pages_expires_after_the_ttl(tiny_qwen3) -> None
     prompts = {f"s{i}": rng.integers(0, 500, 36).tolist() for i in range(4)}
     for sid, p in prompts.items():
         turn(e, f"{sid}-0", p, sid, clock)
-    assert set(e.cache.sessions) == set(prompts)  # idle, but within the TTL
+    assert set(e.cache._sessions) == set(prompts)  # idle, but within the TTL
     clock.t += 200.0
     turn(e, "s3-1", prompts["s3"], "s3", clock)
     # s0 and s1 lost their pages to later sessions and idled past the TTL; s3 runs; a
     # record left of the idle ones is one still holding pages
-    assert "s3" in e.cache.sessions
+    assert "s3" in e.cache._sessions
     assert e.cache.session_info("s0") is None and e.cache.session_info("s1") is None
-    assert all(info.holds_pages() for sid, info in e.cache.sessions.items() if sid != "s3")
+    assert all(info.holds_pages() for sid, info in e.cache._sessions.items() if sid != "s3")
 
 
 def test_a_session_holding_pages_outlives_the_ttl(tiny_qwen3) -> None:
@@ -82,7 +82,7 @@ def test_a_session_holding_pages_outlives_the_ttl(tiny_qwen3) -> None:
     turn(e, "a-0", PREFIX + [1, 2, 3, 4], "a", clock)
     clock.t += 100.0
     turn(e, "b-0", PREFIX + [5, 6, 7, 8], "b", clock)
-    assert set(e.cache.sessions) == {"a", "b"}  # a's private page is still cached
+    assert set(e.cache._sessions) == {"a", "b"}  # a's private page is still cached
 
 
 def test_past_the_cap_the_least_recently_used_records_go(tiny_qwen3) -> None:
@@ -91,8 +91,8 @@ def test_past_the_cap_the_least_recently_used_records_go(tiny_qwen3) -> None:
     e.scheduler.records.sweep_every = 2
     for i in range(10):
         turn(e, f"s{i}-0", PREFIX + [i, i, i, i], f"s{i}", clock)
-    assert len(e.cache.sessions) <= 3 + 2
-    assert "s9" in e.cache.sessions and "s0" not in e.cache.sessions
+    assert len(e.cache._sessions) <= 3 + 2
+    assert "s9" in e.cache._sessions and "s0" not in e.cache._sessions
     # a forgotten session's pages still serve it when it returns, as a stand-in owner
     before = e.scheduler.totals.device_tokens
     turn(e, "s0-1", PREFIX + [0, 0, 0, 0, 7, 7, 7, 7], "s0", clock)
@@ -126,11 +126,11 @@ def test_the_tree_forgets_idle_leaves_only_the_store_holds(tiny_qwen3, tmp_path)
     for i in range(3):  # other sessions take the device: old's pages are store-only now
         turn(e, f"n{i}-0", PREFIX + rng.integers(0, 500, 40).tolist(), f"n{i}", clock)
     assert e.flush_store_writes(10.0)
-    size = e.cache.tree.size
+    size = e.cache._tree.size
     clock.t += 100.0
     turn(e, "n2-1", PREFIX + [1] * 8, "n2", clock)
     assert e.cache.session_info("old") is None
-    assert e.cache.tree.size < size  # old's store-only private leaf left the tree
+    assert e.cache._tree.size < size  # old's store-only private leaf left the tree
     # returning, old finds its history in the store past the tree's match
     out = e.generate_sync(GenerateRequest("old-1", tuple(first + [9] * 8), SAMPLING, "old"))
     e.check_integrity()
