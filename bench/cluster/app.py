@@ -210,10 +210,16 @@ def wait_fleet(replicas: int, timeout_s: float) -> dict[str, int]:
 
 def engine_replicas() -> list[Replica]:
     """The live engine replica actors and their nodes."""
+    import ray
     from ray.util.state import list_actors
 
+    # the address of the cluster this driver is connected to: without one, Ray's state API
+    # looks for "the" Ray on this machine, and fails when another one runs beside it
     actors = list_actors(
-        filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False
+        address=ray.get_runtime_context().gcs_address,
+        filters=[("state", "=", "ALIVE")],
+        limit=10_000,
+        raise_on_missing_output=False,
     )
     return sorted(
         Replica(str(a.name).rpartition("#")[2], str(a.name), str(a.node_id), int(a.pid or 0))

@@ -13,9 +13,12 @@ in that tier: load it, or recompute it, whichever the planner finds cheaper.
 Pages that fail to load are recomputed. Device pages are allocated only when
 all of them can be had, so a request that does not fit evicts nothing.
 
-After the prefill (`insert_path`) the computed pages join the tree, and the
-request's lock moves to its new leaf; `release_lock` drops it at the end,
-writing the path through to the host when asked.
+A request's life against the cache is three of its calls, each keeping free +
+cached == total itself: `PrefixCache.begin_request` (match, pin, allocate: all or
+nothing), `cache_computed` after the prefill (`insert_path`: the computed pages
+join the tree and the lock moves to their leaf), and `release_request` at the end
+(`release`: the lock, the path written through to the host when asked, the pages
+the request still owns).
 
 Usage: tokens whose page the session had cached before (its longest inserted
 path, `SessionInfo.seen_hashes`) and must compute again are `recomputed`; the
@@ -32,7 +35,6 @@ import numpy as np
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.cache.tier import Tier
-from penelope_engine.errors import CapacityError
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sched.ledger import miss_tokens
 from penelope_engine.sched.sequence import Sequence
@@ -50,22 +52,15 @@ def admit(
     n_pages = cdiv(n_ctx, ps)
     usable = (n_ctx - 1) // ps  # always leave the last token to compute
     tiers.begin()
-    match = cache.match(seq.hashes[:usable])
-    lock = cache.lock_match(match)
+    claim = cache.begin_request(seq.req.session, seq.hashes[:usable], n_pages)
+    if claim is None:
+        return None
+    match, lock, fresh = claim.match, claim.lock, claim.fresh
     beyond = tiers.store_run(seq.hashes[match.num_pages : usable], seq.req.tenant)
     k = match.num_pages + beyond
     where = np.concatenate([match.where, np.full(beyond, Tier.STORE, np.int8)])
     host = np.concatenate([match.host, np.full(beyond, -1, np.int32)])
     device = where == Tier.DEVICE
-    need = n_pages - int(device.sum())
-    try:
-        fresh = cache.allocate(need) if cache.can_allocate(need) else None
-    except CapacityError:
-        fresh = None
-    if fresh is None:
-        cache.unlock(lock)
-        return None
-    cache.on_start(seq.req.session)
     m = match.num_pages
     table = np.empty(n_pages, dtype=np.int32)
     table[:m][device[:m]] = match.device[device[:m]]
@@ -151,21 +146,16 @@ def insert_path(seq: Sequence, cache: PrefixCache, hasher: PageHasher, computed:
         if n <= len(seq.hashes)
         else hasher.hashes(tokens, seq.req.tenant, seq.public_pages)
     )
-    res = cache.insert(
-        hashes, seq.page_table[:n], seq.req.session, seq.req.tenant, tokens.reshape(n, ps)
-    )
-    seq.page_table[:n] = res.pages
+    seq.page_table[:n], seq.lock = cache.cache_computed(
+        hashes, seq.page_table[:n], seq.req.session, seq.req.tenant, tokens.reshape(n, ps),
+        seq.lock,
+    )  # fmt: skip
     seq.owned[:n] = False
-    old, seq.lock = seq.lock, cache.lock(res.leaf)
-    if old is not None:
-        cache.unlock(old)
 
 
-def release_lock(seq: Sequence, cache: PrefixCache, write_through: bool) -> None:
-    """Drop the request's lock; write its path through to the host when asked."""
-    assert seq.lock is not None
-    leaf = seq.lock.node
-    cache.unlock(seq.lock)
+def release(seq: Sequence, cache: PrefixCache, write_through: bool) -> None:
+    """The request lets go of its lock and of the device pages it still owns
+    (`PrefixCache.release_request`)."""
+    cache.release_request(seq.lock, seq.page_table[seq.owned], write_through)
     seq.lock = None
-    if write_through and leaf is not None and leaf.parent is not None:
-        cache.write_through(leaf)
+    seq.owned[:] = False

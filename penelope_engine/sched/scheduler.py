@@ -34,7 +34,7 @@ from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import CapacityError
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.protocol import TokenUsage
-from penelope_engine.sched.admission import insert_path, release_lock
+from penelope_engine.sched.admission import insert_path, release
 from penelope_engine.sched.agent import Retention, WaitingQueue
 from penelope_engine.sched.hinted import HintedSessions, HintQuotas
 from penelope_engine.sched.intake import Intake
@@ -187,9 +187,7 @@ class Scheduler:
         self.running.remove(seq)
         if not seq.in_prefill:
             insert_path(seq, self.cache, self.hasher, len(seq.tokens) - 1)
-        if seq.lock is not None:
-            release_lock(seq, self.cache, self.write_through and self.agent.park_on_preempt)
-        self.cache.free(seq.page_table[seq.owned])
+        release(seq, self.cache, self.write_through and self.agent.park_on_preempt)
         seq.page_table = np.empty(0, np.int32)
         seq.owned = np.empty(0, bool)
         seq.todo = np.empty(0, np.int64)
@@ -246,10 +244,7 @@ class Scheduler:
         self.intake.note_release()
         if not aborted and not seq.in_prefill:
             insert_path(seq, self.cache, self.hasher, len(seq.tokens) - 1)
-        if seq.lock is not None:
-            release_lock(seq, self.cache, self.write_through)
-        self.cache.free(seq.page_table[seq.owned])
-        seq.owned[:] = False
+        release(seq, self.cache, self.write_through)
         info = self.cache.session(seq.req.session)
         self.cache.on_turn_end(seq.req.session, stop_reason)
         if not aborted:  # pins (learned and hinted), the harness's hints within its quotas
