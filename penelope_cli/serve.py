@@ -52,6 +52,7 @@ SESSION_OPTIONS = (
     "store_region",
     "write_behind_bytes",
     "store_read_budget_s",
+    "store_record_budget_s",
     "store_request_timeout_s",
     "store_probe_s",
 )

@@ -75,6 +75,13 @@ class CacheConfig:
     store_read_budget_s: float = with_help(
         0.5, "seconds a request-path store read may take; past it the pages are recomputed"
     )
+    # An arriving session's record (a small object naming its pages) is read before the
+    # request is queued, off the step thread, on readers of its own: a slow read delays
+    # that request only, and a page read's overrun never makes a record read skipped.
+    # Without its record a moved session recomputes its whole history, so it waits longer.
+    store_record_budget_s: float = with_help(
+        2.0, "seconds an arriving session's record read may take; past it, its history recomputes"
+    )
     namespace: str = "default"  # model fingerprint; tenants are namespaced inside it
     # Token sequences an operator declares public (a shared system prompt): a
     # prompt starting with one shares those pages across tenants; everything
@@ -125,6 +132,11 @@ class CacheConfig:
         require(
             0 < self.store_read_budget_s < math.inf,
             f"store_read_budget_s must be positive and finite, got {self.store_read_budget_s}",
+        )
+        require(
+            0 < self.store_record_budget_s < math.inf,
+            "store_record_budget_s must be positive and finite, "
+            f"got {self.store_record_budget_s}",
         )
         location = self.store_location()  # raises on a malformed URI, endpoint or region
         require(

@@ -35,6 +35,7 @@ from penelope_engine.protocol import (
 )
 from penelope_engine.runner import ModelRunner
 from penelope_engine.sched.sequence import BatchItem, Sequence, output_of
+from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.handover import SessionHandover
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,10 @@ class Engine:
         )
         self.cache, self.scheduler = self.core.cache, self.core.scheduler
         self.handover = (
-            SessionHandover(self.store, self.tiers, self.cache, writes)
+            SessionHandover(
+                self.store, self.tiers, self.cache, writes,
+                ReadBudget(cc.store_record_budget_s),
+            )  # fmt: skip
             if self.store is not None
             else None
         )
@@ -234,7 +238,7 @@ class Engine:
         if self.handover is None or self.store is None:
             return {}
         queued, jobs, cap, refused = self.handover.queue()
-        budget = self.tiers.read_budget
+        budget, records = self.tiers.read_budget, self.handover.records.budget
         return {
             "store_degraded": int(self.store.degraded),
             "write_behind_bytes": queued,
@@ -243,7 +247,11 @@ class Engine:
             "write_behind_refused": refused,
             "write_behind_deferred_pages": self.handover.deferred_pages,
             "store_lost_pages": self.handover.lost_pages,
-            "store_read_timeouts": budget.timeouts + budget.skipped if budget else 0,
+            "write_behind_pages": self.handover.pending_pages,
+            "store_written_pages": self.handover.written_pages,
+            "store_read_timeouts": sum(
+                b.timeouts + b.skipped for b in (budget, records) if b is not None
+            ),
         }
 
     def store_stats(self) -> StoreStats | None:

@@ -201,6 +201,17 @@ class EngineStats:
         "counter",
         "Pages not written behind (full queue or degraded store), offered again later.",
     )
+    write_behind_pages: int = metric(
+        "penelope_write_behind_queue_pages",
+        "gauge",
+        "KV pages copied out and queued for the store, not yet written (lost if the "
+        "replica dies now).",
+    )
+    store_written_pages: int = metric(
+        "penelope_store_written_pages",
+        "counter",
+        "KV pages written to the store behind the step (turn ends and host evictions).",
+    )
     store_lost_pages: int = metric(
         "penelope_store_lost_pages",
         "counter",

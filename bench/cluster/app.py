@@ -132,18 +132,37 @@ def wait_routed(url: str, api_key: str, timeout_s: float) -> set[str]:
         raise ClusterError(f"{e} (it knows {sorted(seen[0] or ())})") from None
 
 
-def write_behind_jobs(url: str, api_key: str) -> dict[str, float]:
-    """Per engine replica: the writes it has queued for the store now
-    (`penelope_write_behind_queue_jobs` on the ingress's `/metrics`)."""
+def by_replica(url: str, api_key: str, names: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Per metric of `names` (as the ingress's `/metrics` names its family) and engine
+    replica: its value now."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
     resp = httpx.get(f"{url}/metrics", headers={"authorization": f"Bearer {api_key}"}, timeout=10)
     resp.raise_for_status()
+    found: dict[str, dict[str, float]] = {name: {} for name in names}
     for family in text_string_to_metric_families(resp.text):
-        if family.name == "penelope_write_behind_queue_jobs":
-            return {s.labels.get("replica", ""): s.value for s in family.samples}
-    return {}
+        if family.name in found:
+            for s in family.samples:
+                if not s.name.endswith("_created"):
+                    found[family.name][s.labels.get("replica", "")] = s.value
+    return found
+
+
+def write_behind_jobs(url: str, api_key: str) -> dict[str, float]:
+    """Per engine replica: the writes it has queued for the store now
+    (`penelope_write_behind_queue_jobs` on the ingress's `/metrics`)."""
+    name = "penelope_write_behind_queue_jobs"
+    return by_replica(url, api_key, (name,))[name]
+
+
+# What a replica's store did, reported with each case: why a session did not load
+STORE_FAULTS = (
+    "penelope_store_read_timeouts",
+    "penelope_store_degraded",
+    "penelope_store_lost_pages",
+    "penelope_store_written_pages",
+)
 
 
 def wait_writes_settled(url: str, api_key: str, timeout_s: float, report_s: float) -> float:

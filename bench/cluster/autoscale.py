@@ -74,6 +74,7 @@ class ReplicaSampler(Sampler):
     def __init__(self) -> None:
         super().__init__(SAMPLE_S, "replica-sampler")
         self.samples: list[tuple[float, int]] = []
+        self.failures: list[str] = []  # samples the controller did not answer: why (reported)
 
     def now(self) -> int:
         return self.samples[-1][1] if self.samples else 0
@@ -81,7 +82,8 @@ class ReplicaSampler(Sampler):
     def sample(self) -> None:
         try:
             running = app.app_state()[1].get("RUNNING", 0)
-        except Exception:  # the controller busy or restarting: skip this sample
+        except Exception as exc:  # the controller busy or restarting: counted and reported
+            self.failures.append(f"{round(time.monotonic() - self.t0, 1)} s: {exc!r}"[:300])
             return
         self.samples.append((round(time.monotonic() - self.t0, 1), running))
 
@@ -119,6 +121,8 @@ def ramp(url: str, logs_dir: Path, load: LoadConfig, vocab: int, target: float,
         "signal": sorted({f["signal"] for f in fired}),
         "upscales": fired,
         "replicas_over_time": _changes(samples),
+        "unanswered_samples": len(sampler.failures),
+        "unanswered_first": sampler.failures[:3],
         "requests": load_summary["total"],
         "server_errors": load_summary["server_errors"],
         "statuses": load_summary["by_status"],

@@ -164,7 +164,8 @@ def run_case(run: Run, case: str, plans: list[SessionPlan]) -> dict[str, Any]:
     entry = summarize(
         case, turns + after, homes, lost, cut, run.reference, time.monotonic() - t0, rewrites
     )
-    return {**entry, "writes_settled_s": round(settled_s, 2)}
+    faults = app.by_replica(run.url, AGENT_KEY, app.STORE_FAULTS)
+    return {**entry, "writes_settled_s": round(settled_s, 2), "store_by_replica": faults}
 
 
 def _before_fault(

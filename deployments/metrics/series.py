@@ -26,6 +26,8 @@ name, kind, help, labels), so a new engine metric is a new field there.
 | penelope_write_behind_queue_bytes / _queue_jobs / _cap_bytes | gauge | replica  |
 | penelope_write_behind_refused_total / _deferred_pages_total | counter | replica |
 | penelope_store_lost_pages_total / penelope_store_read_timeouts_total | counter | replica |
+| penelope_store_written_pages_total | counter | replica |
+| penelope_write_behind_queue_pages | gauge | replica |
 
 The store series exist for replicas with an Arrow store (standalone mode):
 `op` is put, hit or miss; `kind` is write (unwritable or full), read (I/O),

@@ -30,7 +30,9 @@ records themselves are read and written by `path_records`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -42,6 +44,7 @@ from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
 from penelope_engine.protocol import GenerateRequest
+from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
 from penelope_engine.tiers.path_records import PathRecords
 from penelope_engine.tiers.write_behind import WriteBehind
@@ -68,19 +71,43 @@ class SegmentWriter:
     def __init__(self, store: ArrowSegmentStore, max_bytes: int) -> None:
         self.store = store
         self.writer = WriteBehind(max_bytes)
+        self._lock = threading.Lock()  # the counts below: the step thread and the writer's
+        self.pending_pages = 0  # copied out and queued, not yet written
+        self.written_pages = 0
         self.lost_pages = 0  # pages copied to be written whose write failed (recomputed)
 
     def spill(self, snaps: list[PageSnapshot]) -> bool:
         """(The step thread.) A host eviction's pages, on the queue: True once queued (they
         count as stored; a write that then fails counts them lost), False when the queue
         has no room (they are dropped, and recomputed if needed again)."""
-        return self.writer.submit(sum(s.nbytes for s in snaps), lambda: self.put(snaps))
+        return self.submit(snaps, lambda: self.put(snaps))
+
+    def submit(self, snaps: list[PageSnapshot], job: Callable[[], None]) -> bool:
+        """(The step thread.) `job`, which writes `snaps` (`put`) and maybe more, on the
+        queue; their pages count as pending until it has. False: no room, nothing queued."""
+        pages = sum(len(s.hashes) for s in snaps)
+        with self._lock:
+            self.pending_pages += pages
+        if self.writer.submit(sum(s.nbytes for s in snaps), job):
+            return True
+        with self._lock:
+            self.pending_pages -= pages
+        return False
 
     def put(self, snaps: list[PageSnapshot]) -> None:
         """(The writer thread.) Each segment; the pages of one that fails count as lost."""
         for snap in snaps:
-            if not self.store.put(snap.segment(self.store.namespace)):
-                self.lost_pages += len(snap.hashes)
+            try:
+                ok = self.store.put(snap.segment(self.store.namespace))
+            except Exception:  # counted lost like a refused write; the writer goes on
+                log.exception("a KV segment could not be written to the store")
+                ok = False
+            with self._lock:
+                self.pending_pages -= len(snap.hashes)
+                if ok:
+                    self.written_pages += len(snap.hashes)
+                else:
+                    self.lost_pages += len(snap.hashes)
 
 
 class SessionHandover:
@@ -94,13 +121,16 @@ class SessionHandover:
         tiers: TorchTiers,
         cache: PrefixCache,
         writes: SegmentWriter | None,
+        record_budget: ReadBudget | None = None,
     ) -> None:
         self.store = store
         self.tiers = tiers
         self.cache = cache
         self.writes = writes
         self.writer = writes.writer if writes is not None else None
-        self.records = PathRecords(store, tiers, cache, queued=self.writer is not None)
+        self.records = PathRecords(
+            store, tiers, cache, queued=self.writer is not None, budget=record_budget
+        )
         self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
         self.deferred_pages = 0  # pages not written behind for want of room (offered again)
         self._recorded: dict[str, int] = {}  # session id -> pages in its last record
@@ -110,6 +140,16 @@ class SessionHandover:
     def lost_pages(self) -> int:
         """Pages copied to be written whose write failed (recomputed if needed again)."""
         return self.writes.lost_pages if self.writes is not None else 0
+
+    @property
+    def pending_pages(self) -> int:
+        """Pages copied out and queued for the store, not yet written."""
+        return self.writes.pending_pages if self.writes is not None else 0
+
+    @property
+    def written_pages(self) -> int:
+        """Pages the write-behind wrote to the store."""
+        return self.writes.written_pages if self.writes is not None else 0
 
     # -- any thread ------------------------------------------------------------------
     def fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
@@ -122,6 +162,8 @@ class SessionHandover:
         return all(w.flush(timeout_s) for w in self._writers())
 
     def close(self, timeout_s: float) -> bool:
+        if self.records.budget is not None:
+            self.records.budget.close()
         return all([w.close(timeout_s) for w in self._writers()])
 
     def queue(self) -> tuple[int, int, int, int]:
@@ -186,11 +228,11 @@ class SessionHandover:
         if not taken and self._recorded.get(session_id) == len(pages):
             return
         snaps = [snap for node, idx in taken for snap in self._snapshot(node, idx)]
-        nbytes = sum(s.nbytes for s in snaps)
         public = any(s.owner == PUBLIC for s in snaps)
         job = lambda: self._write(snaps, tenant, session_id, pages, public)  # noqa: E731
         self._recorded[session_id] = len(pages)  # before the job runs: a failed one undoes it
-        if not self.writer.submit(nbytes, job):
+        assert self.writes is not None
+        if not self.writes.submit(snaps, job):
             self._recorded.pop(session_id, None)  # pages unstored, record stale: a drain writes
             return
         for node, idx in taken:

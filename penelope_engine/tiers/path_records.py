@@ -27,6 +27,7 @@ from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PUBLIC
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.protocol import GenerateRequest
+from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import TorchTiers
 from penelope_engine.tiers.write_behind import WriteBehind
 
@@ -39,11 +40,17 @@ class PathRecords:
     records are written only by the page writer's jobs and drains)."""
 
     def __init__(
-        self, store: ArrowSegmentStore, tiers: TorchTiers, cache: PrefixCache, queued: bool
+        self,
+        store: ArrowSegmentStore,
+        tiers: TorchTiers,
+        cache: PrefixCache,
+        queued: bool,
+        budget: ReadBudget | None = None,
     ) -> None:
         self.store = store
         self.tiers = tiers
         self.cache = cache
+        self.budget = budget  # bounds `fetch` (None: unbounded)
         self.writer = WriteBehind(RECORD_QUEUE_BYTES, name="penelope-records") if queued else None
         self._lock = threading.Lock()  # record writes one at a time (`put`)
 
@@ -51,10 +58,10 @@ class PathRecords:
     def fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
         """The record of the request's session, its segments (and those of its public
         prefix, ending at page `public_tail`) indexed by the store. Store I/O: call it
-        off the step thread. It waits the tiers' read budget at most: past it, or
-        with the store degraded, the session has no record here (its history
-        recomputes)."""
-        budget = self.tiers.read_budget
+        off the step thread. It waits its own budget at most
+        (`CacheConfig.store_record_budget_s`): past it, or with the store degraded,
+        the session has no record here (its history recomputes)."""
+        budget = self.budget
         if budget is None:
             return self._fetch(req, public_tail)
         return budget.call(lambda: self._fetch(req, public_tail), None, "a path record read")

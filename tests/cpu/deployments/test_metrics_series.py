@@ -25,6 +25,8 @@ ENGINE_HELP = (
     "penelope_write_behind_cap_bytes The write-behind queues' bound in bytes.",
     "penelope_write_behind_refused_total Writes refused by a full write-behind queue (their pages stay unstored).",  # noqa: E501
     "penelope_write_behind_deferred_pages_total Pages not written behind (full queue or degraded store), offered again later.",  # noqa: E501
+    "penelope_write_behind_queue_pages KV pages copied out and queued for the store, not yet written (lost if the replica dies now).",  # noqa: E501
+    "penelope_store_written_pages_total KV pages written to the store behind the step (turn ends and host evictions).",  # noqa: E501
     "penelope_store_lost_pages_total Pages whose store write failed after they were copied (recomputed if needed).",  # noqa: E501
     "penelope_store_read_timeouts_total Request-path store reads past store_read_budget_s (their pages recomputed).",  # noqa: E501
 )

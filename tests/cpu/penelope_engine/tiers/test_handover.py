@@ -59,6 +59,8 @@ def test_a_moved_session_loads_its_history_written_behind_and_is_identical(
     assert usage.recomputed_tokens == 0
     assert usage.new_tokens <= len(TURN2_NEW) + PS
     assert a.store is not None and a.store.stats().records_written >= 1
+    written = a.stats()
+    assert written.store_written_pages >= 40 // PS and written.write_behind_pages == 0
 
 
 def test_history_the_fleet_held_counts_as_recomputed_where_the_store_lost_it(
@@ -153,11 +155,16 @@ def test_a_turn_served_elsewhere_before_the_pages_land_counts_them_recomputed(
 
     try:
         one = asyncio.run(first_turn())
+        queued = a.engine.stats()  # what a replica dying now would lose, on /metrics
+        assert queued.write_behind_pages >= 40 // PS and queued.store_written_pages == 0
         prompt2 = TURN1 + one + TURN2_NEW
         two = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
     finally:
         release.set()
+        assert a.engine.flush_store_writes(FLUSH_S)
+        after = a.engine.stats()
         asyncio.run(a.shutdown())
+    assert after.write_behind_pages == 0 and after.store_written_pages >= 40 // PS
     assert two.usage.store_tokens == 0  # no page had landed
     assert two.usage.recomputed_tokens >= 40  # but the history was the fleet's
     assert two.usage.new_tokens <= len(TURN2_NEW) + PS
@@ -207,3 +214,26 @@ def test_the_last_record_written_names_what_a_slow_write_behind_stored(
     finally:
         gates[1].set()
         assert a.flush_store_writes(FLUSH_S)
+
+
+def test_a_page_read_that_overran_does_not_cost_the_next_session_its_record(
+    tiny_qwen3, tmp_path: Path
+) -> None:
+    """After a page read passes its budget, page reads are skipped for a cool-down; an
+    arriving session's record is read on readers of its own, with its own budget, so a
+    moved session still finds its history (recomputed or loaded, never counted new)."""
+    import time
+
+    shared = StoreLocation(str(tmp_path / "shared"))
+    a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
+    one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
+    assert a.flush_store_writes(FLUSH_S)
+    pages = b.tiers.read_budget
+    assert pages is not None
+    assert pages.call(lambda: time.sleep(pages.budget_s * 3), None) is None  # an overrun
+    assert pages.call(lambda: 1, None) is None  # page reads now cool down: skipped
+    prompt2 = TURN1 + one.token_ids + TURN2_NEW
+    two = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
+    assert two.usage.store_tokens + two.usage.recomputed_tokens >= 40  # the fleet's history
+    assert two.usage.new_tokens <= len(TURN2_NEW) + PS
+    assert b.stats().store_read_timeouts >= 2  # the overrun and the skipped read, reported
