@@ -19,9 +19,9 @@ from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, EngineConfig, ModelConfig
 from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
-from penelope_engine.tiers.handover import SegmentWriter
 from penelope_engine.tiers.kv_pool import DTYPES, KVPool
 from penelope_engine.tiers.planner import CalibratedCost, CostCalibrator
+from penelope_engine.tiers.segment_writer import SegmentWriter
 
 
 def kv_pools(config: EngineConfig, mc: ModelConfig) -> tuple[KVPool, KVPool | None]:

@@ -11,6 +11,8 @@ Modules:
     planner       load or recompute per missing segment; the cost model calibrated live
     handover      sessions that change replica find their history in the shared store
     path_records  a session's path record in the store: read on arrival, written after pages
+    segment_writer  KV segments written behind the step, counted by page (pending, written,
+                  lost)
     write_behind  one background thread writing to the store within a byte bound
     budget        `ReadBudget`: a store read on the request path waits a fixed budget at most
 """

@@ -86,7 +86,7 @@ class TorchTiers:
         self.failures = 0
         self.public_hashes = public_hashes  # pages of operator-declared public prefixes
         self._reader: ThreadPoolExecutor | None = None  # read-ahead thread, started on first use
-        # Host evictions' pages go here when set (`handover.SegmentWriter`: the write-behind),
+        # Host evictions' pages go here when set (`segment_writer.SegmentWriter`: the write-behind),
         # so a slow store never stalls the step; True once queued. None: written in line.
         self.spill_behind = spill_behind
 

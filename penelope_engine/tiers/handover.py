@@ -30,9 +30,7 @@ records themselves are read and written by `path_records`.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -47,6 +45,7 @@ from penelope_engine.protocol import GenerateRequest
 from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
 from penelope_engine.tiers.path_records import PathRecords
+from penelope_engine.tiers.segment_writer import SegmentWriter
 from penelope_engine.tiers.write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
@@ -61,53 +60,6 @@ class DrainReport:
     records_left: int  # stale records the deadline left unwritten
     in_time: bool  # the writes behind and the pages finished within the deadline
     seconds: float
-
-
-class SegmentWriter:
-    """KV segments written to the store behind the step, on one bounded queue: host
-    evictions' pages (`spill`, which the tiers are built with) and turn ends' (the
-    handover's jobs). Built before both, so neither is rewired after it is built."""
-
-    def __init__(self, store: ArrowSegmentStore, max_bytes: int) -> None:
-        self.store = store
-        self.writer = WriteBehind(max_bytes)
-        self._lock = threading.Lock()  # the counts below: the step thread and the writer's
-        self.pending_pages = 0  # copied out and queued, not yet written
-        self.written_pages = 0
-        self.lost_pages = 0  # pages copied to be written whose write failed (recomputed)
-
-    def spill(self, snaps: list[PageSnapshot]) -> bool:
-        """(The step thread.) A host eviction's pages, on the queue: True once queued (they
-        count as stored; a write that then fails counts them lost), False when the queue
-        has no room (they are dropped, and recomputed if needed again)."""
-        return self.submit(snaps, lambda: self.put(snaps))
-
-    def submit(self, snaps: list[PageSnapshot], job: Callable[[], None]) -> bool:
-        """(The step thread.) `job`, which writes `snaps` (`put`) and maybe more, on the
-        queue; their pages count as pending until it has. False: no room, nothing queued."""
-        pages = sum(len(s.hashes) for s in snaps)
-        with self._lock:
-            self.pending_pages += pages
-        if self.writer.submit(sum(s.nbytes for s in snaps), job):
-            return True
-        with self._lock:
-            self.pending_pages -= pages
-        return False
-
-    def put(self, snaps: list[PageSnapshot]) -> None:
-        """(The writer thread.) Each segment; the pages of one that fails count as lost."""
-        for snap in snaps:
-            try:
-                ok = self.store.put(snap.segment(self.store.namespace))
-            except Exception:  # counted lost like a refused write; the writer goes on
-                log.exception("a KV segment could not be written to the store")
-                ok = False
-            with self._lock:
-                self.pending_pages -= len(snap.hashes)
-                if ok:
-                    self.written_pages += len(snap.hashes)
-                else:
-                    self.lost_pages += len(snap.hashes)
 
 
 class SessionHandover:
