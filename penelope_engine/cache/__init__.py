@@ -15,6 +15,7 @@ Modules:
     evict_heap    per-tier heaps of victim nodes, ranked by the policy
     sessions      per-session timing (`SessionInfo`) the return-aware policies read
     session_events  `PrefixCache`'s session events and bounded session records
+    request_life    a request's life against the cache in three calls (begin, cache, release)
     store_pages   pages between the cache and the store: reads ahead, writes behind
     digests       what a replica tells the router: session holdings, shared prefixes
     integrity     the cache's invariants, checked in full

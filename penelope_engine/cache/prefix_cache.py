@@ -35,6 +35,7 @@ from penelope_engine.cache.allocator import PageAllocator
 from penelope_engine.cache.evict_heap import EvictionHeaps, first_page
 from penelope_engine.cache.eviction import EvictionPolicy, make_eviction_policy
 from penelope_engine.cache.placement import Placement, TierIO
+from penelope_engine.cache.request_life import Claim, InsertResult, LockHandle, RequestLife
 from penelope_engine.cache.session_events import SessionEvents
 from penelope_engine.cache.sessions import SessionInfo
 from penelope_engine.cache.store_pages import CopyIn, Installed, StoreRun
@@ -45,33 +46,12 @@ from penelope_engine.errors import CapacityError
 from penelope_engine.protocol import DIGEST_LIMITS, SessionDigest
 
 # Names importable from here since before the split (they live in the modules above).
-__all__ = ["InsertResult", "LockHandle", "PrefixCache", "SessionInfo", "TierIO"]
-
-
-@dataclass(frozen=True)
-class LockHandle:
-    node: Node | None
-
-
-@dataclass(frozen=True)
-class InsertResult:
-    pages: np.ndarray  # canonical device page of each inserted page
-    leaf: Node
+__all__ = ["Claim", "InsertResult", "LockHandle", "PrefixCache", "SessionInfo", "TierIO"]
 
 
 def default_page_cost(page_size: int) -> Callable[[int], float]:
     """Prefill cost (seconds) of a page at a page index: C_LIN + C_ATTN * position."""
     return lambda page: page_size * (C_LIN + C_ATTN * page * page_size)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What `PrefixCache.begin_request` gave a request: where its matched pages are, the
-    lock on them, and the device pages allocated for the rest."""
-
-    match: TreeMatch
-    lock: LockHandle
-    fresh: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -88,7 +68,7 @@ class CacheStats:
     session_records: int
 
 
-class PrefixCache(SessionEvents):
+class PrefixCache(SessionEvents, RequestLife):
     def __init__(
         self,
         page_size: int,
@@ -222,56 +202,6 @@ class PrefixCache(SessionEvents):
             self._tree.lock(handle.node, -1)
             self._heaps.touch_path(handle.node)
             self._placement.trim(handle.node)
-
-    # -- a request's life: begin, cache what it computed, release ----------------------
-    # Free + cached == total holds across these three however a request ends (finished,
-    # aborted, preempted): each keeps the locks and the pages it moves together.
-    def begin_request(self, sid: str, hashes: np.ndarray, n_pages: int) -> Claim | None:
-        """Match `hashes`, pin the matched path, and allocate the device pages of the
-        request's `n_pages` the match does not hold on the device: all or nothing (mutates).
-        None when they cannot be had now, having changed nothing. The session has started."""
-        match = self.match(hashes)
-        lock = self.lock_match(match)
-        need = n_pages - int((match.where == Tier.DEVICE).sum())
-        try:
-            fresh = self.allocate(need) if self.can_allocate(need) else None
-        except CapacityError:
-            fresh = None
-        if fresh is None:
-            self.unlock(lock)
-            return None
-        self.on_start(sid)
-        return Claim(match, lock, fresh)
-
-    def cache_computed(
-        self,
-        hashes: np.ndarray,
-        pages: np.ndarray,
-        sid: str,
-        tenant: str,
-        tokens: np.ndarray,
-        lock: LockHandle | None,
-    ) -> tuple[np.ndarray, LockHandle]:
-        """A running request's computed pages join the tree (`insert`), and its lock moves
-        from `lock` to their leaf (mutates). Returns the canonical pages and the new lock."""
-        res = self.insert(hashes, pages, sid, tenant, tokens)
-        new = self.lock(res.leaf)
-        if lock is not None:
-            self.unlock(lock)
-        return res.pages, new
-
-    def release_request(
-        self, lock: LockHandle | None, owned: np.ndarray, write_through: bool
-    ) -> None:
-        """A request lets go (finished, aborted or preempted): its lock, its path written
-        through to the host first when asked, and the device pages it still owns, which
-        no tree node holds (mutates)."""
-        if lock is not None:
-            self.unlock(lock)
-            leaf = lock.node
-            if write_through and leaf is not None and leaf.parent is not None:
-                self.write_through(leaf)
-        self.free(owned)
 
     # -- allocation ------------------------------------------------------------
     def allocate(self, n: int) -> np.ndarray:
