@@ -61,9 +61,13 @@ class PlacementBoard(Protocol):
 
 
 class ClaimTable:
-    """The board's state: a bounded, expiring claim per session. One thread."""
+    """The board's state: a bounded, expiring claim per session. One thread: the `ray`
+    board's actor is this class (a sync actor runs one call at a time, so claims are
+    atomic)."""
 
-    def __init__(self, ttl_s: float, capacity: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, ttl_s: float, capacity: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._table = AssignmentTable(ttl_s, capacity)
         self._clock = clock
 
@@ -151,8 +155,7 @@ class RayBoard:
 
             if not ray.is_initialized():
                 raise RuntimeError("Ray is not initialized in this process")
-            # a sync actor runs one call at a time: claims are atomic
-            self._actor = ray.remote(ClaimActor).options(
+            self._actor = ray.remote(ClaimTable).options(
                 name=self._name, namespace=BOARD_NAMESPACE, get_if_exists=True, num_cpus=0
             ).remote(*self._args)
         return self._actor
@@ -174,19 +177,6 @@ def _actor_died(exc: BaseException) -> bool:
     return isinstance(exc, RayActorError)
 
 
-class ClaimActor:
-    """The board actor's body (wrapped by ``ray.remote`` where it is created)."""
-
-    def __init__(self, ttl_s: float, capacity: int) -> None:
-        self._table = ClaimTable(ttl_s, capacity, time.monotonic)
-
-    def claim(self, session_id: str, replica_id: str, live_ids: list[str]) -> str:
-        return self._table.claim(session_id, replica_id, set(live_ids))
-
-    def settle(self, session_id: str, replica_id: str) -> None:
-        self._table.settle(session_id, replica_id)
-
-
 _PROCESS_TABLES: dict[str, ClaimTable] = {}
 
 
@@ -196,7 +186,7 @@ def _no_board(name: str, ttl_s: float, capacity: int) -> PlacementBoard | None:
 
 def _process_board(name: str, ttl_s: float, capacity: int) -> PlacementBoard:
     return ProcessBoard(
-        _PROCESS_TABLES.setdefault(name, ClaimTable(ttl_s, capacity, time.monotonic))
+        _PROCESS_TABLES.setdefault(name, ClaimTable(ttl_s, capacity))
     )
 
 

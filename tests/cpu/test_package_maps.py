@@ -22,18 +22,7 @@ PACKAGES = (
 )
 # docs/architecture.md's table lists these packages module by module; the others by their
 # own __init__.
-MAPPED_PACKAGES = (
-    "penelope_engine",
-    "penelope_engine/cache",
-    "penelope_engine/sched",
-    "penelope_engine/tiers",
-    "penelope_sglang",
-    "cache_store",
-    "router",
-    "deployments",
-    "bench",
-    "penelope_cli",
-)
+MAPPED_PACKAGES = (*PACKAGES, *(f"penelope_engine/{room}" for room in ("cache", "sched", "tiers")))
 MAP_DOC = "docs/architecture.md"
 
 

@@ -28,7 +28,7 @@ ENGINE_HELP = (
     "penelope_write_behind_queue_pages KV pages copied out and queued for the store, not yet written (lost if the replica dies now).",  # noqa: E501
     "penelope_store_written_pages_total KV pages written to the store behind the step (turn ends and host evictions).",  # noqa: E501
     "penelope_store_lost_pages_total Pages whose store write failed after they were copied (recomputed if needed).",  # noqa: E501
-    "penelope_store_read_timeouts_total Request-path store reads past store_read_budget_s (their pages recomputed).",  # noqa: E501
+    "penelope_store_read_timeouts_total Request-path store reads past their budget or skipped in its cool-down (pages: store_read_budget_s, a session record: store_record_budget_s).",  # noqa: E501
 )
 
 
