@@ -220,7 +220,8 @@ class EngineStats:
     store_read_timeouts: int = metric(
         "penelope_store_read_timeouts",
         "counter",
-        "Request-path store reads past their budget or skipped in its cool-down (pages: store_read_budget_s, a session record: store_record_budget_s).",
+        "Request-path store reads past their budget or skipped in its cool-down (pages: "
+        "store_read_budget_s, a session record: store_record_budget_s).",
     )
 
     @property
