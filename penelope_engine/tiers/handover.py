@@ -218,7 +218,7 @@ class SessionHandover:
             if time.monotonic() > end:
                 stale += 1
                 continue
-            if self.store.put_record(tenant, sid, self.records.owned(tenant, info.seen_hashes)):
+            if self.records.put(tenant, sid, self.records.owned(tenant, info.seen_hashes)):
                 self._recorded[sid] = len(info.seen_hashes)
                 records += 1
         in_time = flushed and not late
@@ -265,7 +265,13 @@ class SessionHandover:
         session's, and the public prefix's when its pages were among them."""
         assert self.writes is not None  # jobs are queued only with a writer
         self.writes.put(snaps)
-        if pages and not self.records.put(tenant, session_id, pages):
-            self._recorded.pop(session_id, None)  # unwritten: a drain writes it
+        if pages:
+            self.records.put(tenant, session_id, pages, then=lambda ok: self._told(session_id, ok))
         if public:
             self.records.put_public(pages)
+
+    def _told(self, session_id: str, written: bool) -> None:
+        """(A writer thread.) A record this replica queued was written, or not: then a
+        drain writes it."""
+        if not written:
+            self._recorded.pop(session_id, None)

@@ -7,8 +7,11 @@ reads and writes them:
 
 - `fetch`: an arriving session's record, and its public prefix's, off the step
   thread within the tiers' read budget (the segments they name get indexed);
-- `put`: one record at a time, from what is known when it is written (the
-  session's pages seen by then), so the last one written names the most;
+- `put`: a session's record from what is known when it is written (the
+  session's pages seen by then), one write of it at a time, so the last one
+  written names the most. A put that finds its session's record being written
+  does not wait for that write (the store may be slow): it leaves its pages to
+  the thread writing, which writes the record once more when it is done;
 - `first`: the turn's first record on its own small queue, which the turn's
   last output waits for;
 - `put_public`: the public prefix's own record, named by its last page, so a
@@ -18,8 +21,11 @@ reads and writes them:
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,8 +37,19 @@ from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import TorchTiers
 from penelope_engine.tiers.write_behind import WriteBehind
 
+log = logging.getLogger(__name__)
+
 RECORD_JOB_BYTES = 4096  # what a record write counts against its queue's bound
 RECORD_QUEUE_BYTES = 1024 * RECORD_JOB_BYTES  # records queued at most; past it a turn won't wait
+
+
+@dataclass
+class _Writing:
+    """A session's record being written now, and what puts that came meanwhile left."""
+
+    pages: list[tuple[str, int]]
+    again: bool = False  # a put came meanwhile: write it once more when done
+    then: list[Callable[[bool], None]] = field(default_factory=list)  # theirs, told then
 
 
 class PathRecords:
@@ -52,7 +69,8 @@ class PathRecords:
         self.cache = cache
         self.budget = budget  # bounds `fetch` (None: unbounded)
         self.writer = WriteBehind(RECORD_QUEUE_BYTES, name="penelope-records") if queued else None
-        self._lock = threading.Lock()  # record writes one at a time (`put`)
+        self._lock = threading.Lock()  # `_writing`
+        self._writing: dict[tuple[str, str], _Writing] = {}  # records being written now
 
     # -- any thread ------------------------------------------------------------------
     def fetch(self, req: GenerateRequest, public_tail: int | None) -> PathRecord | None:
@@ -78,18 +96,55 @@ class PathRecords:
         return [(self.tiers.owner(tenant, h), h) for h in hashes.tolist()]
 
     # -- writer threads --------------------------------------------------------------
-    def put(self, tenant: str, session_id: str, pages: list[tuple[str, int]]) -> bool:
-        """(A writer thread.) The session's record from what is known when it is
-        written: the pages it has seen by now (its latest turn here, if longer than
-        `pages`) and the segments the store has indexed by now. Records are written
-        one at a time, so the last one written, whichever queue it came from, names
-        the most: an early record never hides segments a slower job wrote."""
+    def put(
+        self,
+        tenant: str,
+        session_id: str,
+        pages: list[tuple[str, int]],
+        then: Callable[[bool], None] | None = None,
+    ) -> bool | None:
+        """(A writer thread.) Write the session's record; whether it was written, or None
+        when another thread was writing it: that thread writes it once more when done,
+        with these pages if longer. `then` is told the result of the write that covers
+        this put, either way (on whichever thread wrote it).
+
+        A record names what is known when it is written: the pages the session has
+        seen by now (its latest turn here, if longer than `pages`) and the segments
+        the store has indexed by now. A session's record is written one write at a
+        time, so the last one written, whichever queue it came from, names the most:
+        an early record never hides segments a slower job wrote. No put waits on
+        another's store call: a record write stuck in a slow store holds up no page."""
+        key = (tenant, session_id)
         with self._lock:
-            info = self.cache.session_info(session_id)  # an attribute read: thread-safe
-            seen = info.seen_hashes if info is not None else None
-            if seen is not None and len(seen) > len(pages):
-                pages = self.owned(tenant, seen)
+            writing = self._writing.get(key)
+            if writing is not None:
+                writing.again = True
+                writing.pages = max(writing.pages, pages, key=len)
+                if then is not None:
+                    writing.then.append(then)
+                return None
+            writing = self._writing[key] = _Writing(pages)
+        told = [then] if then is not None else []
+        while True:
+            ok = self._write(tenant, session_id, writing.pages)
+            for tell in told:
+                tell(ok)
+            with self._lock:
+                if not writing.again:
+                    del self._writing[key]
+                    return ok
+                writing.again, told, writing.then = False, writing.then, []
+
+    def _write(self, tenant: str, session_id: str, pages: list[tuple[str, int]]) -> bool:
+        info = self.cache.session_info(session_id)  # an attribute read: thread-safe
+        seen = info.seen_hashes if info is not None else None
+        if seen is not None and len(seen) > len(pages):
+            pages = self.owned(tenant, seen)
+        try:
             return self.store.put_record(tenant, session_id, pages)
+        except Exception:  # counted unwritten like a refused write; the writer goes on
+            log.exception("the path record of session %s could not be written", session_id)
+            return False
 
     def put_public(self, pages: list[tuple[str, int]]) -> None:
         """(The writer thread.) The record of the public prefix `pages` start with, if any."""
@@ -106,13 +161,12 @@ class PathRecords:
             done.set_result(True)
             return done
 
+        def settle(ok: bool) -> None:
+            if done.set_running_or_notify_cancel():  # False: the waiter gave up
+                done.set_result(ok)
+
         def job() -> None:
-            ok = False
-            try:
-                ok = self.put(tenant, session_id, pages)
-            finally:
-                if done.set_running_or_notify_cancel():  # False: the waiter gave up
-                    done.set_result(ok)
+            self.put(tenant, session_id, pages, then=settle)
 
         assert self.writer is not None
         if not self.writer.submit(RECORD_JOB_BYTES, job):

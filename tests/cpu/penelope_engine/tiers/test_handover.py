@@ -237,3 +237,42 @@ def test_a_page_read_that_overran_does_not_cost_the_next_session_its_record(
     assert two.usage.store_tokens + two.usage.recomputed_tokens >= 40  # the fleet's history
     assert two.usage.new_tokens <= len(TURN2_NEW) + PS
     assert b.stats().store_read_timeouts >= 2  # the overrun and the skipped read, reported
+
+
+def test_a_record_write_stuck_in_the_store_holds_up_no_page_write(
+    tiny_qwen3, tmp_path: Path
+) -> None:
+    """The turn's first record hangs in a slow store (its own queue's thread). The page
+    writer writes the session's pages meanwhile and, finding that record being written,
+    leaves its record to that thread instead of waiting for it: its queue empties while
+    the record is still stuck. When the stuck write ends, the record is written once
+    more, naming the segments that landed meanwhile."""
+    import threading
+
+    shared = StoreLocation(str(tmp_path / "shared"))
+    a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
+    assert a.store is not None and b.store is not None and a.handover is not None
+    assert a.handover.writer is not None
+    release, calls = threading.Event(), []
+    put_record = a.store.put_record
+
+    def stuck_put_record(tenant, name, pages):
+        calls.append(name)
+        if len(calls) == 1:
+            release.wait(60.0)  # the first record's store call, until the pages are written
+        return put_record(tenant, name, pages)
+
+    a.store.put_record = stuck_put_record  # type: ignore[method-assign]
+    try:
+        a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
+        assert a.handover.writer.flush(FLUSH_S)  # the pages: not behind the stuck record
+        assert a.stats().store_written_pages >= 40 // PS
+        assert calls == ["agent"] and not release.is_set()
+    finally:
+        release.set()
+    assert a.flush_store_writes(FLUSH_S)
+    assert calls == ["agent", "agent"]  # written once more when the stuck write ended
+    record = b.store.get_record("default", "agent")
+    seen = a.cache.session_info("agent")
+    assert record is not None and seen is not None and record.segments
+    assert len(record.page_hashes) == len(seen.seen_hashes)
