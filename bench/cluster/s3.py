@@ -9,36 +9,40 @@ and test tool here, never a dependency of the package.
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
 import socket
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlsplit
 
+from bench.child import server_process
+from bench.net import free_port
 from cache_store import StoreLocation
 
 REGION = "us-east-1"
-START_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 30.0  # moto's server imports for seconds on a busy machine
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "penelope-bench", "AWS_SECRET_ACCESS_KEY": "penelope-secret"}
 
 
 @contextmanager
-def local_s3_server() -> Iterator[str]:
-    """moto's server on 127.0.0.1 and a free port, up until the block ends: its URL."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        _wait_accepting(host, port, START_TIMEOUT_S)
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+def local_s3_server(log: Path | None = None) -> Iterator[str]:
+    """moto's server on 127.0.0.1 and a free port, in a process of its own (as S3 is to
+    a cluster: its requests never wait on the client's interpreter), up until the block
+    ends: its URL. Its output goes to `log` (None: a temporary file)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with contextlib.ExitStack() as stack:
+        if log is None:
+            log = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="moto-"))) / "log"
+        stack.enter_context(server_process("moto S3 server", cmd, log, f"{url}/", START_TIMEOUT_S))
+        yield url
 
 
 def _wait_accepting(host: str, port: int, timeout_s: float) -> None:
