@@ -23,10 +23,12 @@ import torch
 
 from penelope_cli.closeness import max_abs_diff, passes, worst
 from penelope_engine.config import CacheConfig, DType, EngineConfig, ModelConfig
+from penelope_engine.core import CoreHooks
 from penelope_engine.engine import Engine
 from penelope_engine.model.attention import build_metadata
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.protocol import GenerateRequest, SamplingParams
+from penelope_engine.sched.sequence import BatchItem
 from penelope_engine.tiers.kv_pool import KVPool
 from penelope_engine.util import cdiv
 
@@ -35,39 +37,24 @@ FORMED = ("turns_with_holes", "turns_with_host_loads", "turns_with_store_loads")
 
 
 class LogitsTap:
-    """Records the logits row behind every token an engine's runner samples.
+    """Records the logits row behind every token an engine's runner samples: the engine's
+    `CoreHooks.on_logits`, given at its construction. The row of item i is the forward's
+    row i (one per item), or, if the model returns rows only for items that sample, the
+    next such row."""
 
-    Wraps `engine.runner`'s model call and `run` on this one engine object;
-    the row of item i is the forward's row i (one per item), or, if the
-    runner returns rows only for items that sample, the next such row.
-    """
-
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self) -> None:
         self.rows: dict[str, list[torch.Tensor]] = {}
-        runner = engine.runner
-        model, run = runner.model, runner.run
-        last: list[torch.Tensor] = []
 
-        def forward(*args: Any, **kwargs: Any) -> torch.Tensor:
-            logits = model(*args, **kwargs)
-            last.append(logits)
-            return logits
-
-        def tapped(items: list) -> list:
-            tokens = run(items)
-            logits = torch.cat(last) if last else torch.empty(0)
-            last.clear()
-            wants = [i for i, it in enumerate(items) if it.wants_token]
-            if len(logits) not in (len(items), len(wants)):
-                raise RuntimeError(f"{len(logits)} logits rows for {len(items)} batch items")
-            sampled = [i for i, tok in enumerate(tokens) if tok is not None]
-            rows = sampled if len(logits) == len(items) else [wants.index(i) for i in sampled]
-            for i, row in zip(sampled, rows):
-                self.rows.setdefault(items[i].seq.request_id, []).append(logits[row].cpu())
-            return tokens
-
-        setattr(runner, "model", forward)  # noqa: B010 - a verification harness, this engine only
-        setattr(runner, "run", tapped)  # noqa: B010
+    def __call__(
+        self, items: list[BatchItem], logits: torch.Tensor, tokens: list[int | None]
+    ) -> None:
+        wants = [i for i, it in enumerate(items) if it.wants_token]
+        if len(logits) not in (len(items), len(wants)):
+            raise RuntimeError(f"{len(logits)} logits rows for {len(items)} batch items")
+        sampled = [i for i, tok in enumerate(tokens) if tok is not None]
+        rows = sampled if len(logits) == len(items) else [wants.index(i) for i in sampled]
+        for i, row in zip(sampled, rows):
+            self.rows.setdefault(items[i].seq.request_id, []).append(logits[row].cpu())
 
 
 def _sessions(
@@ -163,8 +150,9 @@ def run_engine(
 def _engine(
     lm: LoadedModel, model: str, dtype: DType, device: str, cache: CacheConfig
 ) -> tuple[Engine, LogitsTap]:
-    engine = Engine(EngineConfig(model=model, device=device, dtype=dtype, cache=cache), lm)
-    return engine, LogitsTap(engine)
+    tap = LogitsTap()
+    config = EngineConfig(model=model, device=device, dtype=dtype, cache=cache)
+    return Engine(config, lm, hooks=CoreHooks(on_logits=tap)), tap
 
 
 def _stack(rows: list[torch.Tensor]) -> torch.Tensor:

@@ -202,10 +202,10 @@ class AsyncEngine:
         accepted: asyncio.Future[None] = loop.create_future()
         finished = False
         record = None
-        if self.engine.handover is not None:
+        if self.engine.has_store:
             record = await asyncio.to_thread(self.engine.fetch_record, request)
         if request.grammar is not None:  # the first grammar builds llguidance's vocabulary
-            await asyncio.to_thread(self.engine.grammars.warm)
+            await asyncio.to_thread(self.engine.warm_grammars)
         self._post(_Add(request, listener, accepted, record))
         try:
             await accepted  # raises the engine's InvalidRequestError / CapacityError

@@ -135,8 +135,7 @@ class CacheConfig:
         )
         require(
             0 < self.store_record_budget_s < math.inf,
-            "store_record_budget_s must be positive and finite, "
-            f"got {self.store_record_budget_s}",
+            f"store_record_budget_s must be positive and finite, got {self.store_record_budget_s}",
         )
         location = self.store_location()  # raises on a malformed URI, endpoint or region
         require(

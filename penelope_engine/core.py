@@ -18,7 +18,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from penelope_engine.cache.eviction import EvictionPolicy, make_eviction_policy
 from penelope_engine.cache.pages import PageHasher
@@ -32,6 +32,9 @@ from penelope_engine.sched.sequence import BatchItem
 from penelope_engine.sched.sequence import Sequence as Request
 from penelope_engine.tiers.contract import SchedulerTiers
 from penelope_engine.tiers.planner import CalibratedCost, PlannerCost
+
+if TYPE_CHECKING:
+    import torch
 
 
 class CoreTiers(TierIO, SchedulerTiers, Protocol):
@@ -54,7 +57,9 @@ class CoreHooks:
     - `on_copy`: told (tier, bytes, seconds) of each load the engine's tiers make,
       after the engine's cost calibrator (a bench timing loads);
     - `spills_behind`: the engine's host evictions go to the store on the write-behind
-      queue (False: in line, as a simulated clock charges them).
+      queue (False: in line, as a simulated clock charges them);
+    - `on_logits`: told (batch, logits, sampled tokens) after each forward of the
+      engine's model runner (`penelope verify` compares the rows with a reference).
     """
 
     clock: Callable[[], float] = time.monotonic
@@ -64,6 +69,7 @@ class CoreHooks:
     policy: EvictionPolicy | None = None
     on_copy: Callable[[Tier, int, float], None] | None = None
     spills_behind: bool = True
+    on_logits: Callable[[list[BatchItem], torch.Tensor, list[int | None]], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,9 +129,8 @@ def build_core(
         clock=hooks.clock,
         hint_quotas=HintQuotas(cache.tenant_pin_seconds, cache.tenant_pin_tokens),
         turn_stop=turn_stop,
+        on_forget=on_forget,
     )
-    for forget in (sched.prefetch.forget, sched.hinted.forget, *on_forget):
-        sched.records.listen(forget)
     return Core(prefix, sched, core_tiers, hooks)
 
 

@@ -11,9 +11,10 @@ import logging
 import time
 
 from cache_store import ArrowSegmentStore, PathRecord, StoreStats
+from penelope_engine.cache.pages import PageNaming
 from penelope_engine.checks import check_request, turn_stop
 from penelope_engine.config import EngineConfig
-from penelope_engine.core import CoreHooks, build_core
+from penelope_engine.core import Core, CoreHooks, build_core
 from penelope_engine.errors import EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.hints import HintGrant, SessionHints
@@ -55,52 +56,84 @@ class Engine:
         """`hooks`: what a benchmark injects into the core (`CoreHooks`); None: serving."""
         self.config = config
         self._load(loaded)
-        mc, cc = self.loaded.config, config.cache
-        self.host_pages = cc.active_host_pages
-        self.device_pool, self.host_pool = kv_pools(config, mc)
+        mc, cc = self._loaded.config, config.cache
+        self._host_pages = cc.active_host_pages
+        self._device_pool, self._host_pool = kv_pools(config, mc)
         fingerprint = kv_fingerprint(config, self.model_name)
-        self.store = store if store is not None else open_store(cc, fingerprint)
-        self.page_naming, self.hasher, self.public = page_identity(cc, fingerprint)
+        self._store = store if store is not None else open_store(cc, fingerprint)
+        self._page_naming, self._hasher, self._public = page_identity(cc, fingerprint)
         hooks = hooks or CoreHooks()
-        writes = segment_writer(config, self.store)
+        writes = segment_writer(config, self._store)
         spill = writes.spill if writes is not None and hooks.spills_behind else None
-        self.calibrator, self.tiers = torch_tiers(
-            config, mc, self.device_pool, self.host_pool, self.store, self.public, spill,
+        self._calibrator, self._tiers = torch_tiers(
+            config, mc, self._device_pool, self._host_pool, self._store, self._public, spill,
             hooks.on_copy,
         )  # fmt: skip
-        self.core = build_core(
+        self._core = build_core(
             config.cache,
             config.scheduler,
-            self.tiers,
-            self.hasher,
+            self._tiers,
+            self._hasher,
             hooks,
-            calibrated=lambda: self.calibrator.cost,
-            has_store=self.store is not None,
+            calibrated=lambda: self._calibrator.cost,
+            has_store=self._store is not None,
             max_model_len=self.max_model_len,
             eos_token_ids=tuple(self.tokenizer.eos_token_ids),
             on_forget=(self._forget,),
             turn_stop=self.turn_stop,
         )
-        self.cache, self.scheduler = self.core.cache, self.core.scheduler
-        self.handover = (
+        self._cache, self._scheduler = self._core.cache, self._core.scheduler
+        self._handover = (
             SessionHandover(
-                self.store, self.tiers, self.cache, writes,
+                self._store,
+                self._tiers,
+                self._cache,
+                writes,
                 ReadBudget(cc.store_record_budget_s),
             )  # fmt: skip
-            if self.store is not None
+            if self._store is not None
             else None
         )
-        self.grammars = GrammarMasks(self.tokenizer, self.vocab_size)
-        self.runner = ModelRunner(self.loaded.model, self.device_pool, config.seed, self.grammars)
+        self._grammars = GrammarMasks(self.tokenizer, self.vocab_size)
+        self._runner = ModelRunner(
+            self._loaded.model, self._device_pool, config.seed, self._grammars, hooks.on_logits
+        )
         self._seqs: dict[str, Sequence] = {}
+
+    # -- the face's reads ------------------------------------------------------------
+    @property
+    def core(self) -> Core:
+        """The scheduling core (cache, scheduler, tiers) this engine steps, the one the
+        simulator shares: a bench drives or reads it here, nothing rewires it."""
+        return self._core
+
+    @property
+    def page_naming(self) -> PageNaming:
+        """How this engine names its pages (router digests name them the same way)."""
+        return self._page_naming
+
+    @property
+    def has_store(self) -> bool:
+        """Whether a shared store backs this engine (records and pages are read from it)."""
+        return self._handover is not None
+
+    def warm_grammars(self) -> None:
+        """Build the grammar vocabulary now (seconds, once) instead of at the first request
+        with a grammar."""
+        self._grammars.warm()
+
+    def run_batch(self, items: list[BatchItem]) -> list[int | None]:
+        """Forward one batch on the model; a sampled token for each item that wants one
+        (the simulator's replicas over a real engine run their batches here)."""
+        return self._runner.run(items)
 
     def _load(self, loaded: LoadedModel | None) -> None:
         """The model, its tokenizer and its limits."""
         config = self.config
-        self.loaded = loaded or load_model(config.model, config.dtype, config.device)
-        mc = self.loaded.config
+        self._loaded = loaded or load_model(config.model, config.dtype, config.device)
+        mc = self._loaded.config
         self.model_name = mc.name if config.model.startswith("/") else config.model
-        self.tokenizer = self.loaded.tokenizer
+        self.tokenizer = self._loaded.tokenizer
         # The window served: a request whose prompt and output cannot all fit in the device
         # pool could never run, so it is refused (400) at the window, not told to retry (503).
         pool_tokens = config.cache.device_pages * config.cache.page_size
@@ -109,34 +142,34 @@ class Engine:
 
     def _forget(self, sids: list[str]) -> None:
         """Dropped session records: the handover forgets them too."""
-        if self.handover is not None:
-            self.handover.forget(sids)
+        if self._handover is not None:
+            self._handover.forget(sids)
 
     # -- requests --------------------------------------------------------------------
     def fetch_record(self, req: GenerateRequest) -> PathRecord | None:
         """What the fleet stored of the request's session (store I/O: call it off the step
         thread, and pass the result to `add_request`)."""
-        if self.handover is None:
+        if self._handover is None:
             return None
-        return self.handover.fetch(req, self.public.tail(req.prompt_token_ids))
+        return self._handover.fetch(req, self._public.tail(req.prompt_token_ids))
 
     def add_request(self, req: GenerateRequest, record: PathRecord | None = None) -> Sequence:
         """Validate and queue a request. Raises InvalidRequestError; changes nothing then.
 
         `record` is the session's path record (`fetch_record`), when it has one."""
         check_request(req, self._seqs, self.max_model_len, self.vocab_size, self.config.cache)
-        public = self.public.pages(req.prompt_token_ids)
+        public = self._public.pages(req.prompt_token_ids)
         seq = Sequence(
             req,
-            self.hasher.hashes(req.prompt_token_ids, req.tenant, public),
+            self._hasher.hashes(req.prompt_token_ids, req.tenant, public),
             list(req.prompt_token_ids),
             public_pages=public,
         )
-        self.grammars.attach(seq)
+        self._grammars.attach(seq)
         self._seqs[req.request_id] = seq
-        if self.handover is not None and req.session_id is not None:
-            self.handover.arrived(req.tenant, req.session_id, record)
-        self.scheduler.add(seq)
+        if self._handover is not None and req.session_id is not None:
+            self._handover.arrived(req.tenant, req.session_id, record)
+        self._scheduler.add(seq)
         return seq
 
     def turn_stop(self, seq: Sequence) -> str | None:
@@ -149,7 +182,7 @@ class Engine:
             return False
         seq.finish_reason = seq.finish_reason or "abort"
         if seq.finish_reason == "abort":
-            self.scheduler.finish(seq, None, aborted=True)
+            self._scheduler.finish(seq, None, aborted=True)
         return True
 
     def session_hints(self, session_id: str, tenant: str, hints: SessionHints) -> list[HintGrant]:
@@ -157,30 +190,30 @@ class Engine:
         `POST /v1/penelope/sessions/{id}`): `Scheduler.session_hints`."""
         if hints.parent_session is not None:
             raise InvalidRequestError("parent_session is a request's hint, not a session's")
-        return self.scheduler.session_hints(session_id, tenant, hints)
+        return self._scheduler.session_hints(session_id, tenant, hints)
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work()
+        return self._scheduler.has_work()
 
     def step(self) -> list[Sequence]:
         """Run one batch; return sequences that produced a token (finished ones included)."""
-        items = self.scheduler.schedule()
+        items = self._scheduler.schedule()
         if not items:
-            failed = self.scheduler.break_deadlock()
+            failed = self._scheduler.break_deadlock()
             if failed is not None:
                 self._seqs.pop(failed.request_id, None)
             return [failed] if failed is not None else []
         t0 = time.perf_counter()
-        if self.core.hooks.step_observer is not None:
-            self.core.hooks.step_observer(items)
-        tokens = self.runner.run(items)
+        if self._core.hooks.step_observer is not None:
+            self._core.hooks.step_observer(items)
+        tokens = self._runner.run(items)
         self._observe(items, time.perf_counter() - t0)
-        out = self.scheduler.commit(items, tokens)
+        out = self._scheduler.commit(items, tokens)
         for seq in out:
             if seq.finish_reason is not None:
                 self._seqs.pop(seq.request_id, None)
-                if self.handover is not None and seq.req.session_id is not None:
-                    seq.recorded = self.handover.turn_ended(seq.req.tenant, seq.req.session_id)
+                if self._handover is not None and seq.req.session_id is not None:
+                    seq.recorded = self._handover.turn_ended(seq.req.tenant, seq.req.session_id)
         return out
 
     def _observe(self, items: list[BatchItem], seconds: float) -> None:
@@ -189,20 +222,20 @@ class Engine:
             pos = items[0].positions
             m = len(pos)
             start = max(0, int(round(float(pos.mean()) - (m - 1) / 2)))
-            self.calibrator.observe_prefill(start, m, seconds)
+            self._calibrator.observe_prefill(start, m, seconds)
 
     def fail_running(self, exc: Exception) -> list[Sequence]:
         """A step raised: fail the requests it was running, keep the rest queued."""
-        failed = list(self.scheduler.running)
+        failed = list(self._scheduler.running)
         for seq in failed:
             seq.finish_reason = "abort"
             seq.error = EngineError(f"the engine failed while running this request: {exc}")
             self._seqs.pop(seq.request_id, None)
             try:
-                self.scheduler.finish(seq, None, aborted=True)
+                self._scheduler.finish(seq, None, aborted=True)
             except Exception:  # the failed step may have left this request half-updated
                 log.exception("could not release request %s", seq.request_id)
-                self.scheduler.discard(seq)
+                self._scheduler.discard(seq)
         return failed
 
     def generate_sync(self, req: GenerateRequest) -> RequestOutput:
@@ -216,7 +249,7 @@ class Engine:
 
     # -- observability -------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        t, c = self.scheduler.totals, self.cache.stats()
+        t, c = self._scheduler.totals, self._cache.stats()
         return EngineStats(
             tokens=t,
             pages_device_used=c.device_used,
@@ -224,9 +257,9 @@ class Engine:
             pages_host_used=c.host_used,
             pages_host_total=c.host_total,
             evictions=c.evictions,
-            queue_length=len(self.scheduler.waiting),
-            running=len(self.scheduler.running),
-            request_pages=self.scheduler.request_pages(),
+            queue_length=len(self._scheduler.waiting),
+            running=len(self._scheduler.running),
+            request_pages=self._scheduler.request_pages(),
             locked_nodes=c.locked_nodes,
             tree_nodes=c.tree_nodes,
             session_records=c.session_records,
@@ -235,44 +268,53 @@ class Engine:
 
     def _store_faults(self) -> dict[str, int]:
         """`EngineStats`' store-fault fields (zeros without a store)."""
-        if self.handover is None or self.store is None:
+        if self._handover is None or self._store is None:
             return {}
-        queued, jobs, cap, refused = self.handover.queue()
-        budget, records = self.tiers.read_budget, self.handover.records.budget
+        queued, jobs, cap, refused = self._handover.queue()
+        budget, records = self._tiers.read_budget, self._handover.records.budget
         return {
-            "store_degraded": int(self.store.degraded),
+            "store_degraded": int(self._store.degraded),
             "write_behind_bytes": queued,
             "write_behind_jobs": jobs,
             "write_behind_cap_bytes": cap,
             "write_behind_refused": refused,
-            "write_behind_deferred_pages": self.handover.deferred_pages,
-            "store_lost_pages": self.handover.lost_pages,
-            "write_behind_pages": self.handover.pending_pages,
-            "store_written_pages": self.handover.written_pages,
+            "write_behind_deferred_pages": self._handover.deferred_pages,
+            "store_lost_pages": self._handover.lost_pages,
+            "write_behind_pages": self._handover.pending_pages,
+            "store_written_pages": self._handover.written_pages,
             "store_read_timeouts": sum(
                 b.timeouts + b.skipped for b in (budget, records) if b is not None
             ),
         }
 
+    def footprint(self) -> dict[str, int | None]:
+        """Counts of what a long-running engine must keep bounded (the soak bench watches
+        them): requests finished so far, retention gaps held, sessions the handover knows
+        (None without a store). Attribute reads only: safe beside the step thread."""
+        handover = self._handover
+        return {
+            **self._scheduler.footprint(),
+            "handover_sessions": len(handover.tenants) if handover is not None else None,
+        }
+
     def store_stats(self) -> StoreStats | None:
         """The Arrow store's counters (write and read errors included); None without one."""
-        return self.store.stats() if self.store is not None else None
+        return self._store.stats() if self._store is not None else None
 
     def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
-        return self.cache.session_digests(limit)
+        return self._cache.session_digests(limit)
 
     def clock(self) -> float:
         """Now, in the cache's clock (the one `SessionDigest.last_access` uses)."""
-        return self.cache.now
+        return self._cache.now
 
     def check_integrity(self) -> None:
-        self.cache.check_integrity(request_pages=self.scheduler.request_pages())
-        self.scheduler.records.check()
-        self.scheduler.prefetch.check()
+        self._cache.check_integrity(request_pages=self._scheduler.request_pages())
+        self._scheduler.check()
 
     def shared_prefix_hashes(self, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
         """Page ids of shared prefixes this replica holds on the device (router digests)."""
-        return self.cache.shared_prefix_hashes(limit)
+        return self._cache.shared_prefix_hashes(limit)
 
     def drain_to_store(self, deadline_s: float = DRAIN_DEADLINE_S) -> int:
         """Write every cached page the store lacks, and the session records that left
@@ -281,14 +323,14 @@ class Engine:
         Called when a replica leaves (downscale, drain): the sessions it held
         are then served from the shared store wherever they go next.
         """
-        return self.handover.drain(deadline_s) if self.handover is not None else 0
+        return self._handover.drain(deadline_s) if self._handover is not None else 0
 
     def flush_store_writes(self, timeout_s: float) -> bool:
         """Wait for the store writes behind queued so far; False if `timeout_s` passed."""
-        return self.handover is None or self.handover.flush(timeout_s)
+        return self._handover is None or self._handover.flush(timeout_s)
 
     def close(self, timeout_s: float = DRAIN_DEADLINE_S) -> bool:
         """Finish the store writes behind (within `timeout_s`) and stop their thread, and
         the read-ahead thread (reads not started stay in the store)."""
-        self.tiers.close()
-        return self.handover is None or self.handover.close(timeout_s)
+        self._tiers.close()
+        return self._handover is None or self._handover.close(timeout_s)

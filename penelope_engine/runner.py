@@ -6,6 +6,8 @@ row before its token is chosen; rows without one are sampled as they come.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -76,6 +78,7 @@ class ModelRunner:
         kv: KVPool,
         seed: int = 0,
         grammars: GrammarMasks | None = None,
+        on_logits: Callable[[list[BatchItem], torch.Tensor, list[int | None]], None] | None = None,
     ) -> None:
         prepare = getattr(model, "prepare_decode", None)
         if prepare is not None:  # the decode weight copies before serving (`model.gemm`)
@@ -84,6 +87,7 @@ class ModelRunner:
         self.kv = kv
         self.seed = seed
         self.grammars = grammars
+        self.on_logits = on_logits  # `CoreHooks.on_logits`
         self.device = kv.device
 
     def run(self, items: list[BatchItem]) -> list[int | None]:
@@ -96,4 +100,6 @@ class ModelRunner:
             picked = sample(logits, [items[i] for i in wants], self.seed, self.grammars)
             for i, t in zip(wants, picked):
                 tokens[i] = t
+        if self.on_logits is not None:
+            self.on_logits(items, logits, tokens)
         return tokens

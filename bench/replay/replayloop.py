@@ -148,7 +148,7 @@ class EngineReplay:
         out = self.timer.step()
         ended = self._now()
         self.step_s += ended - started
-        waiting = set(map(id, self.engine.scheduler.waiting))
+        waiting = set(map(id, self.engine.core.scheduler.waiting))
         for p in self._pending.values():
             if p.admitted_at is None and id(p.seq) not in waiting:
                 p.admitted_at = started
@@ -190,8 +190,8 @@ class EngineReplay:
         s = self.sessions[sid]
         if k + 1 < len(s.turns):
             due = now + s.turns[k + 1].think_time_s
-            tell_next_arrival(self.engine.cache, sid, self.t0 + due)
+            tell_next_arrival(self.engine.core.cache, sid, self.t0 + due)
             self._push(due, sid, k + 1)
             return
-        tell_next_arrival(self.engine.cache, sid, math.inf)
+        tell_next_arrival(self.engine.core.cache, sid, math.inf)
         self.session_records.append(SessionRecord(sid, self._starts[sid], now, s.tool_time_s))

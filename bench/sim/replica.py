@@ -35,9 +35,8 @@ from bench.sim.turns import SimRequest
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, SchedulerConfig
-from penelope_engine.core import CoreHooks, build_core
+from penelope_engine.core import Core, CoreHooks, build_core
 from penelope_engine.sched.fastpath import commit_decoded, extend_decodes
-from penelope_engine.sched.scheduler import Scheduler
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.util import cdiv
 
@@ -75,15 +74,16 @@ class Replica:
     def __init__(
         self,
         index: int,
-        scheduler: Scheduler,
-        tiers: TimedTiers,
+        core: Core,
         cost: CostModel,
         runner: Runner | None = None,
         fast_decode: bool = True,
         engine: Engine | None = None,
     ) -> None:
-        self.index, self.scheduler, self.tiers, self.cost = index, scheduler, tiers, cost
-        self.cache = scheduler.cache
+        if not isinstance(core.tiers, TimedTiers):
+            raise TypeError("the core's tiers are not timed (Replica.engine_hooks)")
+        self.index, self.scheduler, self.tiers, self.cost = index, core.scheduler, core.tiers, cost
+        self.cache = core.cache
         self.page_size = self.cache.page_size
         self.runner = runner  # None: the trace's tokens
         self.engine = engine  # the real engine whose core this is (`over_engine`), or None
@@ -128,7 +128,7 @@ class Replica:
             has_store=has_store,
             max_model_len=MAX_MODEL_LEN,
         )
-        return cls(index, core.scheduler, tiers, cost, None, fast_decode)
+        return cls(index, core, cost, None, fast_decode)
 
     @staticmethod
     def engine_hooks(cost: CostModel, clock: Callable[[], float], page_size: int) -> CoreHooks:
@@ -146,10 +146,7 @@ class Replica:
     def over_engine(cls, index: int, engine: Engine, cost: CostModel) -> Replica:
         """A replica over an engine built with `engine_hooks`: its own scheduler, cache,
         tiers and model runner, as when serving; only the time is the cost model's."""
-        tiers = engine.core.tiers
-        if not isinstance(tiers, TimedTiers):
-            raise TypeError("the engine was not built with Replica.engine_hooks")
-        return cls(index, engine.scheduler, tiers, cost, engine.runner.run, False, engine)
+        return cls(index, engine.core, cost, engine.run_batch, False, engine)
 
     @property
     def kv_usage(self) -> float:

@@ -56,12 +56,11 @@ def read_state(backend: Any, store_dir: Path) -> dict[str, Any]:
     the engine thread is changing could raise.
     """
     async_engine = backend.engine  # read each time: a restarted engine replaces it
-    engine = async_engine.engine
+    footprint = async_engine.engine.footprint()
     stats = async_engine.stats()
     store = async_engine.store_stats()
-    handover = engine.handover
     return {
-        "requests": engine.scheduler.records.finished_requests,
+        "requests": footprint["requests"],
         "rss_mib": round(rss_mib(), 1),
         "session_records": stats.session_records,
         "tree_nodes": stats.tree_nodes,
@@ -69,8 +68,8 @@ def read_state(backend: Any, store_dir: Path) -> dict[str, Any]:
         "pages_host": stats.pages_host_used,
         "store_bytes": store.used_bytes if store is not None else None,
         "path_records": sum(1 for _ in store_dir.rglob("records/*.json")),
-        "retention_gaps": len(engine.scheduler.retention.own),
-        "handover_sessions": len(handover.tenants) if handover is not None else None,
+        "retention_gaps": footprint["retention_gaps"],
+        "handover_sessions": footprint["handover_sessions"],
     }
 
 

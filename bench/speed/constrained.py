@@ -34,9 +34,8 @@ def _step_times(engine: Any, cfg: SpeedConfig, grammar: str | None, run: int) ->
                                            grammar=grammar))  # fmt: skip
     times = []
     while engine.has_work():
-        decoding = len(engine.scheduler.running) == cfg.batch and not any(
-            s.in_prefill for s in engine.scheduler.running
-        )
+        running = engine.core.scheduler.running
+        decoding = len(running) == cfg.batch and not any(s.in_prefill for s in running)
         t0 = time.perf_counter()
         engine.step()
         if decoding:
@@ -61,7 +60,7 @@ def constrained_step_cost(cfg: SpeedConfig) -> dict[str, Any]:
     )
     integers = {"type": "array", "items": {"type": "integer"}, "minItems": cfg.constrained_steps}
     grammar = llguidance.LLMatcher.grammar_from_json_schema(integers, overrides=JSON_STYLE)  # type: ignore[arg-type]
-    engine.grammars.warm()
+    engine.warm_grammars()
     plain: list[float] = []
     constrained: list[float] = []
     for run in range(cfg.repeats):

@@ -41,6 +41,7 @@ class CacheParts:
     session_info: Callable[[str], SessionInfo | None]
     allocate_host: Callable[[int], np.ndarray | None]
 
+
 # Copies read pages (indices into the read) into host slots; False: they were not copied.
 CopyIn = Callable[[np.ndarray, np.ndarray], bool]
 

@@ -24,7 +24,7 @@ done (`Sequence.ready_at`, from the tiers).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -59,40 +59,45 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         hint_quotas: HintQuotas | None = None,
         turn_stop: Callable[[Sequence], str | None] | None = None,
+        on_forget: Iterable[Callable[[list[str]], None]] = (),
     ) -> None:
+        """`on_forget`: told the ids of sessions whose records are dropped (after the
+        scheduler's own parts)."""
         self.config = config
         # How a finished request's turn ended ("tool_use", "end_turn" or None): the
         # request's hint by default; the engine also reads the reply (`Engine.turn_stop`).
-        self.turn_stop = turn_stop or (lambda seq: seq.req.stop_reason_hint)
-        self.cache = cache
-        self.hasher = hasher
-        self.tiers = tiers
-        self.cost = cost  # the planner's current cost model (the engine refines its own)
+        self._turn_stop = turn_stop or (lambda seq: seq.req.stop_reason_hint)
+        self._cache = cache
+        self.hasher = hasher  # page ids (the simulator names a fleet's pages with it)
+        self._tiers = tiers
+        self._cost = cost  # the planner's current cost model (the engine refines its own)
         self.eos = frozenset(eos_token_ids)
         self.max_model_len = max_model_len
-        self.write_through = write_through
-        self.clock = clock
+        self._write_through = write_through
+        self._clock = clock
         self.page_size = cache.page_size
         self.agent = config.agent
         self.running: list[Sequence] = []
-        self.retention = Retention(config.agent, cache)
-        self.records = SessionRecords(cache, self.retention)
-        self.hinted = HintedSessions(hint_quotas or HintQuotas(), cache, self.retention)
-        self.intake = Intake(config.agent, cache, tiers, cost, self.retention, self.hinted)
-        self.prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, tiers, cost)
+        self._retention = Retention(config.agent, cache)
+        self._records = SessionRecords(cache, self._retention)
+        self._hinted = HintedSessions(hint_quotas or HintQuotas(), cache, self._retention)
+        self._intake = Intake(config.agent, cache, tiers, cost, self._retention, self._hinted)
+        self._prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, tiers, cost)
+        for forget in (self._prefetch.forget, self._hinted.forget, *on_forget):
+            self._records.listen(forget)
 
     # -- queue ------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
-        self.intake.add(seq)
+        self._intake.add(seq)
 
     @property
     def waiting(self) -> WaitingQueue:
-        return self.intake.waiting
+        return self._intake.waiting
 
     @property
     def totals(self) -> TokenUsage:
         """Tokens by source over every request's first admission."""
-        return self.intake.totals
+        return self._intake.totals
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -102,7 +107,7 @@ class Scheduler:
 
     # -- scheduling --------------------------------------------------------------
     def schedule(self) -> list[BatchItem]:
-        now = self.clock()
+        now = self._clock()
         budget = self.config.max_batch_tokens
         items: list[BatchItem] = []
         for seq in [s for s in self.running if not s.in_prefill]:
@@ -113,11 +118,11 @@ class Scheduler:
                 budget -= 1
         for seq in [s for s in self.running if s.in_prefill]:
             budget -= self._take_chunk(seq, budget, items, now)
-        if self.retention.expire(now):
-            self.intake.note_release()
-        self.prefetch.step(now, self._live_sessions())
+        if self._retention.expire(now):
+            self._intake.note_release()
+        self._prefetch.step(now, self._live_sessions())
         while budget > 0 and self.waiting and self._may_admit():
-            new = self.intake.next_admitted(now)
+            new = self._intake.next_admitted(now)
             if new is None:
                 break
             self.waiting.remove(new)
@@ -134,23 +139,23 @@ class Scheduler:
 
     def released(self) -> None:
         """Pages were given back outside the scheduler (the simulator's cut decode runs)."""
-        self.intake.note_release()
+        self._intake.note_release()
 
     def next_ready(self) -> float | None:
         """When the first running prefill still waiting on its copies can start, or, with a
         queue, the first pin expires."""
         times = [s.ready_at for s in self.running if s.in_prefill]
-        expiry = self.retention.next_expiry() if self.waiting else None
+        expiry = self._retention.next_expiry() if self.waiting else None
         if expiry is not None:
             times.append(expiry)
         return min(times) if times else None
 
     def break_deadlock(self) -> Sequence | None:
         """Nothing could run: running requests hold every page. Fail the newest one."""
-        now = self.clock()
+        now = self._clock()
         if not self.has_work() or any(s.ready_at > now for s in self.running):
             return None
-        if self.retention.pins:  # pinned pages free up when their TTL expires
+        if self._retention.pins:  # pinned pages free up when their TTL expires
             return None
         seq = self.running[-1] if self.running else self.waiting[0]
         seq.finish_reason = "abort"
@@ -186,8 +191,8 @@ class Scheduler:
         """
         self.running.remove(seq)
         if not seq.in_prefill:
-            insert_path(seq, self.cache, self.hasher, len(seq.tokens) - 1)
-        release(seq, self.cache, self.write_through and self.agent.park_on_preempt)
+            insert_path(seq, self._cache, self.hasher, len(seq.tokens) - 1)
+        release(seq, self._cache, self._write_through and self.agent.park_on_preempt)
         seq.page_table = np.empty(0, np.int32)
         seq.owned = np.empty(0, bool)
         seq.todo = np.empty(0, np.int64)
@@ -196,15 +201,15 @@ class Scheduler:
             seq.token_array(len(seq.tokens)), seq.req.tenant, seq.public_pages
         )
         seq.preemptions += 1
-        self.intake.note_release()
-        self.cache.on_arrival(seq.req.session)
+        self._intake.note_release()
+        self._cache.on_arrival(seq.req.session)
         self.waiting.appendleft(seq)
 
     def ensure_page(self, seq: Sequence, position: int) -> bool:
         if position // self.page_size < len(seq.page_table):
             return True
         try:
-            seq.extend_pages(self.cache.allocate(1))
+            seq.extend_pages(self._cache.allocate(1))
         except CapacityError:
             return False
         return True
@@ -212,14 +217,14 @@ class Scheduler:
     # -- results -----------------------------------------------------------------
     def commit(self, items: list[BatchItem], tokens: list[int | None]) -> list[Sequence]:
         """Apply a step's results; return sequences that got a new token."""
-        now = self.clock()
+        now = self._clock()
         out = []
         for it, tok in zip(items, tokens):
             seq = it.seq
             if seq.in_prefill:
                 seq.cursor += len(it.positions)
                 if not seq.in_prefill:
-                    insert_path(seq, self.cache, self.hasher, len(seq.tokens))
+                    insert_path(seq, self._cache, self.hasher, len(seq.tokens))
             if tok is None:
                 continue
             seq.tokens.append(tok)
@@ -227,40 +232,53 @@ class Scheduler:
                 seq.first_token_at = now
             seq.finish_reason = seq.stop_for(tok, self.eos, self.max_model_len)
             if seq.finish_reason is not None:
-                self.finish(seq, self.turn_stop(seq))
+                self.finish(seq, self._turn_stop(seq))
             out.append(seq)
         return out
 
     def finish(self, seq: Sequence, stop_reason: str | None, aborted: bool = False) -> None:
         """Release a running or waiting sequence (mutates the cache)."""
-        now = self.clock()
+        now = self._clock()
         if seq in self.waiting:
             self.waiting.remove(seq)
-            self.cache.on_abort(seq.req.session)
-            self.intake.note_release()  # the head of the queue may have changed
-            self.records.finished(seq, self._live_sessions)
+            self._cache.on_abort(seq.req.session)
+            self._intake.note_release()  # the head of the queue may have changed
+            self._records.finished(seq, self._live_sessions)
             return
         self.running.remove(seq)
-        self.intake.note_release()
+        self._intake.note_release()
         if not aborted and not seq.in_prefill:
-            insert_path(seq, self.cache, self.hasher, len(seq.tokens) - 1)
-        release(seq, self.cache, self.write_through)
-        info = self.cache.session(seq.req.session)
-        self.cache.on_turn_end(seq.req.session, stop_reason)
+            insert_path(seq, self._cache, self.hasher, len(seq.tokens) - 1)
+        release(seq, self._cache, self._write_through)
+        info = self._cache.session(seq.req.session)
+        self._cache.on_turn_end(seq.req.session, stop_reason)
         if not aborted:  # pins (learned and hinted), the harness's hints within its quotas
-            gap = self.hinted.turn_ended(seq, stop_reason, self.cost, now)
-            self.prefetch.turn_ended(seq.req.session, info.turn_end, gap)
-        self.records.finished(seq, self._live_sessions)
+            gap = self._hinted.turn_ended(seq, stop_reason, self._cost, now)
+            self._prefetch.turn_ended(seq.req.session, info.turn_end, gap)
+        self._records.finished(seq, self._live_sessions)
 
     def session_hints(self, sid: str, tenant: str, hints: SessionHints) -> list[HintGrant]:
         """A harness's hints for `sid` after its turn ended (the session endpoint): applied
         to its record as if that turn had carried them, within the tenant's quotas."""
-        grants, gap = self.hinted.between_turns(sid, tenant, hints, self.cost)
+        grants, gap = self._hinted.between_turns(sid, tenant, hints, self._cost)
         if gap is not None:
-            self.prefetch.turn_ended(sid, self.cache.session(sid).turn_end, gap)
+            self._prefetch.turn_ended(sid, self._cache.session(sid).turn_end, gap)
         if hints.end_session or hints.retain_s is not None:
-            self.intake.note_release()  # a pin or pages may have gone: the queue may fit now
+            self._intake.note_release()  # a pin or pages may have gone: the queue may fit now
         return grants
+
+    # -- observability -------------------------------------------------------------
+    def footprint(self) -> dict[str, int]:
+        """Requests finished so far and retention gaps held (`Engine.footprint`)."""
+        return {
+            "requests": self._records.finished_requests,
+            "retention_gaps": len(self._retention.own),
+        }
+
+    def check(self) -> None:
+        """The session records' and the prefetcher's invariants (raises on a breach)."""
+        self._records.check()
+        self._prefetch.check()
 
     def discard(self, seq: Sequence) -> None:
         """Take `seq` off the running list without releasing it (a failed step left it
@@ -270,4 +288,4 @@ class Scheduler:
     def _live_sessions(self) -> set[str]:
         """Sessions with a request queued or running, or a pin: their records stay."""
         live = {s.req.session for s in (*self.waiting, *self.running)}
-        return live | self.retention.pins.keys()
+        return live | self._retention.pins.keys()

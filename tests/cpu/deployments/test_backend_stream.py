@@ -29,7 +29,7 @@ def test_the_last_output_does_not_wait_for_the_next_step(tiny_qwen3) -> None:
 
     async def main() -> tuple[list[ReplicaOutput], list[ReplicaOutput]]:
         engine = AsyncEngine(CONFIG, loaded=tiny_qwen3)
-        run = engine.engine.runner.run
+        run = engine.engine._runner.run
 
         def held_run(items):  # type: ignore[no-untyped-def]
             ids = {it.seq.request_id for it in items}
@@ -41,7 +41,7 @@ def test_the_last_output_does_not_wait_for_the_next_step(tiny_qwen3) -> None:
                 waits.append(time.monotonic() - t0)
             return run(items)
 
-        engine.engine.runner.run = held_run  # type: ignore[method-assign]
+        engine.engine._runner.run = held_run  # type: ignore[method-assign]
 
         async def consume(req: GenerateRequest) -> list[ReplicaOutput]:
             outs = []

@@ -58,10 +58,10 @@ def test_build_core_wires_the_injected_clock_policy_tiers_and_cost() -> None:
         max_model_len=1024,
     )
     assert core.cache.policy is policy  # the object, not the configured name
-    assert core.cache.io is tiers and core.scheduler.tiers is tiers and core.tiers is tiers
-    assert core.scheduler.cache is core.cache and core.scheduler.cost() is cost
-    assert core.cache._time_fn() == 100.0 and core.scheduler.clock() == 100.0
-    assert core.scheduler.write_through  # host pages and write_through
+    assert core.cache.io is tiers and core.scheduler._tiers is tiers and core.tiers is tiers
+    assert core.scheduler._cache is core.cache and core.scheduler._cost() is cost
+    assert core.cache._time_fn() == 100.0 and core.scheduler._clock() == 100.0
+    assert core.scheduler._write_through  # host pages and write_through
     assert core.cache.page_cost(3) == cost.recompute_s(12, 4)
 
 
@@ -76,7 +76,7 @@ def test_write_policy_off_gives_the_core_no_host_tier() -> None:
         has_store=False,
         max_model_len=1024,
     )
-    assert core.cache._host.capacity == 0 and not core.scheduler.write_through
+    assert core.cache._host.capacity == 0 and not core.scheduler._write_through
 
 
 def test_engine_hooks_wrap_its_tiers_and_observe_each_batch(tiny_qwen3: LoadedModel) -> None:
@@ -91,7 +91,7 @@ def test_engine_hooks_wrap_its_tiers_and_observe_each_batch(tiny_qwen3: LoadedMo
     engine = Engine(
         EngineConfig(cache=CacheConfig(page_size=4, device_pages=64)), tiny_qwen3, hooks=hooks
     )
-    assert wrapped == [engine.tiers] and engine.core.tiers is engine.tiers
+    assert wrapped == [engine._tiers] and engine.core.tiers is engine._tiers
     engine.add_request(GenerateRequest("r", tuple(range(1, 10)), SamplingParams(max_tokens=2)))
     while engine.has_work():
         engine.step()

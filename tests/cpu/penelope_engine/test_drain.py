@@ -37,8 +37,8 @@ def test_a_drain_leaves_the_longer_record_of_a_session_that_moved_on(
     prompt2 = TURN1 + one.token_ids + tuple(range(700, 720))
     two = _turn(b, "t2", prompt2)  # the session moved to b, which records its longer path
     assert a.drain_to_store() == 0  # a leaves: its pages of the session were written behind
-    assert a.handover is not None and a.handover.last_drain is not None
-    assert a.handover.last_drain.records == 0  # its record of the session is b's now
+    assert a._handover is not None and a._handover.last_drain is not None
+    assert a._handover.last_drain.records == 0  # its record of the session is b's now
     prompt3 = prompt2 + two.token_ids + tuple(range(800, 809))
     usage = c.generate_sync(GenerateRequest("t3", prompt3, SAMPLING, "agent")).usage
     assert usage.store_tokens >= len(prompt2) // PS * PS  # b's history, not a's shorter one
@@ -48,14 +48,14 @@ def test_a_drain_leaves_the_longer_record_of_a_session_that_moved_on(
 def test_pages_written_by_a_drain_are_named_in_the_record_a_running_replica_reads(
     tiny_qwen3, tmp_path: Path
 ) -> None:
-    page_bytes = _engine(tiny_qwen3, tmp_path).device_pool.bytes_per_page
+    page_bytes = _engine(tiny_qwen3, tmp_path)._device_pool.bytes_per_page
     a = _engine(tiny_qwen3, tmp_path, write_behind_bytes=3 * page_bytes)
     b = _engine(tiny_qwen3, tmp_path)  # up before a writes: only the record names the pages
     _turn(a, "t1", TURN1)
-    assert a.handover is not None and a.handover.deferred_pages > 0
-    assert a.drain_to_store() == a.handover.deferred_pages
-    assert a.handover.last_drain is not None and a.handover.last_drain.records == 1
-    assert a.handover.last_drain.in_time
+    assert a._handover is not None and a._handover.deferred_pages > 0
+    assert a.drain_to_store() == a._handover.deferred_pages
+    assert a._handover.last_drain is not None and a._handover.last_drain.records == 1
+    assert a._handover.last_drain.in_time
     usage = b.generate_sync(GenerateRequest("t2", TURN1 + (1, 2, 3, 4), SAMPLING, "agent")).usage
     assert usage.store_tokens == len(TURN1) // PS * PS and usage.recomputed_tokens == 0
 

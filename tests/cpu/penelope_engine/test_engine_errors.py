@@ -27,12 +27,12 @@ def request(
 
 def state(engine: Engine) -> tuple:
     """Everything a rejected request must not change."""
-    cache = engine.cache
+    cache = engine.core.cache
     nodes = sorted(
         (n.start, n.hashes.tobytes(), n.device.tobytes(), n.host.tobytes(), n.lock)
         for n in cache._tree.iter_nodes()
     )
-    sched = engine.scheduler
+    sched = engine.core.scheduler
     return (
         nodes,
         cache._device.num_used,
@@ -137,7 +137,7 @@ def test_a_single_request_that_would_outgrow_the_pool_stops_at_the_window(
         engine.step()
         engine.check_integrity()
     assert seq.error is None and seq.finish_reason == "length" and len(seq.tokens) == 16
-    assert engine.cache._device.num_used == engine.cache.evictable()
+    assert engine.core.cache._device.num_used == engine.core.cache.evictable()
 
 
 def test_abort_frees_pages_while_waiting_prefilling_and_decoding(
@@ -150,26 +150,27 @@ def test_abort_frees_pages_while_waiting_prefilling_and_decoding(
     ]
     for _ in range(5):  # r0 decodes, r1 prefills, r2 waits (max_running=2)
         engine.step()
-    assert not seqs[0].in_prefill and seqs[1].in_prefill and seqs[2] in engine.scheduler.waiting
+    waiting = engine.core.scheduler.waiting
+    assert not seqs[0].in_prefill and seqs[1].in_prefill and seqs[2] in waiting
     for seq in seqs:
         assert engine.abort(seq.request_id)
         engine.check_integrity()
     assert not engine.has_work() and not engine.abort("r0")
-    tree_pages = sum(n.n_device for n in engine.cache._tree.iter_nodes())
-    assert engine.cache._device.num_used == tree_pages  # no page held by a request
+    tree_pages = sum(n.n_device for n in engine.core.cache._tree.iter_nodes())
+    assert engine.core.cache._device.num_used == tree_pages  # no page held by a request
     assert engine.generate_sync(request("after", tuple(range(0, 30)))).finished
 
 
 def test_a_waiting_request_does_not_flush_the_cache(make_engine: Callable[..., Engine]) -> None:
     engine = make_engine(device_pages=16)
     engine.generate_sync(request("a", tuple(range(500, 520)), session_id="a"))  # 5 pages kept
-    cached = engine.hasher.hashes(tuple(range(500, 520)))
+    cached = engine._hasher.hashes(tuple(range(500, 520)))
     engine.add_request(request("running", tuple(range(600, 624)), max_tokens=30))  # 6 pages
     engine.step()
     engine.add_request(request("big", tuple(range(700, 744))))  # 11 pages: 5 free + 5 cached
     engine.step()
-    assert engine.scheduler.waiting, "the big request should wait for the running one"
-    where = engine.cache.match(cached).where
+    assert engine.core.scheduler.waiting, "the big request should wait for the running one"
+    where = engine.core.cache.match(cached).where
     assert [Tier(w) for w in where] == [Tier.DEVICE] * 5
 
 
@@ -181,4 +182,4 @@ def test_aborting_a_waiting_request_ends_its_session_queue_entry(
     engine.add_request(request("wait", tuple(range(50, 60)), session_id="w"))
     engine.step()
     assert engine.abort("wait")
-    assert engine.cache.session("w").queued_since is None
+    assert engine.core.cache.session("w").queued_since is None

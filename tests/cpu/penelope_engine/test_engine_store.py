@@ -32,7 +32,7 @@ def test_a_session_moved_to_a_fresh_replica_loads_its_kv_from_the_store(tiny_qwe
     leaving = _engine(tiny_qwen3, tmp_path)
     first = leaving.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
     written = leaving.drain_to_store()
-    assert written == leaving.cache._device.num_used  # every cached page, once
+    assert written == leaving.core.cache._device.num_used  # every cached page, once
     assert leaving.drain_to_store() == 0
     arriving = _engine(tiny_qwen3, tmp_path)  # a new replica: empty tree, same store
     prompt2 = TURN1 + first.token_ids + TURN2_NEW
@@ -57,4 +57,4 @@ def test_a_corrupt_store_file_is_recomputed_not_trusted(tiny_qwen3, tmp_path):
     second = arriving.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
     assert first.token_ids + second.token_ids == reference
     assert second.usage.store_tokens == 0
-    assert arriving.store is not None and arriving.store.stats().corrupt > 0
+    assert arriving._store is not None and arriving._store.stats().corrupt > 0

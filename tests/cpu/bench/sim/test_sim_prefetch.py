@@ -32,7 +32,7 @@ def run(lead_s: float, hints: bool = True, seed: int = 0) -> tuple[Simulator, Ru
     m = sim.run()
     for rep in sim.replicas:
         rep.cache.check_integrity(request_pages=0)
-        rep.scheduler.prefetch.check()
+        rep.scheduler._prefetch.check()
     return sim, m
 
 
@@ -43,8 +43,8 @@ def store_tokens(sim: Simulator) -> int:
 def test_hinted_returns_load_less_from_the_store_with_a_lead() -> None:
     base, _ = run(0.0)
     sim, _ = run(5.0)
-    stats = sim.replicas[0].scheduler.prefetch.stats
-    assert base.replicas[0].scheduler.prefetch.stats.reads == 0
+    stats = sim.replicas[0].scheduler._prefetch.stats
+    assert base.replicas[0].scheduler._prefetch.stats.reads == 0
     assert stats.reads > 0 and stats.pages_installed > 0
     assert store_tokens(base) > 0
     assert store_tokens(sim) < store_tokens(base)
@@ -56,7 +56,7 @@ def test_hinted_returns_load_less_from_the_store_with_a_lead() -> None:
 def test_without_hints_nothing_is_read_ahead() -> None:
     sim, m = run(5.0, hints=False)
     base, mb = run(0.0, hints=False)
-    assert sim.replicas[0].scheduler.prefetch.stats.reads == 0
+    assert sim.replicas[0].scheduler._prefetch.stats.reads == 0
     assert m.mean_ttft_s == mb.mean_ttft_s  # the same run to the last event
 
 

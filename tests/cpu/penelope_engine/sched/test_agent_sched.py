@@ -68,7 +68,7 @@ def request(
         stop_reason_hint=stop,
     )
     seq = Sequence(
-        req, sched.hasher.hashes(np.asarray(prompt, np.int32)), list(prompt), arrival=sched.clock()
+        req, sched.hasher.hashes(np.asarray(prompt, np.int32)), list(prompt), arrival=sched._clock()
     )
     sched.add(seq)
     return seq
@@ -76,7 +76,7 @@ def request(
 
 def step(sched: Scheduler) -> list[Sequence]:
     items = sched.schedule()
-    sched.cache.check_integrity(sched.request_pages())
+    sched._cache.check_integrity(sched.request_pages())
     return sched.commit(items, [7 if it.wants_token else None for it in items])
 
 
@@ -85,7 +85,7 @@ def drain(sched: Scheduler, limit: int = 200) -> None:
         if not sched.has_work():
             return
         step(sched)
-        sched.clock.t += 0.01  # type: ignore[attr-defined]
+        sched._clock.t += 0.01  # type: ignore[attr-defined]
     raise AssertionError("the scheduler did not drain")
 
 
@@ -114,12 +114,12 @@ def test_returning_turn_goes_ahead_of_a_newer_session(admission, age_cap, first)
     sched = make(64, max_running=1, admission=admission, age_cap_s=age_cap)
     request(sched, "a", 0, toks(1, 16))
     drain(sched)
-    sched.clock.t = 1.0  # type: ignore[attr-defined]
+    sched._clock.t = 1.0  # type: ignore[attr-defined]
     request(sched, "c", 0, toks(3, 16), out=50)  # holds the only running slot
     step(sched)
-    sched.clock.t = 2.0  # type: ignore[attr-defined]
+    sched._clock.t = 2.0  # type: ignore[attr-defined]
     b = request(sched, "b", 0, toks(2, 16))  # a new session
-    sched.clock.t = 3.0  # type: ignore[attr-defined]
+    sched._clock.t = 3.0  # type: ignore[attr-defined]
     a = request(sched, "a", 1, toks(1, 16) + [7, 7] + toks(4, 8))  # a's next turn, later
     drain(sched)
     assert a.admitted_at is not None and b.admitted_at is not None
@@ -135,9 +135,9 @@ def _queue_behind_a_long_prefill(**agent) -> tuple[Scheduler, Sequence, Sequence
     )  # fmt: skip
     request(sched, "run", 0, toks(1, 64))
     step(sched)
-    sched.clock.t = 1.0  # type: ignore[attr-defined]
+    sched._clock.t = 1.0  # type: ignore[attr-defined]
     long = request(sched, "long", 0, toks(2, 96))
-    sched.clock.t = 2.0  # type: ignore[attr-defined]
+    sched._clock.t = 2.0  # type: ignore[attr-defined]
     short = request(sched, "short", 0, toks(3, 8))
     return sched, long, short
 
@@ -156,7 +156,7 @@ def test_a_request_that_waited_starvation_s_is_passed_by_nobody() -> None:
     """Shortest first never starves a long request: once it has waited `starvation_s`,
     it goes before every shorter request that waited less."""
     sched, long, short = _queue_behind_a_long_prefill(admission="shortest", starvation_s=1.5)
-    sched.clock.t = 3.0  # type: ignore[attr-defined]  # long has waited 2 s, short 1 s
+    sched._clock.t = 3.0  # type: ignore[attr-defined]  # long has waited 2 s, short 1 s
     drain(sched)
     assert long.admitted_at is not None and short.admitted_at is not None
     assert long.admitted_at < short.admitted_at
@@ -170,9 +170,9 @@ def test_prefill_estimate_counts_holes_and_the_tail_not_what_the_cache_holds() -
     cost = CalibratedCost()
     again = request(sched, "a", 1, prompt + toks(2, 16))
     # 8 pages cached (32 tokens): the estimate is the 16 new tokens at positions 32..47
-    assert prefill_estimate_s(again, sched.cache, cost) == pytest.approx(cost.recompute_s(32, 16))
+    assert prefill_estimate_s(again, sched._cache, cost) == pytest.approx(cost.recompute_s(32, 16))
     fresh = request(sched, "z", 0, toks(9, 48))
-    assert prefill_estimate_s(fresh, sched.cache, cost) == pytest.approx(cost.recompute_s(0, 48))
+    assert prefill_estimate_s(fresh, sched._cache, cost) == pytest.approx(cost.recompute_s(0, 48))
     with pytest.raises(ConfigError):
         AgentConfig(size_weight=-1.0)
 
@@ -183,7 +183,7 @@ def test_size_weight_lets_a_small_turn_pass_a_long_prefill(weight, small_first) 
     hold = request(sched, "c", 0, toks(3, 16), out=20)  # holds the only running slot
     step(sched)
     big = request(sched, "big", 0, toks(5, 400))
-    sched.clock.t = 0.5  # type: ignore[attr-defined]
+    sched._clock.t = 0.5  # type: ignore[attr-defined]
     small = request(sched, "small", 0, toks(6, 8))
     drain(sched)
     assert hold.admitted_at is not None
@@ -199,7 +199,7 @@ def test_backfill_passes_a_head_that_does_not_fit(backfill, waited, passes) -> N
     big = request(sched, "big", 0, toks(5, 28), out=8)  # 7-9 of 12 pages while it runs
     step(sched)
     head = request(sched, "head", 0, toks(6, 28))  # needs 8 more: does not fit
-    sched.clock.t = float(waited)  # type: ignore[attr-defined]
+    sched._clock.t = float(waited)  # type: ignore[attr-defined]
     small = request(sched, "small", 0, toks(7, 6))  # needs 2: fits
     step(sched)
     assert big in sched.running and head in sched.waiting
@@ -223,11 +223,11 @@ def test_pin_keeps_a_tool_calling_session_on_the_device(retention) -> None:
     a = toks(8, 24)
     request(sched, "a", 0, a, out=1, stop="tool_use")
     drain(sched)
-    assert "a" in sched.retention.pins
+    assert "a" in sched._retention.pins
     request(sched, "x", 0, toks(9, 40), out=1)  # needs every page: only a's would go
     drain(sched)
     back = request(sched, "a", 1, a + [7] + toks(10, 3), out=1)
-    assert "a" not in sched.retention.pins  # the return releases the pin
+    assert "a" not in sched._retention.pins  # the return releases the pin
     drain(sched)
     assert back.usage.device_tokens == 24
 
@@ -237,11 +237,11 @@ def test_no_pin_after_end_turn_and_pins_expire() -> None:
     request(sched, "h", 0, toks(11, 24), out=1, stop="end_turn")
     request(sched, "t", 0, toks(12, 24), out=1, stop="tool_use")
     drain(sched)
-    assert set(sched.retention.pins) == {"t"}
-    pinned = sched.cache.evictable()
-    sched.clock.t = 10.0  # type: ignore[attr-defined]
+    assert set(sched._retention.pins) == {"t"}
+    pinned = sched._cache.evictable()
+    sched._clock.t = 10.0  # type: ignore[attr-defined]
     sched.schedule()
-    assert not sched.retention.pins and sched.cache.evictable() > pinned
+    assert not sched._retention.pins and sched._cache.evictable() > pinned
 
 
 @pytest.mark.parametrize(("retention", "waits"), [("ttl", True), ("return_aware", False)])
@@ -249,14 +249,14 @@ def test_only_return_aware_pins_yield_to_the_queue(retention, waits) -> None:
     sched = make(12, retention=retention, default_ttl_s=5.0, max_pinned_fraction=1.0)
     request(sched, "p", 0, toks(13, 24), out=1)
     drain(sched)
-    assert "p" in sched.retention.pins
+    assert "p" in sched._retention.pins
     q = request(sched, "q", 0, toks(14, 40), out=1)  # needs 11 of 12 pages
     step(sched)
     assert (q in sched.waiting) == waits
     if waits:
-        assert sched.next_ready() == pytest.approx(sched.retention.pins["p"].expires)
+        assert sched.next_ready() == pytest.approx(sched._retention.pins["p"].expires)
         assert sched.break_deadlock() is None  # not a deadlock: the pin expires
-        sched.clock.t = 6.0  # type: ignore[attr-defined]
+        sched._clock.t = 6.0  # type: ignore[attr-defined]
     drain(sched)
     assert q.finish_reason == "length"
 
@@ -268,5 +268,5 @@ def test_park_on_preempt_writes_the_preempted_path_to_the_host() -> None:
         step(sched)
         step(sched)
         sched.preempt(seq)
-        assert (sched.cache._host.num_used > 0) == park
+        assert (sched._cache._host.num_used > 0) == park
         drain(sched)

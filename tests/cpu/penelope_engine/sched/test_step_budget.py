@@ -138,7 +138,7 @@ def test_max_prefills_admits_the_next_prefill_as_one_finishes_and_never_holds_de
     assert list(sched.waiting) == [c]
     fourth = _step(sched)
     assert [(it.seq, len(it.positions)) for it in fourth] == [(a, 1), (b, 1), (c, 40)]
-    sched.cache.check_integrity(request_pages=sched.request_pages())
+    sched._cache.check_integrity(request_pages=sched.request_pages())
 
 
 def test_max_prefills_off_admits_what_the_budget_allows() -> None:

@@ -58,7 +58,7 @@ def test_a_moved_session_loads_its_history_written_behind_and_is_identical(
     assert usage.store_tokens >= 40  # the 44-token history, whole pages of it
     assert usage.recomputed_tokens == 0
     assert usage.new_tokens <= len(TURN2_NEW) + PS
-    assert a.store is not None and a.store.stats().records_written >= 1
+    assert a._store is not None and a._store.stats().records_written >= 1
     written = a.stats()
     assert written.store_written_pages >= 40 // PS and written.write_behind_pages == 0
 
@@ -110,13 +110,13 @@ def test_pages_past_the_write_behind_bound_wait_and_a_drain_writes_them(
     tiny_qwen3, tmp_path: Path
 ) -> None:
     probe = _engine(tiny_qwen3, None)
-    page_bytes = probe.device_pool.bytes_per_page
+    page_bytes = probe._device_pool.bytes_per_page
     a = _engine(tiny_qwen3, StoreLocation(str(tmp_path)), write_behind_bytes=3 * page_bytes)
     a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
     assert a.flush_store_writes(FLUSH_S)
-    assert a.handover is not None and a.handover.deferred_pages > 0
-    assert a.store is not None and a.store.stats().puts >= 1
-    assert a.drain_to_store() == a.handover.deferred_pages  # nothing was lost, only deferred
+    assert a._handover is not None and a._handover.deferred_pages > 0
+    assert a._store is not None and a._store.stats().puts >= 1
+    assert a.drain_to_store() == a._handover.deferred_pages  # nothing was lost, only deferred
     b = _engine(tiny_qwen3, StoreLocation(str(tmp_path)))
     prompt2 = TURN1 + (1, 2, 3) + TURN2_NEW
     usage = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent")).usage
@@ -139,14 +139,14 @@ def test_a_turn_served_elsewhere_before_the_pages_land_counts_them_recomputed(
     a = AsyncEngine(EngineConfig(cache=config), loaded=tiny_qwen3)
     b = _engine(tiny_qwen3, shared)
     release = threading.Event()
-    assert a.engine.store is not None
-    store_put = a.engine.store.put
+    assert a.engine._store is not None
+    store_put = a.engine._store.put
 
     def slow_put(segment):  # the page upload takes until the next turn has run
         release.wait(30.0)
         return store_put(segment)
 
-    a.engine.store.put = slow_put  # type: ignore[method-assign]
+    a.engine._store.put = slow_put  # type: ignore[method-assign]
 
     async def first_turn() -> tuple[int, ...]:
         req = GenerateRequest("t1", TURN1, SAMPLING, "agent")
@@ -182,9 +182,9 @@ def test_the_last_record_written_names_what_a_slow_write_behind_stored(
 
     shared = StoreLocation(str(tmp_path / "shared"))
     a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
-    assert a.handover is not None and a.handover.writer is not None and b.store is not None
+    assert a._handover is not None and a._handover.writer is not None and b._store is not None
     gates = [threading.Event(), threading.Event()]  # turn 1's upload job, turn 2's
-    submit = a.handover.writer.submit
+    submit = a._handover.writer.submit
 
     def gated_submit(nbytes, job):
         gate = gates[min(len(jobs), 1)]
@@ -192,11 +192,11 @@ def test_the_last_record_written_names_what_a_slow_write_behind_stored(
         return submit(nbytes, lambda: (gate.wait(120.0), job()))
 
     jobs: list[threading.Event] = []
-    a.handover.writer.submit = gated_submit  # type: ignore[method-assign]
+    a._handover.writer.submit = gated_submit  # type: ignore[method-assign]
 
     def record_when(done) -> object:
         deadline = time.monotonic() + 10  # the gates hold for longer
-        while not done(r := b.store.get_record("default", "agent")):
+        while not done(r := b._store.get_record("default", "agent")):
             assert time.monotonic() < deadline, r
             time.sleep(0.02)
         return r
@@ -205,7 +205,7 @@ def test_the_last_record_written_names_what_a_slow_write_behind_stored(
         one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
         prompt2 = TURN1 + one.token_ids + TURN2_NEW
         a.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
-        seen = a.cache.session_info("agent")
+        seen = a.core.cache.session_info("agent")
         assert seen is not None and len(jobs) == 2
         record_when(lambda r: r is not None and len(r.page_hashes) == len(seen.seen_hashes))
         gates[0].set()  # turn 1's pages land; turn 2's never do (its replica dies)
@@ -228,7 +228,7 @@ def test_a_page_read_that_overran_does_not_cost_the_next_session_its_record(
     a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
     one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
     assert a.flush_store_writes(FLUSH_S)
-    pages = b.tiers.read_budget
+    pages = b.core.tiers.read_budget
     assert pages is not None
     assert pages.call(lambda: time.sleep(pages.budget_s * 3), None) is None  # an overrun
     assert pages.call(lambda: 1, None) is None  # page reads now cool down: skipped
@@ -251,10 +251,10 @@ def test_a_record_write_stuck_in_the_store_holds_up_no_page_write(
 
     shared = StoreLocation(str(tmp_path / "shared"))
     a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
-    assert a.store is not None and b.store is not None and a.handover is not None
-    assert a.handover.writer is not None
+    assert a._store is not None and b._store is not None and a._handover is not None
+    assert a._handover.writer is not None
     release, calls = threading.Event(), []
-    put_record = a.store.put_record
+    put_record = a._store.put_record
 
     def stuck_put_record(tenant, name, pages):
         calls.append(name)
@@ -262,17 +262,17 @@ def test_a_record_write_stuck_in_the_store_holds_up_no_page_write(
             release.wait(60.0)  # the first record's store call, until the pages are written
         return put_record(tenant, name, pages)
 
-    a.store.put_record = stuck_put_record  # type: ignore[method-assign]
+    a._store.put_record = stuck_put_record  # type: ignore[method-assign]
     try:
         a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
-        assert a.handover.writer.flush(FLUSH_S)  # the pages: not behind the stuck record
+        assert a._handover.writer.flush(FLUSH_S)  # the pages: not behind the stuck record
         assert a.stats().store_written_pages >= 40 // PS
         assert calls == ["agent"] and not release.is_set()
     finally:
         release.set()
     assert a.flush_store_writes(FLUSH_S)
     assert calls == ["agent", "agent"]  # written once more when the stuck write ended
-    record = b.store.get_record("default", "agent")
-    seen = a.cache.session_info("agent")
+    record = b._store.get_record("default", "agent")
+    seen = a.core.cache.session_info("agent")
     assert record is not None and seen is not None and record.segments
     assert len(record.page_hashes) == len(seen.seen_hashes)
