@@ -89,7 +89,7 @@ class Engine:
                 self._tiers,
                 self._cache,
                 writes,
-                ReadBudget(cc.store_record_budget_s),
+                ReadBudget(cc.store_record_budget_s, cool_down=False),
             )  # fmt: skip
             if self._store is not None
             else None

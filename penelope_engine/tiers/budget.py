@@ -2,10 +2,13 @@
 
 A read the step (or a request's admission) needs runs on one of a few reader
 threads; the caller waits `budget_s` for it, then goes on without it: its
-pages are misses, recomputed (the ledger names them `store_miss`). A read
-that overran keeps its thread until the store's own request timeout ends it,
-so when every thread is taken by a stalled store, a new read is not even
-started: it is a miss at once.
+pages are misses, recomputed (the ledger names them `store_miss`). Reads that
+come while every thread is busy wait their turn within their own budget (a
+burst of sessions returning after a replica died all find their records); one
+whose budget ends before it started is never started. A read that overran
+keeps its thread until the store's own request timeout ends it, so when every
+thread is held by a read already past its budget (the store is stalled), a new
+read is not even started: it is a miss at once.
 
 Each wait stalls the step (and so every running request) for up to
 `budget_s`, so a store that stays slow would cost a budget per read: with
@@ -16,12 +19,17 @@ with each overrun in a row up to `COOLDOWN_MAX_BUDGETS` budgets (16 s at the
 slow store's stall falls to one budget per cool-down (3 % of the step at the
 cap), and a store that recovers is read again within one cool-down.
 
-    caller: submit(read) --wait <= budget_s--> result | default (timed out / no thread /
+A read that stalls only its own request (a session's path record, read when it
+arrives, off the step thread) has no cool-down (`cool_down=False`): one slow
+read must not cost the next arriving session its whole history.
+
+    caller: submit(read) --wait <= budget_s--> result | default (timed out / stalled /
                                                                  cooling down)
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -37,35 +45,40 @@ COOLDOWN_MAX_BUDGETS = 32
 
 
 class ReadBudget:
-    def __init__(self, budget_s: float, threads: int = READ_THREADS) -> None:
+    def __init__(
+        self, budget_s: float, threads: int = READ_THREADS, cool_down: bool = True
+    ) -> None:
         if not 0 < budget_s < float("inf"):
             raise ValueError(f"budget_s must be positive and finite, got {budget_s}")
-        self.budget_s, self.threads = budget_s, threads
+        self.budget_s, self.threads, self.cool_down = budget_s, threads, cool_down
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="penelope-store-read")
         self._lock = threading.Lock()
-        self._busy = 0
+        self._started: dict[int, float] = {}  # running reads: when each started
+        self._ids = itertools.count()
         self._overruns = 0  # in a row
         self._cool_until = 0.0
         self.timeouts = 0  # reads the caller stopped waiting for
-        self.skipped = 0  # reads not started: every reader thread busy, or cooling down
+        self.skipped = 0  # reads not started: every thread held past its budget, or cooling down
 
     def call(self, read: Callable[[], T], default: T, what: str = "a store read") -> T:
         """`read()`'s result if it comes within the budget, else `default`."""
         with self._lock:
-            if self._busy >= self.threads or time.monotonic() < self._cool_until:
+            now = time.monotonic()
+            if now < self._cool_until or self._stalled(now):
                 self.skipped += 1
                 return default
-            self._busy += 1
-        job = self._pool.submit(self._run, read)
+        job = self._pool.submit(self._run, read, what)
         try:
             result = job.result(timeout=self.budget_s)
         except FutureTimeout:
+            job.cancel()  # still queued behind busy threads: it never runs
             with self._lock:
                 self.timeouts += 1
                 first = self.timeouts == 1
                 self._overruns += 1
-                doubling = min(2**self._overruns, COOLDOWN_MAX_BUDGETS)
-                self._cool_until = time.monotonic() + self.budget_s * doubling
+                if self.cool_down:
+                    doubling = min(2**self._overruns, COOLDOWN_MAX_BUDGETS)
+                    self._cool_until = time.monotonic() + self.budget_s * doubling
             (log.warning if first else log.debug)(
                 "%s passed its budget of %g s; its pages are recomputed", what, self.budget_s
             )
@@ -74,12 +87,23 @@ class ReadBudget:
             self._overruns = 0
         return result
 
-    def _run(self, read: Callable[[], T]) -> T:
+    def _stalled(self, now: float) -> bool:
+        """Every reader thread holds a read already past its budget."""
+        started = self._started.values()
+        return len(started) >= self.threads and all(now - t > self.budget_s for t in started)
+
+    def _run(self, read: Callable[[], T], what: str) -> T:
+        t0 = time.monotonic()
+        with self._lock:
+            self._started[key := next(self._ids)] = t0
         try:
             return read()
         finally:
+            took = time.monotonic() - t0
             with self._lock:
-                self._busy -= 1
+                del self._started[key]
+            if took > self.budget_s:  # how late the store was, for whoever tunes the budget
+                log.info("%s took %.2f s, past its budget of %g s", what, took, self.budget_s)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -98,4 +99,50 @@ def test_after_an_overrun_reads_cool_down_doubling_until_one_answers_in_time() -
     assert budget.call(lambda: "fast", "missed") == "fast"  # in time: the cool-down ends
     assert budget.call(lambda: "again", "missed") == "again"
     assert budget.timeouts == 2 and ran == ["slow", "slow"]
+    budget.close()
+
+
+def test_a_budget_without_cool_down_reads_the_next_session_after_an_overrun() -> None:
+    """Path records (read when a session arrives, off the step thread) have no cool-down:
+    one overrun costs its own session, and the next arriving session's read runs."""
+    budget = ReadBudget(0.1, threads=2, cool_down=False)
+    assert budget.call(lambda: time.sleep(0.4) or "late", "missed") == "missed"
+    assert budget.call(lambda: "next session's record", "missed") == "next session's record"
+    assert budget.timeouts == 1 and budget.skipped == 0
+    budget.close()
+
+
+def test_reads_past_the_busy_threads_wait_their_turn_within_their_budget() -> None:
+    """Four sessions come back at once (their replica died) to a store that answers in
+    0.2 s, with two reader threads: every record is read, none is a miss."""
+    import threading
+
+    budget = ReadBudget(1.5, threads=2, cool_down=False)
+    got: list[str] = []
+
+    def arrive(i: int) -> None:
+        got.append(budget.call(lambda: time.sleep(0.2) or f"record {i}", "missed"))
+
+    arrivals = [threading.Thread(target=arrive, args=(i,)) for i in range(4)]
+    for t in arrivals:
+        t.start()
+    for t in arrivals:
+        t.join()
+    assert sorted(got) == [f"record {i}" for i in range(4)]
+    assert budget.timeouts == 0 and budget.skipped == 0
+    budget.close()
+
+
+def test_a_read_whose_budget_ends_in_the_queue_never_runs() -> None:
+    budget = ReadBudget(0.1, threads=1, cool_down=False)
+    ran: list[str] = []
+    release = threading.Event()
+    holder = threading.Thread(target=budget.call, args=(lambda: release.wait(5.0), None))
+    holder.start()
+    time.sleep(0.02)  # the one thread is taken, within its budget: not stalled
+    assert budget.call(lambda: ran.append("queued") or "late", "missed") == "missed"
+    release.set()
+    holder.join()
+    time.sleep(0.1)
+    assert ran == [] and budget.timeouts == 2  # the holder overran too
     budget.close()
