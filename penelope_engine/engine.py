@@ -13,7 +13,7 @@ import time
 from cache_store import ArrowSegmentStore, PathRecord, StoreStats
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.checks import check_request, turn_stop
-from penelope_engine.config import EngineConfig
+from penelope_engine.config import EngineConfig, ModelConfig
 from penelope_engine.core import Core, CoreHooks, build_core
 from penelope_engine.errors import EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
@@ -106,6 +106,11 @@ class Engine:
         """The scheduling core (cache, scheduler, tiers) this engine steps, the one the
         simulator shares: a bench drives or reads it here, nothing rewires it."""
         return self._core
+
+    @property
+    def model_config(self) -> ModelConfig:
+        """The loaded model's architecture (`/model_info` reports its type)."""
+        return self._loaded.config
 
     @property
     def page_naming(self) -> PageNaming:

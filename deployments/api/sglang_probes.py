@@ -50,7 +50,7 @@ def _engine_config(backend: Backend) -> EngineConfig | None:
 def _model_config(backend: Backend) -> ModelConfig | None:
     """The loaded model's architecture config, if the engine runs in this process."""
     engine = getattr(getattr(backend, "engine", None), "engine", None)
-    config = getattr(getattr(engine, "loaded", None), "config", None)
+    config = getattr(engine, "model_config", None)
     return config if isinstance(config, ModelConfig) else None
 
 
