@@ -268,29 +268,8 @@ class Engine:
             locked_nodes=c.locked_nodes,
             tree_nodes=c.tree_nodes,
             session_records=c.session_records,
-            **self._store_faults(),
+            **(self._handover.fault_counts() if self._handover is not None else {}),
         )
-
-    def _store_faults(self) -> dict[str, int]:
-        """`EngineStats`' store-fault fields (zeros without a store)."""
-        if self._handover is None or self._store is None:
-            return {}
-        queued, jobs, cap, refused = self._handover.queue()
-        budget, records = self._tiers.read_budget, self._handover.records.budget
-        return {
-            "store_degraded": int(self._store.degraded),
-            "write_behind_bytes": queued,
-            "write_behind_jobs": jobs,
-            "write_behind_cap_bytes": cap,
-            "write_behind_refused": refused,
-            "write_behind_deferred_pages": self._handover.deferred_pages,
-            "store_lost_pages": self._handover.lost_pages,
-            "write_behind_pages": self._handover.pending_pages,
-            "store_written_pages": self._handover.written_pages,
-            "store_read_timeouts": sum(
-                b.timeouts + b.skipped for b in (budget, records) if b is not None
-            ),
-        }
 
     def footprint(self) -> dict[str, int | None]:
         """Counts of what a long-running engine must keep bounded (the soak bench watches

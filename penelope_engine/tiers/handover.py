@@ -118,15 +118,24 @@ class SessionHandover:
             self.records.budget.close()
         return all([w.close(timeout_s) for w in self._writers()])
 
-    def queue(self) -> tuple[int, int, int, int]:
-        """The write-behind queues now: bytes and jobs queued, the bytes' cap, jobs refused."""
+    def fault_counts(self) -> dict[str, int]:
+        """`EngineStats`' store fields: the store's state, the write-behind queues (bytes
+        and jobs queued, the bytes' cap, jobs refused, pages deferred, pending, written
+        and lost) and reads that passed or skipped their budget (pages' and records')."""
         ws = self._writers()
-        return (
-            sum(w.pending_bytes for w in ws),
-            sum(w.pending_jobs for w in ws),
-            sum(w.max_bytes for w in ws),
-            sum(w.refused for w in ws),
-        )
+        budgets = (self.tiers.read_budget, self.records.budget)
+        return {
+            "store_degraded": int(self.store.degraded),
+            "write_behind_bytes": sum(w.pending_bytes for w in ws),
+            "write_behind_jobs": sum(w.pending_jobs for w in ws),
+            "write_behind_cap_bytes": sum(w.max_bytes for w in ws),
+            "write_behind_refused": sum(w.refused for w in ws),
+            "write_behind_deferred_pages": self.deferred_pages,
+            "store_lost_pages": self.lost_pages,
+            "write_behind_pages": self.pending_pages,
+            "store_written_pages": self.written_pages,
+            "store_read_timeouts": sum(b.timeouts + b.skipped for b in budgets if b is not None),
+        }
 
     def _writers(self) -> list[WriteBehind]:
         return [w for w in (self.records.writer, self.writer) if w is not None]
