@@ -31,6 +31,7 @@ from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.protocol import (
     DIGEST_LIMITS,
+    DrainReport,
     EngineStats,
     GenerateRequest,
     RequestOutput,
@@ -263,7 +264,7 @@ class AsyncEngine:
         with self._reading():
             return self.engine.shared_prefix_hashes(limit)
 
-    def drain_to_store(self) -> int:
+    def drain_to_store(self) -> DrainReport:
         with self._reading():
             return self.engine.drain_to_store()
 

@@ -29,6 +29,8 @@ from penelope_engine.parts import (
 )
 from penelope_engine.protocol import (
     DIGEST_LIMITS,
+    UNDRAINED_NO_STORE,
+    DrainReport,
     EngineStats,
     GenerateRequest,
     RequestOutput,
@@ -300,14 +302,19 @@ class Engine:
         """Page ids of shared prefixes this replica holds on the device (router digests)."""
         return self._cache.shared_prefix_hashes(limit)
 
-    def drain_to_store(self, deadline_s: float = DRAIN_DEADLINE_S) -> int:
+    def drain_to_store(self, deadline_s: float = DRAIN_DEADLINE_S) -> DrainReport:
         """Write every cached page the store lacks, and the session records that left
-        stale; pages written (`handover.last_drain` has the rest).
+        stale; what was written, and the sessions left unwhole in the store, with why.
 
         Called when a replica leaves (downscale, drain): the sessions it held
-        are then served from the shared store wherever they go next.
+        are then served from the shared store wherever they go next. With no
+        store, every session it holds is named.
         """
-        return self._handover.drain(deadline_s) if self._handover is not None else 0
+        if self._handover is None:
+            return DrainReport(undrained=tuple(
+                (sid, UNDRAINED_NO_STORE) for sid in self._cache.session_ids()
+            ))  # fmt: skip
+        return self._handover.drain(deadline_s)
 
     def flush_store_writes(self, timeout_s: float) -> bool:
         """Wait for the store writes behind queued so far; False if `timeout_s` passed."""

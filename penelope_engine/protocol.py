@@ -137,6 +137,30 @@ class SessionDigest:
     last_access: float  # in the engine's `clock()`, not wall time
 
 
+# Why a drain could not leave a session's history whole in the store (`DrainReport`).
+UNDRAINED_NO_STORE = "no store is configured"
+UNDRAINED_PAGES_REFUSED = "the store refused its pages"
+UNDRAINED_PAGES_LOST = "the store refused pages of it written behind at a turn end"
+UNDRAINED_PAGES_LATE = "the drain's deadline passed before its pages were written"
+UNDRAINED_RECORD_REFUSED = "the store refused its record"
+UNDRAINED_RECORD_LATE = "the drain's deadline passed before its record was written"
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """What a leaving replica's drain did (`EngineProtocol.drain_to_store`): pages and
+    records it wrote (the rest were in the store already, written behind), and every
+    session it held whose history it could not leave whole in the store, with why.
+    A session named here recomputes what is missing wherever its next turn goes."""
+
+    pages: int = 0
+    records: int = 0
+    records_left: int = 0  # stale records the deadline left unwritten
+    in_time: bool = True  # the writes behind and the pages finished within the deadline
+    seconds: float = 0.0
+    undrained: tuple[tuple[str, str], ...] = ()  # (session id, why), one per session
+
+
 class EngineProtocol(Protocol):
     """What every engine offers its callers: the API's backend, the Ray replica, the benches.
 
@@ -206,8 +230,9 @@ class EngineProtocol(Protocol):
         """Raise AssertionError if the cache's bookkeeping is inconsistent."""
         ...
 
-    def drain_to_store(self) -> int:
-        """Write the cached KV the store lacks to it (a replica leaving); pages written."""
+    def drain_to_store(self) -> DrainReport:
+        """Write the cached KV the store lacks to it (a replica leaving): what was written,
+        and the sessions whose history could not be left whole there, with why."""
         ...
 
     async def shutdown(self) -> None: ...

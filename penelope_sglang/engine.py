@@ -35,6 +35,7 @@ from penelope_engine.hints import HintGrant, SessionHints, refused
 from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import (
     DIGEST_LIMITS,
+    DrainReport,
     EngineStats,
     FinishReason,
     GenerateRequest,
@@ -256,9 +257,9 @@ class SGLangEngine:
         """Page ids (Penelope's naming, `page_naming`) of the cache's shared device prefixes."""
         return digests.shared_prefix_hashes(self.view(), self._hasher, limit)
 
-    def drain_to_store(self) -> int:
+    def drain_to_store(self) -> DrainReport:
         """SGLang's own storage backends hold its spilled KV; nothing to hand over here."""
-        return 0
+        return DrainReport()
 
     def check_integrity(self) -> None:
         """A no-op: SGLang's scheduler checks its own pools for leaks when idle."""

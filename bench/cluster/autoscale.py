@@ -11,7 +11,9 @@ Which signal fired is read from the Serve controller's own log: each
 "Upscaling ... from N to M replicas. Current ongoing requests: X" line is
 `queue` when X / target_ongoing_requests alone asks for M, else `kv_pressure`
 (the policy's other term). Pages drained to the store are counted from the
-leaving replicas' "drained N KV pages" log lines (`EngineReplica.__del__`).
+leaving replicas' "drained N KV pages" log lines (`EngineReplica.__del__`), and
+the sessions they could not drain read from their "could not drain session"
+lines.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ UPSCALE = re.compile(
     r"Current ongoing requests: ([\d.]+)"
 )
 DRAINED = re.compile(r"drained (\d+) KV pages to the store")
+UNDRAINED = re.compile(r"could not drain session (\S+) to the store: (.+)$", re.MULTILINE)
 
 
 def _log_lines(logs_dir: Path, pattern: re.Pattern[str]) -> list[re.Match[str]]:
@@ -55,6 +58,11 @@ def dir_bytes(path: Path) -> int:
 def drained_pages(logs_dir: Path) -> int:
     """Pages every replica that left so far drained to the store, from their logs."""
     return sum(int(m.group(1)) for m in _log_lines(logs_dir, DRAINED))
+
+
+def undrained(logs_dir: Path) -> list[dict[str, str]]:
+    """Every session a leaving replica said it could not drain so far, with why."""
+    return [{"session": m.group(1), "why": m.group(2)} for m in _log_lines(logs_dir, UNDRAINED)]
 
 
 def signals(logs_dir: Path, target: float) -> list[dict[str, Any]]:
@@ -100,7 +108,7 @@ def ramp(url: str, logs_dir: Path, load: LoadConfig, vocab: int, target: float,
     """The load ramp, then the wait for the fleet to scale back down; the `autoscale` entry."""
     from bench.load.client import client_deadline_s, client_main, summarize
 
-    drained_before = drained_pages(logs_dir)
+    drained_before, undrained_before = drained_pages(logs_dir), len(undrained(logs_dir))
     with ReplicaSampler() as sampler:
         records = run_child(
             client_main, (load, url, vocab), timeout_s=client_deadline_s(load), name="ramp-client"
@@ -118,6 +126,7 @@ def ramp(url: str, logs_dir: Path, load: LoadConfig, vocab: int, target: float,
         "max_replicas_seen": max((n for _, n in samples), default=0),
         "scaled_down": bool(samples) and samples[-1][1] < max(n for _, n in samples),
         "drained_pages": drained_pages(logs_dir) - drained_before,
+        "undrained": undrained(logs_dir)[undrained_before:],
         "signal": sorted({f["signal"] for f in fired}),
         "upscales": fired,
         "replicas_over_time": _changes(samples),

@@ -150,8 +150,10 @@ def _run_on(cluster: Cluster, worker: NodeSpec, cfg: ClusterConfig,
     out["node_loss"] = case("node_loss")
     out["rejoin"] = guarded("worker rejoin", rejoin)
     drained = autoscale.drained_pages(cluster.logs_dir)
+    undrained = len(autoscale.undrained(cluster.logs_dir))
     out["downscale"] = case("downscale")
     out["downscale"]["drained_pages"] = autoscale.drained_pages(cluster.logs_dir) - drained
+    out["downscale"]["undrained"] = autoscale.undrained(cluster.logs_dir)[undrained:]
     out["store_bytes"] = store_bytes(store) if store.is_s3 else autoscale.dir_bytes(Path(store.uri))
     out["autoscale"] = guarded("autoscale", lambda: _autoscale(deploy, cluster, cfg))
     return out

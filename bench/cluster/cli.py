@@ -57,6 +57,8 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"{case:<14}" + "  ".join(v.ljust(len(c)) for v, c in zip(cells, cols)))
         if "error" in e:
             lines.append(f"  {e['error']}")
+        for u in e.get("undrained", []):
+            lines.append(f"  not drained: {u['session']} ({u['why']})")
     a = result.get("autoscale") or {}
     lines.append(
         f"autoscale: max {a.get('max_replicas_seen')} replicas, "

@@ -219,20 +219,23 @@ class EngineReplica:
         whichever replica the router picks; pages written (`drained_pages`).
 
         Logged on Serve's logger, so the line is in the replica's log even at 0 (the
-        usual count: the writes behind stored every page already). `penelope bench
-        cluster` reads it there. The engine bounds the drain by its own deadline.
+        usual count: the writes behind stored every page already), and so is every
+        session the drain could not leave whole in the store, with why. `penelope
+        bench cluster` reads both there. The engine bounds the drain by its own deadline.
         """
         t0 = time.monotonic()
         try:
-            written = await asyncio.to_thread(self._engine.drain_to_store)
+            report = await asyncio.to_thread(self._engine.drain_to_store)
         except Exception:  # the engine still shuts down; what the writes behind stored stands
             SERVE_LOG.exception("draining KV to the store before shutdown failed")
             return 0
-        self.drained_pages = written
+        self.drained_pages = report.pages
         SERVE_LOG.info(
             "drained %d KV pages to the store before shutdown in %.2f s (pages written "
             "behind earlier are not counted)",
-            written,
+            report.pages,
             time.monotonic() - t0,
         )
-        return written
+        for session, why in report.undrained:
+            SERVE_LOG.warning("could not drain session %s to the store: %s", session, why)
+        return report.pages

@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,7 +40,15 @@ from penelope_engine.cache.pages import PUBLIC
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
-from penelope_engine.protocol import GenerateRequest
+from penelope_engine.protocol import (
+    UNDRAINED_PAGES_LATE,
+    UNDRAINED_PAGES_LOST,
+    UNDRAINED_PAGES_REFUSED,
+    UNDRAINED_RECORD_LATE,
+    UNDRAINED_RECORD_REFUSED,
+    DrainReport,
+    GenerateRequest,
+)
 from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
 from penelope_engine.tiers.path_records import PathRecords
@@ -49,17 +56,6 @@ from penelope_engine.tiers.segment_writer import SegmentWriter
 from penelope_engine.tiers.write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DrainReport:
-    """What a drain did: pages and records written (the rest were in the store already)."""
-
-    pages: int
-    records: int
-    records_left: int  # stale records the deadline left unwritten
-    in_time: bool  # the writes behind and the pages finished within the deadline
-    seconds: float
 
 
 class SessionHandover:
@@ -86,6 +82,7 @@ class SessionHandover:
         self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
         self.deferred_pages = 0  # pages not written behind for want of room (offered again)
         self._recorded: dict[str, int] = {}  # session id -> pages in its last record
+        self._refused: set[str] = set()  # sessions some of whose pages written behind failed
         self.last_drain: DrainReport | None = None
 
     @property
@@ -199,9 +196,10 @@ class SessionHandover:
         for node, idx in taken:
             self.cache.mark_stored(node, idx)
 
-    def drain(self, deadline_s: float) -> int:
+    def drain(self, deadline_s: float) -> DrainReport:
         """Write every cached page the store lacks, then the records those writes (or a
-        refused write behind) left stale; pages written. All within `deadline_s`.
+        refused write behind) left stale, all within `deadline_s`; what was written, and
+        each session whose history is still not whole in the store, with why.
 
         Called when a replica leaves (downscale, redeploy): its sessions are then
         served from the shared store wherever they go next. The writes behind go
@@ -214,43 +212,62 @@ class SessionHandover:
         flushed = self.flush(deadline_s)
         if not flushed:
             log.warning("drain: store writes behind still running after %g s", deadline_s)
-        pages, touched, late = self._drain_pages(end)
+        pages, touched, refused, late = self._drain_pages(end)
+        unstored = {id(node) for node, *_ in self.cache.unstored_by_tier()}
         records = stale = 0
+        undrained: dict[str, str] = {}  # session id -> why (the first reason found)
         for sid, tenant in list(self.tenants.items()):
             info = self.cache.session_info(sid)
             if info is None or not len(info.seen_hashes):
                 continue
-            path = info.leaf.path_up() if info.leaf is not None else ()
-            rewritten = any(id(node) in touched for node in path)
-            if self._recorded.get(sid) == len(info.seen_hashes) and not rewritten:
+            path = {id(node) for node in info.leaf.path_up()} if info.leaf is not None else set()
+            if sid in self._refused:
+                undrained[sid] = UNDRAINED_PAGES_LOST
+            elif path & refused:
+                undrained[sid] = UNDRAINED_PAGES_REFUSED
+            elif path & unstored:
+                undrained[sid] = UNDRAINED_PAGES_LATE
+            if self._recorded.get(sid) == len(info.seen_hashes) and not path & touched:
                 continue  # its record (written behind) is current
             if time.monotonic() > end:
                 stale += 1
+                undrained.setdefault(sid, UNDRAINED_RECORD_LATE)
                 continue
-            if self.records.put(tenant, sid, self.records.owned(tenant, info.seen_hashes)):
+            written = self.records.put(tenant, sid, self.records.owned(tenant, info.seen_hashes))
+            if written:
                 self._recorded[sid] = len(info.seen_hashes)
                 records += 1
-        in_time = flushed and not late
-        self.last_drain = DrainReport(pages, records, stale, in_time, time.monotonic() - t0)
+            elif written is False:
+                undrained.setdefault(sid, UNDRAINED_RECORD_REFUSED)
+        report = DrainReport(
+            pages, records, stale, flushed and not late, time.monotonic() - t0,
+            tuple(undrained.items()),
+        )  # fmt: skip
+        self.last_drain = report
         if stale or late:
-            log.warning("drain: deadline of %g s passed: %s", deadline_s, self.last_drain)
-        return pages
+            log.warning("drain: deadline of %g s passed: %s", deadline_s, report)
+        return report
 
-    def _drain_pages(self, end: float) -> tuple[int, set[int], bool]:
+    def _drain_pages(self, end: float) -> tuple[int, set[int], set[int], bool]:
         """Write the cached pages the store lacks until `end`: pages written, the ids of
-        the nodes they belong to, and whether the deadline cut it short."""
-        tiers, written, touched = self.tiers, 0, set[int]()
+        the nodes they belong to, the ids of nodes whose write the store refused, and
+        whether the deadline cut it short."""
+        tiers, written, touched, refused = self.tiers, 0, set[int](), set[int]()
         pools = {Tier.HOST: tiers.host, Tier.DEVICE: tiers.device}
         last: Node | None = None
         for node, tier, slots, idx in self.cache.unstored_by_tier():
             if node is not last and time.monotonic() > end:
-                return written, touched, True
+                return written, touched, refused, True
             last, pool = node, pools[tier]
-            if pool is not None and tiers.write_segments(pool, slots, node, idx):
+            if pool is None:
+                continue
+            if tiers.write_segments(pool, slots, node, idx):
                 self.cache.mark_stored(node, idx)
                 written += len(idx)
                 touched.add(id(node))
-        return written, touched, False
+            else:
+                refused.add(id(node))
+        return written, touched, refused, False
 
     def _snapshot(self, node: Node, idx: np.ndarray) -> list[PageSnapshot]:
         """Copies of pages `idx` of `node`, read from the host where it has them."""
@@ -273,7 +290,8 @@ class SessionHandover:
         """(The writer thread.) The segments, then the records that name them: the
         session's, and the public prefix's when its pages were among them."""
         assert self.writes is not None  # jobs are queued only with a writer
-        self.writes.put(snaps)
+        if not self.writes.put(snaps):
+            self._refused.add(session_id)  # marked stored when copied: a drain names it
         if pages:
             self.records.put(tenant, session_id, pages, then=lambda ok: self._told(session_id, ok))
         if public:

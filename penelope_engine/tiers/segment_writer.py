@@ -40,7 +40,7 @@ class SegmentWriter:
         has no room (they are dropped, and recomputed if needed again)."""
         return self.submit(snaps, lambda: self.put(snaps))
 
-    def submit(self, snaps: list[PageSnapshot], job: Callable[[], None]) -> bool:
+    def submit(self, snaps: list[PageSnapshot], job: Callable[[], object]) -> bool:
         """(The step thread.) `job`, which writes `snaps` (`put`) and maybe more, on the
         queue; their pages count as pending until it has. False: no room, nothing queued."""
         pages = sum(len(s.hashes) for s in snaps)
@@ -52,8 +52,10 @@ class SegmentWriter:
             self.pending_pages -= pages
         return False
 
-    def put(self, snaps: list[PageSnapshot]) -> None:
-        """(The writer thread.) Each segment; the pages of one that fails count as lost."""
+    def put(self, snaps: list[PageSnapshot]) -> bool:
+        """(The writer thread.) Each segment; the pages of one that fails count as lost.
+        Whether every one was written."""
+        every = True
         for snap in snaps:
             try:
                 ok = self.store.put(snap.segment(self.store.namespace))
@@ -66,3 +68,5 @@ class SegmentWriter:
                     self.written_pages += len(snap.hashes)
                 else:
                     self.lost_pages += len(snap.hashes)
+            every = every and ok
+        return every

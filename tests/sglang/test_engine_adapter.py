@@ -19,7 +19,7 @@ import pytest
 from sglang.srt.server_args import ServerArgs
 
 from penelope_engine.errors import ConfigError
-from penelope_engine.protocol import EngineProtocol, GenerateRequest, SamplingParams
+from penelope_engine.protocol import DrainReport, EngineProtocol, GenerateRequest, SamplingParams
 from penelope_sglang import engine as adapter
 from penelope_sglang.engine import (
     SGLangEngine,
@@ -122,7 +122,7 @@ def test_the_adapter_answers_every_member_of_the_engine_protocol(
     members = [n for n in vars(EngineProtocol) if not n.startswith("_")]
     assert [n for n in members if not hasattr(engine, n)] == []
     assert (engine.max_model_len, engine.vocab_size, engine.alive) == (4096, 1000, True)
-    assert engine.store_stats() is None and engine.drain_to_store() == 0
+    assert engine.store_stats() is None and engine.drain_to_store() == DrainReport()
     assert engine.session_digests() == [] and engine.shared_prefix_hashes() == []
     engine.check_integrity()  # SGLang checks its own pools
 

@@ -13,14 +13,18 @@ import logging
 import pytest
 
 from deployments.ray.engine_replica import SERVE_LOG, EngineReplica
+from penelope_engine.protocol import UNDRAINED_PAGES_REFUSED, UNDRAINED_RECORD_LATE, DrainReport
 
 
 class FakeEngine:
-    def __init__(self, written: int | Exception) -> None:
+    """The two members a leaving replica calls, answering as told (the real drain's
+    reports are `tests/cpu/penelope_engine/test_drain.py`'s)."""
+
+    def __init__(self, written: DrainReport | Exception) -> None:
         self.written = written
         self.shut = False
 
-    def drain_to_store(self) -> int:
+    def drain_to_store(self) -> DrainReport:
         if isinstance(self.written, Exception):
             raise self.written
         return self.written
@@ -43,7 +47,7 @@ class _Replica(EngineReplica):
         """Garbage collection must not call the async one (Serve awaits it, below)."""
 
 
-def _leave(written: int | Exception) -> tuple[EngineReplica, FakeEngine, list[str]]:
+def _leave(written: DrainReport | Exception) -> tuple[EngineReplica, FakeEngine, list[str]]:
     replica = object.__new__(_Replica)  # no Serve context: only what __del__ reads
     engine = FakeEngine(written)
     replica._engine = engine  # type: ignore[assignment]
@@ -63,7 +67,7 @@ def _leave(written: int | Exception) -> tuple[EngineReplica, FakeEngine, list[st
 
 @pytest.mark.parametrize("written", [0, 7])
 def test_the_drain_is_logged_and_kept_whatever_it_wrote(written: int) -> None:
-    replica, engine, lines = _leave(written)
+    replica, engine, lines = _leave(DrainReport(pages=written))
     assert replica.drained_pages == written and engine.shut
     assert any(f"drained {written} KV pages to the store" in line for line in lines), lines
 
@@ -72,3 +76,11 @@ def test_a_failed_drain_is_logged_and_the_engine_still_shuts_down() -> None:
     replica, engine, lines = _leave(OSError("store gone"))
     assert engine.shut and replica.drained_pages is None
     assert any("draining KV to the store before shutdown failed" in line for line in lines)
+
+
+def test_every_session_the_drain_could_not_leave_whole_is_named_with_why() -> None:
+    undrained = (("s-1", UNDRAINED_PAGES_REFUSED), ("s-2", UNDRAINED_RECORD_LATE))
+    replica, engine, lines = _leave(DrainReport(pages=3, undrained=undrained))
+    assert replica.drained_pages == 3 and engine.shut
+    for session, why in undrained:
+        assert f"could not drain session {session} to the store: {why}" in lines, lines

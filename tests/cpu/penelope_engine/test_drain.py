@@ -10,7 +10,14 @@ from pathlib import Path
 
 from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.engine import Engine
-from penelope_engine.protocol import GenerateRequest, SamplingParams
+from penelope_engine.protocol import (
+    UNDRAINED_NO_STORE,
+    UNDRAINED_PAGES_LATE,
+    UNDRAINED_PAGES_LOST,
+    UNDRAINED_PAGES_REFUSED,
+    GenerateRequest,
+    SamplingParams,
+)
 
 PS = 4
 SAMPLING = SamplingParams(max_tokens=3, ignore_eos=True)
@@ -36,7 +43,7 @@ def test_a_drain_leaves_the_longer_record_of_a_session_that_moved_on(
     one = _turn(a, "t1", TURN1)
     prompt2 = TURN1 + one.token_ids + tuple(range(700, 720))
     two = _turn(b, "t2", prompt2)  # the session moved to b, which records its longer path
-    assert a.drain_to_store() == 0  # a leaves: its pages of the session were written behind
+    assert a.drain_to_store().pages == 0  # a leaves: its pages of the session were written behind
     assert a._handover is not None and a._handover.last_drain is not None
     assert a._handover.last_drain.records == 0  # its record of the session is b's now
     prompt3 = prompt2 + two.token_ids + tuple(range(800, 809))
@@ -53,7 +60,7 @@ def test_pages_written_by_a_drain_are_named_in_the_record_a_running_replica_read
     b = _engine(tiny_qwen3, tmp_path)  # up before a writes: only the record names the pages
     _turn(a, "t1", TURN1)
     assert a._handover is not None and a._handover.deferred_pages > 0
-    assert a.drain_to_store() == a._handover.deferred_pages
+    assert a.drain_to_store().pages == a._handover.deferred_pages
     assert a._handover.last_drain is not None and a._handover.last_drain.records == 1
     assert a._handover.last_drain.in_time
     usage = b.generate_sync(GenerateRequest("t2", TURN1 + (1, 2, 3, 4), SAMPLING, "agent")).usage
@@ -74,3 +81,41 @@ def test_a_next_turn_that_rewrites_its_history_finds_only_what_it_shares(
     usage = b.generate_sync(GenerateRequest("t2", rewritten, SAMPLING, "agent")).usage
     assert usage.store_tokens == 16
     assert usage.recomputed_tokens == 0 and usage.new_tokens == len(rewritten) - 16
+
+
+def test_a_drain_that_wrote_everything_names_no_session(tiny_qwen3, tmp_path: Path) -> None:
+    a = _engine(tiny_qwen3, tmp_path)
+    _turn(a, "t1", TURN1)
+    report = a.drain_to_store()
+    assert report.undrained == () and report.in_time
+
+
+def test_a_drain_names_each_session_it_could_not_leave_whole_and_why(
+    tiny_qwen3, tmp_path: Path
+) -> None:
+    """A downscale must drain every session or say which it could not: with no store,
+    past its deadline, a store that refuses the drain's pages, and pages written behind
+    that the store refused at a turn end (marked stored when copied: only named)."""
+    none = Engine(EngineConfig(cache=CacheConfig(PS, 64, 32, "penelope")), loaded=tiny_qwen3)
+    none.generate_sync(GenerateRequest("t0", TURN1, SAMPLING, "agent"))
+    assert none.drain_to_store().undrained == (("agent", UNDRAINED_NO_STORE),)
+
+    page_bytes = _engine(tiny_qwen3, tmp_path / "probe")._device_pool.bytes_per_page
+    late = _engine(tiny_qwen3, tmp_path / "late", write_behind_bytes=3 * page_bytes)
+    _turn(late, "t1", TURN1)  # most pages deferred: the drain must write them
+    report = late.drain_to_store(0.0)
+    assert report.undrained == (("agent", UNDRAINED_PAGES_LATE),) and not report.in_time
+
+    refusing = _engine(tiny_qwen3, tmp_path / "refusing", write_behind_bytes=3 * page_bytes)
+    _turn(refusing, "t1", TURN1)
+    assert refusing._store is not None
+    refusing._store.put = lambda seg: False  # type: ignore[method-assign]  # full, say
+    report = refusing.drain_to_store()
+    assert report.undrained == (("agent", UNDRAINED_PAGES_REFUSED),) and report.pages == 0
+
+    full = _engine(tiny_qwen3, tmp_path / "full", store_bytes=page_bytes // 2)  # no segment fits
+    _turn(full, "t1", TURN1)
+    assert full.stats().store_lost_pages > 0
+    assert full.drain_to_store().undrained == (("agent", UNDRAINED_PAGES_LOST),)
+    for engine in (none, late, refusing, full):
+        engine.check_integrity()

@@ -13,6 +13,7 @@ from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.engine import Engine
 from penelope_engine.errors import EngineError, InvalidRequestError
 from penelope_engine.protocol import (
+    DrainReport,
     EngineProtocol,
     GenerateRequest,
     RequestOutput,
@@ -136,7 +137,7 @@ def test_it_answers_every_member_of_the_engine_protocol(tiny_qwen3) -> None:
             assert engine.vocab_size == tiny_qwen3.config.vocab_size
             window = min(tiny_qwen3.config.max_position, 64 * 4)  # the pool holds less
             assert engine.max_model_len == window and engine.alive
-            assert engine.store_stats() is None and engine.drain_to_store() == 0  # no store
+            assert engine.store_stats() is None and engine.drain_to_store() == DrainReport()
             assert await engine.abort("nobody") is False
             assert engine.session_digests() == [] and engine.shared_prefix_hashes() == []
             engine.check_integrity()

@@ -138,6 +138,23 @@ def test_a_case_is_held_against_the_reference_of_its_plan() -> None:
     assert not entry["identical"] and entry["mismatched_turns"] == [(ids[1], 1)]
 
 
+def test_what_leaving_replicas_logged_is_read_back(tmp_path: Path) -> None:
+    """The drain's lines as `EngineReplica` writes them into a replica's log (Ray's
+    prefix before each): pages drained, and each session it could not drain, with why."""
+    from bench.cluster.autoscale import drained_pages, undrained
+    from penelope_engine.protocol import UNDRAINED_PAGES_REFUSED
+
+    log = tmp_path / "serve" / "replica_app_PenelopeEngine_x.log"
+    log.parent.mkdir()
+    prefix = "WARNING 2026-12-06 19:20:00,000 app_PenelopeEngine x engine_replica.py:240 - "
+    log.write_text(
+        f"{prefix}drained 12 KV pages to the store before shutdown in 0.20 s (pages ...)\n"
+        f"{prefix}could not drain session agent-3 to the store: {UNDRAINED_PAGES_REFUSED}\n"
+    )
+    assert drained_pages(tmp_path) == 12
+    assert undrained(tmp_path) == [{"session": "agent-3", "why": UNDRAINED_PAGES_REFUSED}]
+
+
 def _moved_and_served_from_the_store(e: dict[str, Any]) -> None:
     assert "error" not in e, e
     # the case starts its sessions again until they live on every replica

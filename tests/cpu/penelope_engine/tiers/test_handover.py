@@ -116,7 +116,7 @@ def test_pages_past_the_write_behind_bound_wait_and_a_drain_writes_them(
     assert a.flush_store_writes(FLUSH_S)
     assert a._handover is not None and a._handover.deferred_pages > 0
     assert a._store is not None and a._store.stats().puts >= 1
-    assert a.drain_to_store() == a._handover.deferred_pages  # nothing was lost, only deferred
+    assert a.drain_to_store().pages == a._handover.deferred_pages  # nothing was lost, only deferred
     b = _engine(tiny_qwen3, StoreLocation(str(tmp_path)))
     prompt2 = TURN1 + (1, 2, 3) + TURN2_NEW
     usage = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent")).usage
