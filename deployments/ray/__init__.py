@@ -10,6 +10,7 @@ Modules:
                         router)
     launch              `make run`: serve a config on a local Ray of its own, or fail within
                         seconds saying why
+    replica_logs        our packages' log lines through Ray Serve's handlers, in every replica
     replica_stats       which engine replicas are up, and their latest `EngineStats`, as the
                         ingress knows them
     serve_config        the Ray application's config (YAML ``args`` -> frozen dataclasses)

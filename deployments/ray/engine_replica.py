@@ -31,6 +31,7 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.api.backend import ReplicaOutput, stream_with_abort
 from deployments.metrics.autoscaling import KvSignals
+from deployments.ray.replica_logs import SERVE_LOG, route_package_logs
 from deployments.ray.replica_stats import REPORT_PERIOD_S, STATS_KEY, stats_to_wire
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.cache.pages import PageNaming
@@ -47,23 +48,6 @@ from penelope_sglang.config import SGLangEngineConfig
 from router.digest import build_digest
 
 log = logging.getLogger(__name__)
-SERVE_LOG = logging.getLogger("ray.serve")  # lands in the replica's own log file
-# Our packages' loggers: in a replica, their records go where Ray Serve's go.
-PACKAGE_LOGGERS = ("penelope_engine", "penelope_sglang", "cache_store", "router", "deployments")
-
-
-def route_package_logs(level: int = logging.INFO) -> None:
-    """Send our packages' log records to the replica's own log file, through Ray Serve's
-    handlers (its format, its rotation). Without this they reach no handler in a replica
-    (Ray configures only its own loggers), so a store that degrades or a read that
-    passes its budget would leave no line where an operator looks. Idempotent."""
-    for name in PACKAGE_LOGGERS:
-        logger = logging.getLogger(name)
-        for handler in SERVE_LOG.handlers:
-            if handler not in logger.handlers:
-                logger.addHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = False  # once, not again through a root handler
 REPORT_TIMEOUT_S = 5.0  # one stats report to the ingress; a late one is skipped
 
 

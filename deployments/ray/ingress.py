@@ -40,6 +40,7 @@ from deployments.api.backend import ReplicaOutput
 from deployments.api.errors import overloaded, unavailable
 from deployments.api.settings import ApiSettings, load_api_keys
 from deployments.ray.engine_replica import EngineInfo
+from deployments.ray.replica_logs import route_package_logs
 from deployments.ray.replica_stats import ReplicaStatsBook, merged
 from penelope_engine.cache.pages import FirstPages
 from penelope_engine.hints import HintGrant, SessionHints
@@ -53,6 +54,16 @@ REPLICA_FAILURES = (
     ReplicaUnavailableError,
     DeploymentUnavailableError,
 )
+
+
+def _cancel(responses: DeploymentResponseGenerator) -> None:
+    """Cancel a call that did not finish (the client left, or it failed). Ray's `cancel()`
+    raises again whatever failed the call's assignment to a replica (backpressure, no
+    replica): such a call holds nothing to cancel, and the error already answered."""
+    try:
+        responses.cancel()
+    except (BackPressureError, *REPLICA_FAILURES):
+        pass
 
 
 class RayBackend:
@@ -106,7 +117,7 @@ class RayBackend:
             ) from exc
         finally:
             if not finished:
-                responses.cancel()
+                _cancel(responses)
 
     async def session_hints(
         self, session_id: str, tenant: str, hints: SessionHints
@@ -147,6 +158,7 @@ class PenelopeIngress:
     def __init__(
         self, engine: DeploymentHandle, api: ApiSettings, api_keys_file: str | None
     ) -> None:
+        route_package_logs()  # a request that fails leaves its traceback in this log
         keys = load_api_keys(api_keys_file)
         self._settings = dataclasses.replace(api, api_keys=keys)
         self._engine = engine

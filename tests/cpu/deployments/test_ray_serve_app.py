@@ -72,6 +72,7 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "engine_deployment": {
                 "num_cpus": 0.5,
                 "max_ongoing_requests": 8,
+                "max_queued_requests": 4,  # a burst past 2 x 8 + 4 per handle: 429s
                 "autoscaling": {"min_replicas": 2, "max_replicas": 2},
             },
             "ingress": {"num_cpus": 0.1, "num_replicas": 2},
@@ -359,6 +360,27 @@ def test_health_models_and_errors_through_the_proxy(base_url: str) -> None:
     # Refused by the engine replica itself: the error crosses Ray as a 400.
     r = httpx.post(f"{base_url}/v1/completions", json={"model": MODEL, "prompt": [10**7]})
     assert r.status_code == 400 and "token ids" in r.json()["error"]["message"]
+
+
+def test_a_burst_past_every_replicas_queue_is_told_429_never_500(base_url: str) -> None:
+    """Ray rejects what passes the engine deployment's `max_queued_requests` with
+    BackPressureError; the client gets 429 with Retry-After, plain or streamed (Ray's
+    `cancel()` of such a call raised the error again, which answered 500)."""
+
+    async def one(client: httpx.AsyncClient, i: int) -> tuple[int, str | None]:
+        body = {"model": MODEL, "prompt": [5 + i, 6, 7], "max_tokens": 48, "stream": i % 2 == 1}
+        r = await client.post("/v1/completions", json=body, headers={"x-session-id": f"b{i}"})
+        return r.status_code, r.headers.get("retry-after")
+
+    async def burst() -> list[tuple[int, str | None]]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
+            return await asyncio.gather(*(one(client, i) for i in range(48)))
+
+    answers = asyncio.run(burst())
+    statuses = sorted({status for status, _ in answers})
+    assert set(statuses) <= {200, 429}, answers
+    assert 429 in statuses and 200 in statuses, answers
+    assert all(after for status, after in answers if status == 429), answers
 
 
 def _gauge(text: str, name: str, replica: str) -> float:

@@ -12,7 +12,8 @@ import logging
 
 import pytest
 
-from deployments.ray.engine_replica import SERVE_LOG, EngineReplica
+from deployments.ray.engine_replica import EngineReplica
+from deployments.ray.replica_logs import SERVE_LOG
 from penelope_engine.protocol import UNDRAINED_PAGES_REFUSED, UNDRAINED_RECORD_LATE, DrainReport
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from deployments.ray.engine_replica import PACKAGE_LOGGERS, SERVE_LOG, route_package_logs
+from deployments.ray.replica_logs import PACKAGE_LOGGERS, SERVE_LOG, route_package_logs
 
 
 class Lines(logging.Handler):
