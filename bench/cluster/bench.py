@@ -1,6 +1,6 @@
 """The cluster bench from start to end: cluster, deploy, reference run, cases, ramp.
 
-    two_node_cluster ─ connect ─ deploy fleet of 2 ─ reference run (tenant `reference`)
+    local_cluster ─ connect ─ deploy fleet of 2 ─ reference run (tenant `reference`)
         ─ replica_kill ─ (Serve replaces the replica)
         ─ node_loss ─ worker rejoins ─ (Serve places the replica there)
         ─ downscale ─ deploy autoscaling ─ ramp ─ teardown
@@ -12,14 +12,17 @@ The result has the fields the issue names (`nodes`, `replicas_by_node`,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench.cluster import app, autoscale
+from bench.cluster.calibrate import calibrate
 from bench.cluster.cases import Answers, Run, case_sessions, run_case
 from bench.cluster.client import Turn, whole_sessions
 from bench.cluster.config import (
+    MAX_REPLICAS,
     MODEL,
     REFERENCE_KEY,
     ClusterConfig,
@@ -31,8 +34,8 @@ from bench.cluster.nodes import (
     WORKER,
     Cluster,
     NodeSpec,
+    local_cluster,
     start_node,
-    two_node_cluster,
 )
 from bench.cluster.s3 import credentials_env, local_s3_server, new_bucket, store_bytes
 from bench.net import free_port, wait_http
@@ -108,7 +111,7 @@ def run(cfg: ClusterConfig, guarded: Guard) -> dict[str, Any]:
         if cfg.store == "s3":  # before the nodes start: they inherit the AWS credentials
             s3 = new_bucket(stack.enter_context(local_s3_server()))
             stack.enter_context(credentials_env())
-        cluster = stack.enter_context(two_node_cluster(NodeSpec(HEAD, cfg.node_cpus, 1), worker))
+        cluster = stack.enter_context(local_cluster(NodeSpec(HEAD, cfg.node_cpus, 1), worker))
         store = s3 or StoreLocation(str(cluster.dir / "store"))
         with app.connect(cluster):
             result.update(_run_on(cluster, worker, cfg, cases, guarded, store))
@@ -171,11 +174,19 @@ def _autoscale(deploy: Deployer, cluster: Cluster, cfg: ClusterConfig) -> dict[s
         return state == "RUNNING" and states == {"RUNNING": 1} and not new & old
 
     app.wait_for("the autoscaling application running", replaced, cfg.settle_timeout_s)
-    load = autoscale.load_config(cfg.ramp_sessions, cfg.ramp_s, cfg.load_s, cfg.trace)
+    vocab = tiny_qwen3_config().vocab_size
+    load = autoscale.load_config(max(cfg.ramp_sessions, 1), cfg.ramp_s, cfg.load_s, cfg.trace)
+    calibration = None
+    if not cfg.ramp_sessions:  # the slots that load one replica past what the fleet serves
+        wanted = 2 * cfg.target_ongoing_requests * MAX_REPLICAS
+        calibration = calibrate(deploy.url, load, vocab, wanted)
+        load = dataclasses.replace(load, sessions=calibration["slots"])
     entry = autoscale.ramp(
-        deploy.url, cluster.logs_dir, load, tiny_qwen3_config().vocab_size,
-        cfg.target_ongoing_requests, cfg.settle_timeout_s,
+        deploy.url, cluster.logs_dir, load, vocab, cfg.target_ongoing_requests,
+        cfg.settle_timeout_s,
     )  # fmt: skip
+    entry["calibration"] = calibration
+    entry["ramp_sessions"] = load.sessions
     entry["ok"] = bool(
         entry["max_replicas_seen"] > 1 and entry["scaled_down"] and entry["server_errors"] == 0
     )

@@ -63,7 +63,9 @@ def table(result: dict[str, Any]) -> str:
     lines.append(
         f"autoscale: max {a.get('max_replicas_seen')} replicas, "
         f"scaled down {a.get('scaled_down')}, "
-        f"drained {a.get('drained_pages')} pages, signal {a.get('signal')}"
+        f"drained {a.get('drained_pages')} pages, signal {a.get('signal')}, "
+        f"{a.get('ramp_sessions')} slots"
+        + (f" (calibrated: {c['service_s']} s a request)" if (c := a.get("calibration")) else "")
         + (f" ({a['error']})" if "error" in a else "")
     )
     lines.append(f"nodes {len(result.get('nodes', []))}, replicas by node "

@@ -76,7 +76,11 @@ class ClusterConfig:
         default=1, metadata={"help": "CPUs each of the two nodes offers Ray"}
     )
     ramp_sessions: int = field(  # the ramp runs bench.load's client
-        default=6, metadata={"help": "session slots of the autoscaling load ramp"}
+        default=0,
+        metadata={
+            "help": "session slots of the autoscaling load ramp (0: calibrated to the "
+            "measured service rate, `bench.cluster.calibrate`)"
+        },
     )
     ramp_s: float = field(
         default=20.0, metadata={"help": "seconds over which the ramp's slots start"}
@@ -114,8 +118,10 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if self.store not in STORES:
             raise ValueError(f"store must be one of {', '.join(STORES)}, got {self.store!r}")
-        if min(self.sessions, self.turns_before, self.max_tokens, self.ramp_sessions) < 1:
-            raise ValueError("sessions, turns_before, max_tokens and ramp_sessions must be >= 1")
+        if min(self.sessions, self.turns_before, self.max_tokens) < 1:
+            raise ValueError("sessions, turns_before and max_tokens must be >= 1")
+        if self.ramp_sessions < 0:
+            raise ValueError("ramp_sessions must be >= 0 (0: calibrated)")
         if min(self.settle_timeout_s, self.startup_timeout_s, self.request_timeout_s) <= 0:
             raise ValueError("timeouts must be positive")
         if self.node_cpus < REPLICA_CPUS + INGRESS_CPUS:
@@ -124,6 +130,9 @@ class ClusterConfig:
     @property
     def turns(self) -> int:
         return self.turns_before + 1
+
+
+MAX_REPLICAS = 2  # the autoscaling ramp's ceiling: one engine replica per node
 
 
 def api_keys_text() -> str:
@@ -171,7 +180,7 @@ def autoscaling_args(args: dict[str, Any], cfg: ClusterConfig) -> dict[str, Any]
     a = args["engine_deployment"]["autoscaling"]
     a.update(
         min_replicas=1,
-        max_replicas=2,
+        max_replicas=MAX_REPLICAS,
         initial_replicas=1,
         target_ongoing_requests=cfg.target_ongoing_requests,
         upscale_delay_s=1.0,

@@ -1,4 +1,4 @@
-"""A two-node Ray cluster on this machine: `ray start --head`, then `ray start --address`.
+"""A Ray cluster on this machine: `ray start --head`, then `ray start --address` per worker.
 
     head    127.0.0.1:GCS   CPUs + {"penelope_head": 1, ENGINE_SLOT: head_slots}
     worker  joins GCS       CPUs + {"penelope_worker": 1, ENGINE_SLOT: worker_slots}
@@ -197,8 +197,11 @@ def kill_node(cluster: Cluster, role: str) -> int:
 
 
 @contextmanager
-def two_node_cluster(head: NodeSpec, worker: NodeSpec) -> Iterator[Cluster]:
-    """Both nodes up; on the way out (an error or Ctrl-C too) every process ended, dir removed."""
+def local_cluster(*nodes: NodeSpec) -> Iterator[Cluster]:
+    """Every node up, the head first; on the way out (an error or Ctrl-C too) every
+    process ended, dir removed."""
+    if not nodes or nodes[0].role != HEAD or any(n.role == HEAD for n in nodes[1:]):
+        raise ValueError(f"a cluster is one head node first, then workers: {nodes}")
     # short: Ray's socket paths live under it and must stay under 108 bytes
     cluster_dir = Path(tempfile.mkdtemp(prefix="pcl-", dir="/tmp"))
     token_path = cluster_dir / "auth_token"
@@ -211,8 +214,8 @@ def two_node_cluster(head: NodeSpec, worker: NodeSpec) -> Iterator[Cluster]:
         cluster_env(token_path),
     )
     try:
-        start_node(cluster, head)
-        start_node(cluster, worker)
+        for node in nodes:
+            start_node(cluster, node)
         yield cluster
     finally:
         left = stop_cluster(cluster_dir)

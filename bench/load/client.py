@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -117,10 +118,13 @@ class Client:
             return "200+truncated"
 
 
+def slot_sessions(sessions: Sequence[Session], slots: int) -> list[list[Session]]:
+    """The sessions each of `slots` slots replays, in order: every slots-th of the trace."""
+    return [list(sessions[i::slots]) for i in range(slots)]
+
+
 def _slots(cfg: LoadConfig) -> list[list[Session]]:
-    trace = load_claude_code(cfg.trace, cfg.trace_scale)
-    sessions = list(trace.sessions)
-    return [sessions[i :: cfg.sessions] for i in range(cfg.sessions)]
+    return slot_sessions(load_claude_code(cfg.trace, cfg.trace_scale).sessions, cfg.sessions)
 
 
 async def drive(cfg: LoadConfig, url: str, vocab: int) -> list[tuple[str, str, float]]:

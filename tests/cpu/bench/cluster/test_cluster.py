@@ -40,10 +40,10 @@ from deployments.ray.serve_config import parse_serve_config
 ROOT = Path(__file__).resolve().parents[4]
 RUN_TIMEOUT_S = 900  # the run's own waits are bounded well inside this
 # two sessions per case, the store a bucket on a local S3 server (a shared directory is the
-# default; tests/cpu/cache_store covers both); a short ramp in which one request in flight
-# asks for a second replica
-SMALL = ["--sessions", "2", "--store", "s3", "--ramp-sessions", "6", "--ramp-s", "10",
-         "--load-s", "20", "--target-ongoing-requests", "0.5"]  # fmt: skip
+# default; tests/cpu/cache_store covers both); a short ramp, its slots calibrated to this
+# machine's service rate, in which one request in flight asks for a second replica
+SMALL = ["--sessions", "2", "--store", "s3", "--ramp-s", "10", "--load-s", "20",
+         "--target-ongoing-requests", "0.5"]  # fmt: skip
 
 
 def _deploy_config(replicas: int | None) -> dict[str, Any]:
@@ -198,6 +198,7 @@ def test_a_cut_stream_ends_cleanly_and_its_sessions_load_their_history(
 @on_the_cluster
 def test_a_downscale_moves_its_sessions_with_their_history(run: dict[str, Any]) -> None:
     _moved_and_served_from_the_store(run["downscale"])
+    assert run["downscale"]["undrained"] == [], run["downscale"]  # every session drained
 
 
 @on_the_cluster
@@ -206,3 +207,5 @@ def test_load_scales_the_fleet_up_and_its_end_scales_it_down(run: dict[str, Any]
     assert "error" not in a, a
     assert a["max_replicas_seen"] == 2 and a["scaled_down"], a["replicas_over_time"]
     assert a["server_errors"] == 0 and a["signal"], a
+    calibration = a["calibration"]  # the ramp's slots came from this machine's service time
+    assert calibration["service_s"] > 0 and a["ramp_sessions"] == calibration["slots"] >= 2
