@@ -31,7 +31,7 @@ from bench.faults.config import FaultsConfig
 from bench.faults.load import TurnResult, run_load
 from bench.faults.proxy import FaultProxy
 from bench.faults.s3 import RestartableS3
-from bench.faults.server import ServerSampler, StoreTarget, penelope_serve
+from bench.faults.server import ServerFactory, ServerSampler, StoreTarget, penelope_serve
 from bench.plan import PlanConfig, SessionPlan, plan_sessions
 
 RESUME_LIMIT_S = 10.0
@@ -65,7 +65,7 @@ def fault_length(cfg: FaultsConfig, name: str) -> float:
 
 def run_one(
     cfg: FaultsConfig, name: str, plans: Sequence[SessionPlan], s3: RestartableS3,
-    proxy: FaultProxy, port: int, workdir: Path,
+    proxy: FaultProxy, port: int, workdir: Path, server: ServerFactory = penelope_serve,
 ) -> dict[str, Any]:  # fmt: skip
     """`name` is a case of `CASES`, or "baseline" (the same load and timeline, no fault)."""
     began = time.monotonic()
@@ -78,9 +78,9 @@ def run_one(
         else:
             local, bucket = None, new_bucket(s3.endpoint)
             target = StoreTarget(bucket.uri, proxy.endpoint, bucket.region)
-        proc = stack.enter_context(penelope_serve(cfg, port, target, workdir / f"{name}.log"))
-        url = f"http://127.0.0.1:{port}"
-        sampler = stack.enter_context(ServerSampler(url, proc.pid))
+        serving = stack.enter_context(server(cfg, port, target, workdir / f"{name}.log"))
+        url = serving.url
+        sampler = stack.enter_context(ServerSampler(url, serving.pid))
         t0 = time.monotonic()
         ctx = Context(cfg, s3, proxy, bucket, local, url, t0)
         window: list[tuple[float, float]] = []
@@ -207,13 +207,28 @@ def run_bench(cfg: FaultsConfig, names: Sequence[str]) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="penelope-faults-") as tmp,
         RestartableS3(cfg.port_base) as s3,
         FaultProxy(("127.0.0.1", cfg.port_base), cfg.port_base + 1) as proxy,
+        ExitStack() as stack,
     ):
         workdir = Path(tmp)
-        base = run_one(cfg, "baseline", plans, s3, proxy, port, workdir)
+        server = penelope_serve if cfg.app == "serve" else stack.enter_context(_ray_app(workdir))
+        base = run_one(cfg, "baseline", plans, s3, proxy, port, workdir, server)
         reference = {(t.plan, t.turn): t.answer for t in base["turns"] if not t.failed}
         base_sum = summarize("baseline", base, reference, None)
         results = [base_sum]
         for i, name in enumerate(names):
-            run = run_one(cfg, name, plans, s3, proxy, port + 1 + i, workdir)
+            run = run_one(cfg, name, plans, s3, proxy, port + 1 + i, workdir, server)
             results.append(summarize(name, run, reference, base_sum["rss_max_mib"]))
-    return {"bench": "faults", "cases": results, "ok": all(r["ok"] for r in results[1:])}
+    return {"bench": "faults", "app": cfg.app, "cases": results,
+            "ok": all(r["ok"] for r in results[1:])}  # fmt: skip
+
+
+@contextmanager
+def _ray_app(workdir: Path) -> Iterator[ServerFactory]:
+    """A one-node Ray cluster of the run's own (after the S3 credentials are set: its
+    processes inherit them), this process its driver; each run deploys the application."""
+    from bench.cluster.app import connect
+    from bench.cluster.nodes import HEAD, NodeSpec, local_cluster
+    from bench.faults.ray_app import RAY_NODE_CPUS, RayApp
+
+    with local_cluster(NodeSpec(HEAD, RAY_NODE_CPUS, 1)) as cluster, connect(cluster):
+        yield RayApp(workdir)

@@ -8,11 +8,19 @@ from dataclasses import dataclass, field
 from bench.traces import DEFAULT_TRACE
 
 MODEL = "tiny-qwen3"
+APPS = ("serve", "ray")
 PORT_BASE = 18320  # moto, the proxy, then one server port per run (this worktree's range)
 
 
 @dataclass(frozen=True)
 class FaultsConfig:
+    app: str = field(
+        default="serve",
+        metadata={
+            "help": "what serves each run: serve (`penelope serve`) or ray (the Ray Serve "
+            "application, one engine replica, on a one-node Ray cluster of its own)"
+        },
+    )
     cases: tuple[str, ...] = field(
         default=(), metadata={"help": "cases to run (default: all, `bench.faults.cases`)"}
     )
@@ -41,6 +49,8 @@ class FaultsConfig:
     trace: str = field(default=str(DEFAULT_TRACE), metadata={"help": "Claude Code trace file"})
 
     def __post_init__(self) -> None:
+        if self.app not in APPS:
+            raise ValueError(f"app must be one of {', '.join(APPS)}, got {self.app!r}")
         if self.concurrency < 1 or self.turns < 1 or self.max_tokens < 1:
             raise ValueError("concurrency, turns and max_tokens must be positive")
         for name in ("before_s", "fault_s", "slow_s", "after_s", "deadline_s"):

@@ -1,5 +1,7 @@
 """`penelope serve` in a child process with an S3 (or local) store, and what it reports.
 
+(`ray_app` is the other server the bench runs, the Ray Serve application.)
+
 The server is started as a user starts it, with the store's options and the
 AWS credentials in its environment; the bench reads its `/metrics` and `/ready`
 and its resident memory (`/proc/PID/status`) on a sampler thread while the
@@ -10,11 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,10 +37,23 @@ class StoreTarget:
     region: str | None = None
 
 
+@dataclass(frozen=True)
+class Serving:
+    """A server up for one run: where to send, and the process whose memory is sampled
+    (the one holding the engine)."""
+
+    url: str
+    pid: int
+
+
+# Starts a server for one run on `store`: (cfg, port, store, log) -> a context of `Serving`.
+ServerFactory = Callable[[FaultsConfig, int, StoreTarget, Path], AbstractContextManager[Serving]]
+
+
 @contextmanager
 def penelope_serve(
     cfg: FaultsConfig, port: int, store: StoreTarget, log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
+) -> Iterator[Serving]:
     """`penelope serve` up (health answered, one request served) for the block."""
     args = [
         sys.executable, "-m", "penelope_cli.cli", "serve", "--port", str(port),
@@ -59,7 +73,7 @@ def penelope_serve(
                         env=env, grace_s=30.0) as proc:  # fmt: skip
         warm = {"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 2}  # first-call costs
         httpx.post(f"{url}/v1/completions", json=warm, timeout=START_TIMEOUT_S).raise_for_status()
-        yield proc
+        yield Serving(url, proc.pid)
 
 
 def scrape(url: str) -> dict[str, float]:

@@ -29,7 +29,8 @@ name, kind, help, labels), so a new engine metric is a new field there.
 | penelope_store_written_pages_total | counter | replica |
 | penelope_write_behind_queue_pages | gauge | replica |
 
-The store series exist for replicas with an Arrow store (standalone mode):
+The store series exist for replicas with an Arrow store (in Ray mode from
+each replica's reports and routing stats, `deployments.ray.replica_stats`):
 `op` is put, hit or miss; `kind` is write (unwritable or full), read (I/O),
 corrupt (quarantined), missing (file gone) or rejected (larger than the
 budget). A store error is never a request error: the pages are recomputed.

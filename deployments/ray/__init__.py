@@ -4,6 +4,7 @@ Every module here may import Ray; nothing outside this room and `router.ray_rout
 
 Modules:
     builder             pure builder: ``ServeConfig`` -> Ray Serve ``Application``
+    calls               the failures of a handle call, and a cancel that never raises
     engine_replica      engine deployment: generate, record_routing_stats,
                         record_autoscaling_stats
     ingress             ingress deployment and ``RayBackend`` (handle + cache-affinity

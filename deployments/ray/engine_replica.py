@@ -19,6 +19,7 @@ so every ingress's /metrics lists exactly the replicas that are up
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -29,10 +30,12 @@ import tokenizers
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from cache_store import StoreStats
 from deployments.api.backend import ReplicaOutput, stream_with_abort
 from deployments.metrics.autoscaling import KvSignals
+from deployments.ray.calls import cancel_call
 from deployments.ray.replica_logs import SERVE_LOG, route_package_logs
-from deployments.ray.replica_stats import REPORT_PERIOD_S, STATS_KEY, stats_to_wire
+from deployments.ray.replica_stats import REPORT_PERIOD_S, STATS_KEY, STORE_KEY, stats_to_wire
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.config import EngineConfig
@@ -127,23 +130,24 @@ class EngineReplica:
             self._reporter = asyncio.get_running_loop().create_task(self._report_forever())
 
     async def _report_forever(self) -> None:
+        engine = self._engine
         while True:
-            stats = await asyncio.to_thread(self._engine.stats)
-            await self._report(stats)
+            stats, store = await asyncio.to_thread(lambda: (engine.stats(), engine.store_stats()))
+            await self._report(stats, store)
             await asyncio.sleep(REPORT_PERIOD_S)
 
-    async def _report(self, stats: EngineStats | None) -> None:
+    async def _report(self, stats: EngineStats | None, store: StoreStats | None = None) -> None:
         """One report to the stats sink, within `REPORT_TIMEOUT_S` (a failed one is skipped)."""
         if self._sink is None:
             return
-        response = self._sink.remote(self._replica, stats)
+        response = self._sink.remote(self._replica, stats, store)
         try:
             await asyncio.wait_for(asyncio.ensure_future(response), REPORT_TIMEOUT_S)
         except asyncio.CancelledError:
-            response.cancel()
+            cancel_call(response)
             raise
         except Exception as exc:  # the ingress is not up yet, or busy: the next one will do
-            response.cancel()
+            cancel_call(response)
             log.debug("stats report to the ingress failed: %r", exc)
 
     async def describe(self) -> EngineInfo:
@@ -179,7 +183,9 @@ class EngineReplica:
         )
         # Ray hands routing stats to every router, so every ingress replica's /metrics
         # has every engine replica's stats (`deployments.ray.replica_stats`)
-        return {**digest, STATS_KEY: stats_to_wire(stats)}
+        store = self._engine.store_stats()
+        wire = {STORE_KEY: dataclasses.asdict(store)} if store is not None else {}
+        return {**digest, STATS_KEY: stats_to_wire(stats), **wire}
 
     def _kv_signals(self) -> dict[str, float]:
         digests = self._engine.session_digests(DIGEST_LIMITS.sessions)

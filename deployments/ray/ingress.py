@@ -26,12 +26,7 @@ from typing import cast
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from ray import serve
-from ray.exceptions import ActorUnavailableError, RayActorError
-from ray.serve.exceptions import (
-    BackPressureError,
-    DeploymentUnavailableError,
-    ReplicaUnavailableError,
-)
+from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from cache_store import StoreStats
@@ -39,31 +34,15 @@ from deployments.api.app import AUTHENTICATED, create_app
 from deployments.api.backend import ReplicaOutput
 from deployments.api.errors import overloaded, unavailable
 from deployments.api.settings import ApiSettings, load_api_keys
+from deployments.ray.calls import REPLICA_FAILURES, cancel_call
 from deployments.ray.engine_replica import EngineInfo
 from deployments.ray.replica_logs import route_package_logs
-from deployments.ray.replica_stats import ReplicaStatsBook, merged
+from deployments.ray.replica_stats import ReplicaStatsBook, merged, stores_merged
 from penelope_engine.cache.pages import FirstPages
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.protocol import EngineStats, GenerateRequest
 from router import local
 from router.schema import ROUTE_PREFIX_PAGES
-
-REPLICA_FAILURES = (
-    RayActorError,
-    ActorUnavailableError,
-    ReplicaUnavailableError,
-    DeploymentUnavailableError,
-)
-
-
-def _cancel(responses: DeploymentResponseGenerator) -> None:
-    """Cancel a call that did not finish (the client left, or it failed). Ray's `cancel()`
-    raises again whatever failed the call's assignment to a replica (backpressure, no
-    replica): such a call holds nothing to cancel, and the error already answered."""
-    try:
-        responses.cancel()
-    except (BackPressureError, *REPLICA_FAILURES):
-        pass
 
 
 class RayBackend:
@@ -117,7 +96,7 @@ class RayBackend:
             ) from exc
         finally:
             if not finished:
-                _cancel(responses)
+                cancel_call(responses)
 
     async def session_hints(
         self, session_id: str, tenant: str, hints: SessionHints
@@ -144,8 +123,9 @@ class RayBackend:
         return True
 
     def store_stats(self) -> Mapping[str, StoreStats]:
-        """Not exported in Ray mode yet: `EngineStats` does not carry the store's counters."""
-        return {}
+        """Every live replica's store counters: reported to this ingress, or in the
+        routing stats every router holds."""
+        return stores_merged(self._stats.live_stores(), local.routing_stats())
 
     async def close(self) -> None:
         self._stats.clear()
@@ -175,6 +155,9 @@ class PenelopeIngress:
 
         return app
 
-    async def report_stats(self, replica: str, stats: EngineStats | None) -> None:
-        """An engine replica's periodic report (None: it is leaving)."""
-        self._book.report(replica, stats)
+    async def report_stats(
+        self, replica: str, stats: EngineStats | None, store: StoreStats | None = None
+    ) -> None:
+        """An engine replica's periodic report, with its store's counters when it has a
+        store (None: it is leaving)."""
+        self._book.report(replica, stats, store)

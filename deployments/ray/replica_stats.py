@@ -26,10 +26,12 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cache_store import StoreStats
 from penelope_engine.protocol import EngineStats
 
 REPORT_PERIOD_S = 2.0
 STATS_KEY = "engine_stats"  # the routing-stats key that carries a replica's EngineStats
+STORE_KEY = "store_stats"  # ... and its Arrow store's StoreStats (absent without a store)
 TTL_S = 3 * REPORT_PERIOD_S + 2.0  # three missed reports and a slow one
 
 
@@ -42,13 +44,28 @@ class ReplicaStatsBook:
         self.ttl_s = ttl_s
         self._clock = clock
         self._stats: dict[str, tuple[float, EngineStats]] = {}
+        self._stores: dict[str, StoreStats] = {}  # the replicas' Arrow stores, as last reported
 
-    def report(self, replica: str, stats: EngineStats | None) -> None:
-        """`replica` is up with `stats`; None: it is leaving (forget it now)."""
+    def report(
+        self, replica: str, stats: EngineStats | None, store: StoreStats | None = None
+    ) -> None:
+        """`replica` is up with `stats` (and its store's counters, when given: a request's
+        last output carries no store counters, and the last reported stand); None: it is
+        leaving (forget it now)."""
         if stats is None:
             self._stats.pop(replica, None)
-        else:
-            self._stats[replica] = (self._clock(), stats)
+            self._stores.pop(replica, None)
+            return
+        self._stats[replica] = (self._clock(), stats)
+        if store is not None:
+            self._stores[replica] = store
+
+    def live_stores(self) -> Mapping[str, StoreStats]:
+        """The store counters of the live replicas that have a store."""
+        live = self.live()
+        for replica in [r for r in self._stores if r not in live]:
+            del self._stores[replica]
+        return dict(self._stores)
 
     def live(self) -> Mapping[str, EngineStats]:
         """Stats of the replicas heard from within `ttl_s` (drops the others)."""
@@ -78,6 +95,28 @@ def stats_from_wire(data: object) -> EngineStats | None:
         return None
     assert isinstance(stats, EngineStats)
     return stats
+
+
+def store_from_wire(data: object) -> StoreStats | None:
+    """`StoreStats` from plain data (`dataclasses.asdict`); None for anything malformed."""
+    try:
+        store = _decode(data, StoreStats)
+    except (TypeError, ValueError):
+        return None
+    assert isinstance(store, StoreStats)
+    return store
+
+
+def stores_merged(
+    reported: Mapping[str, StoreStats], routed: Mapping[str, Mapping[str, Any]]
+) -> dict[str, StoreStats]:
+    """Per replica, its reported store counters, else those in its routing stats (a
+    replica reports to one ingress; every router holds every replica's routing stats)."""
+    out = dict(reported)
+    for replica, payload in routed.items():
+        if replica not in out and (store := store_from_wire(payload.get(STORE_KEY))):
+            out[replica] = store
+    return out
 
 
 def _decode(value: object, declared: Any) -> Any:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from deployments.ray.replica_stats import ReplicaStatsBook
+from cache_store import StoreStats
+from deployments.ray.replica_stats import (
+    STORE_KEY,
+    ReplicaStatsBook,
+    store_from_wire,
+    stores_merged,
+)
 from penelope_engine.protocol import EngineStats, MissTokens, TokenUsage
 
 
@@ -118,3 +126,38 @@ def test_a_float_field_decodes_where_json_dropped_its_fraction() -> None:
     for value, declared in ((True, int), ("3", float)):
         with pytest.raises(ValueError):
             replica_stats._decode(value, declared)
+
+
+def _store(puts: int) -> StoreStats:
+    return StoreStats(
+        puts=puts, hits=0, misses=0, corrupt=0, missing=0, read_errors=0, evictions=0,
+        write_errors=0, rejected=0, bytes_written=0, bytes_read=0, records_written=0,
+        records_read=0, records_swept=0, segments=0, used_bytes=0, budget_bytes=1,
+    )  # fmt: skip
+
+
+def test_store_counters_follow_their_replica_and_outlive_a_report_without_them() -> None:
+    """A replica's periodic report carries its store's counters; a request's last output
+    does not (the last reported stand); goodbye or the TTL drops them with the replica."""
+    clock = Clock()
+    book = ReplicaStatsBook(ttl_s=8.0, clock=clock)
+    book.report("r1", EngineStats(), _store(3))
+    book.report("r2", EngineStats())  # no store
+    book.report("r1", EngineStats(queue_length=1))  # a request's last output
+    assert {r: s.puts for r, s in book.live_stores().items()} == {"r1": 3}
+    book.report("r1", None)
+    assert book.live_stores() == {}
+    book.report("r3", EngineStats(), _store(1))
+    clock.now += 9.0
+    assert book.live_stores() == {}
+
+
+def test_store_counters_cross_the_routing_stats_whole_or_not_at_all() -> None:
+    wire = dataclasses.asdict(_store(7))
+    assert store_from_wire(wire) == _store(7)
+    assert store_from_wire({**wire, "puts": "seven"}) is None
+    assert store_from_wire({**wire, "unknown": 1}) is None
+    routed = {"r1": {STORE_KEY: dataclasses.asdict(_store(9))}, "r2": {STORE_KEY: wire},
+              "r3": {}}  # fmt: skip
+    merged = stores_merged({"r1": _store(4)}, routed)  # reported to this ingress first
+    assert {r: s.puts for r, s in merged.items()} == {"r1": 4, "r2": 7}
