@@ -4,7 +4,7 @@
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           replay | simulate | load | soak | agree | peers | capacity
-                                  | speed | copies | versus | cluster | claude-code | codex
+                                  | speed | copies | steps | versus | cluster | claude-code | codex
                                   | faults
 
 Subcommands import their module only when run, so `penelope verify` does not
@@ -41,6 +41,7 @@ BENCHES = {
     ),
     "speed": ("bench.speed.cli", "the embedded engine's speed, alone or against another server"),
     "copies": ("bench.speed.copies", "KV copies between the tiers against the simulator's charge"),
+    "steps": ("bench.speed.steps", "the engine's steps against the GPU roofline (CUDA)"),
     "versus": ("bench.versus.cli", "agent traces over HTTP against real servers, side by side"),
     "cluster": ("bench.cluster.cli", "the Ray app on two nodes here: faults and autoscaling"),
     "claude-code": ("bench.claude_code.cli", "the Claude Code CLI against penelope serve, twice"),

@@ -17,4 +17,7 @@ Modules:
     report   Medians over runs, ratios ours/theirs, and the printed table
     server   Our side of the bench: `penelope serve` in its own process group, stopped on
              exit
+    shapes   A real model's shape with random weights, drawn where it runs (the GPU benches)
+    steps    `penelope bench steps`: the engine's steps (decode, prefill, a returning turn
+             with a hole) against the GPU roofline
 """

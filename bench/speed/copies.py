@@ -40,6 +40,7 @@ import torch
 from bench.report import pyplot, save_figure, text_table
 from bench.sampler import cpu_fields
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
+from bench.speed.shapes import device_and_dtype, random_loaded
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import ModelConfig
 from penelope_engine.model.tiny import tiny_qwen3_config
@@ -129,24 +130,14 @@ def returning(engine: Any, loads: LoadTimes, req: Any) -> dict[str, Any]:
 
 def engine_return(model: ModelConfig, cost: GpuCostModel, history: int, new: int) -> dict:
     """TTFT of a returning turn whose history is on the host, and with it on the device."""
-    from penelope_engine.config import CacheConfig, DType, EngineConfig
+    from penelope_engine.config import CacheConfig, EngineConfig
     from penelope_engine.core import CoreHooks
     from penelope_engine.engine import Engine
-    from penelope_engine.model.decoder import Decoder
-    from penelope_engine.model.registry import LoadedModel, qwen3_tokenizer
     from penelope_engine.protocol import GenerateRequest, SamplingParams
 
-    cuda = torch.cuda.is_available()
-    device = "cuda" if cuda else "cpu"
-    dtype: DType = "bfloat16" if cuda else "float32"
-    # drawn on the device itself: `tiny.init_random` draws on the CPU, minutes for 8B weights,
-    # and only the copies' and the forward's times matter here, not the tokens
-    torch.manual_seed(0)
-    decoder = Decoder(model, getattr(torch, dtype), device)
-    with torch.no_grad():
-        for p in decoder.parameters():
-            p.uniform_(0.9, 1.1) if p.dim() == 1 else p.uniform_(-0.02, 0.02)
-    loaded = LoadedModel(model, decoder, qwen3_tokenizer())
+    device, dtype = device_and_dtype()
+    cuda = device == "cuda"
+    loaded = random_loaded(model, device, dtype)
     rng = np.random.default_rng(1)
 
     def prompt(n: int) -> tuple[int, ...]:

@@ -16,6 +16,11 @@
 #                           outputs identical to SGLang's default tree, at least as many
 #                           cached prompt tokens under pressure
 #   sglang-penelope-hicache the same with --enable-hierarchical-cache (both runs)
+#   steps-roofline          the embedded engine's steps against the GPU roofline (issue 49):
+#                           decode b1 and the largest batch at 8K, 32K and 100K, a fresh 32K
+#                           prefill, a 100K return with a 20K hole; each a fraction of
+#                           bench/sim/roofline.py's step time (reported, not asserted; the
+#                           target is 0.7) -> penelope bench steps
 #   ttft-ratio[-hicache]    a returning turn's median TTFT, penelope / SGLang's default,
 #                           under the same memory pressure (JSON; reported, not asserted)
 #                           -> tests/gpu/test_sglang_penelope.py (one engine pair per mode)
@@ -71,7 +76,7 @@ if [[ "${1:-}" == "--cpu-parts" ]]; then
     sg="${SGLANG_PYTHON:-$(venv .venv-sglang)}"
     [[ -n "$sg" ]] || sg="$(bash scripts/sglang_env.sh | tail -1)"
     run_check sglang-cpu 600 env OMP_NUM_THREADS=1 "$sg" -m pytest -c tests/sglang/pytest.ini tests/sglang
-    for name in embedded-bf16 transfer-cuda sglang-penelope sglang-penelope-hicache ttft-ratio; do
+    for name in embedded-bf16 transfer-cuda steps-roofline sglang-penelope sglang-penelope-hicache ttft-ratio; do
         line "$name" SKIP "needs CUDA (--cpu-parts)"
     done
     exit "$status"
@@ -86,6 +91,7 @@ left() { echo $((deadline_s - (SECONDS - start))); }
 run_check embedded-bf16 150 "$py" -m pytest -q -s -rs -p no:cacheprovider -o timeout=0 tests/gpu/test_embedded_bf16.py
 run_check transfer-cuda 60 "$py" -m pytest -q -rs -p no:cacheprovider -o timeout=0 \
     tests/cpu/penelope_engine/tiers/test_transfer.py
+run_check steps-roofline 150 "$py" -m bench.speed.steps --max-batch 8 --steps 8
 run_check sglang-penelope $(($(left) / 2)) "$py" -m pytest -q -s -rs -p no:cacheprovider -o timeout=0 \
     tests/gpu/test_sglang_penelope.py -k radix
 run_check sglang-penelope-hicache "$(left)" "$py" -m pytest -q -s -rs -p no:cacheprovider -o timeout=0 \
