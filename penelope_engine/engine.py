@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 DRAIN_DEADLINE_S = 15.0  # within Ray Serve's graceful shutdown (20 s by default)
 
 
+# What a session record read past its budget costs (`ReadBudget`'s log line).
+RECORD_MISS = "the session's history in the store is not used: this turn computes it"
+
+
 class Engine:
     def __init__(
         self,
@@ -91,7 +95,7 @@ class Engine:
                 self._tiers,
                 self._cache,
                 writes,
-                ReadBudget(cc.store_record_budget_s, cool_down=False),
+                ReadBudget(cc.store_record_budget_s, cool_down=False, miss=RECORD_MISS),
             )  # fmt: skip
             if self._store is not None
             else None

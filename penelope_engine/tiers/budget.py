@@ -46,11 +46,16 @@ COOLDOWN_MAX_BUDGETS = 32
 
 class ReadBudget:
     def __init__(
-        self, budget_s: float, threads: int = READ_THREADS, cool_down: bool = True
+        self,
+        budget_s: float,
+        threads: int = READ_THREADS,
+        cool_down: bool = True,
+        miss: str = "its pages are recomputed",  # what a read past its budget costs, logged
     ) -> None:
         if not 0 < budget_s < float("inf"):
             raise ValueError(f"budget_s must be positive and finite, got {budget_s}")
         self.budget_s, self.threads, self.cool_down = budget_s, threads, cool_down
+        self.miss = miss
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="penelope-store-read")
         self._lock = threading.Lock()
         self._started: dict[int, float] = {}  # running reads: when each started
@@ -80,7 +85,7 @@ class ReadBudget:
                     doubling = min(2**self._overruns, COOLDOWN_MAX_BUDGETS)
                     self._cool_until = time.monotonic() + self.budget_s * doubling
             (log.warning if first else log.debug)(
-                "%s passed its budget of %g s; its pages are recomputed", what, self.budget_s
+                "%s passed its budget of %g s; %s", what, self.budget_s, self.miss
             )
             return default
         with self._lock:
