@@ -44,23 +44,38 @@ def terminate(signum: int, frame: object) -> None:
 def connect(cluster: Cluster) -> Iterator[None]:
     """This process as a driver of `cluster` (token auth from the cluster's env)."""
     import ray
+    import ray._private.services as services
     from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     from bench.cluster.loopback import keep_loopback
 
+    saved_env = {k: os.environ.get(k) for k in cluster.env}
+    saved_resolve = services.resolve_ip_for_localhost
+    saved_sigterm = signal.getsignal(signal.SIGTERM)
     os.environ.update(cluster.env)
     # Ray read the auth mode when it was imported: read it again, with the cluster's token
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
     keep_loopback()
-    ray.init(address=cluster.gcs_address, log_to_driver=False, logging_level=logging.WARNING)
-    # ray.init replaced the SIGTERM handler with one that aborts: SIGTERM must unwind
-    # through the teardown like Ctrl-C does
-    signal.signal(signal.SIGTERM, terminate)
     try:
+        ray.init(address=cluster.gcs_address, log_to_driver=False, logging_level=logging.WARNING)
+        # ray.init replaced the SIGTERM handler with one that aborts: SIGTERM must unwind
+        # through the teardown like Ctrl-C does
+        signal.signal(signal.SIGTERM, terminate)
         yield
     finally:
         ray.shutdown()
+        # this process may start or join another Ray after (a test session does): leave
+        # nothing of this cluster's token auth, addresses or handlers behind
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+        services.resolve_ip_for_localhost = saved_resolve
+        signal.signal(signal.SIGTERM, saved_sigterm)
 
 
 def deploy(config: dict[str, Any], path: Path) -> None:

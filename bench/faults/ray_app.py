@@ -27,6 +27,7 @@ from bench.cluster.config import APP, SERVE_CONFIG
 from bench.faults.config import MODEL, FaultsConfig
 from bench.faults.server import START_TIMEOUT_S, Serving, StoreTarget
 from bench.net import wait_http
+from deployments.ray.replica_stats import REPORT_PERIOD_S
 from penelope_engine.shipped import SHIPPED_HOST_FACTOR
 
 RAY_NODE_CPUS = 2  # the machine's: one replica, the ingress and the controller share it
@@ -91,7 +92,7 @@ class RayApp:
             httpx.post(
                 f"{url}/v1/completions", json=warm, timeout=START_TIMEOUT_S
             ).raise_for_status()
-            yield Serving(url, replica.pid)
+            yield Serving(url, replica.pid, metrics_lag_s=REPORT_PERIOD_S)
         finally:
             serve.delete(APP)  # the replica drains to the case's store as it leaves
             gone = lambda: app.app_state()[0] == "NOT_STARTED"  # noqa: E731

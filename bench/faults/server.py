@@ -44,6 +44,9 @@ class Serving:
 
     url: str
     pid: int
+    # how stale its /metrics may be: the Ray ingress exports what engine replicas report
+    # every few seconds (a write that resumed shows that much later); 0: read live
+    metrics_lag_s: float = 0.0
 
 
 # Starts a server for one run on `store`: (cfg, port, store, log) -> a context of `Serving`.
