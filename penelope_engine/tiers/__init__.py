@@ -10,6 +10,8 @@ Modules:
     contract      what the scheduler asks of tiers: loads, and when copies are done
     planner       load or recompute per missing segment; the cost model calibrated live
     handover      sessions that change replica find their history in the shared store
+    drain         a leaving replica's drain: what the store lacks written, what could not be
+                  named with why
     path_records  a session's path record in the store: read on arrival, written after pages
     segment_writer  KV segments written behind the step, counted by page (pending, written,
                   lost)

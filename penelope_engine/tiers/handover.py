@@ -30,7 +30,6 @@ records themselves are read and written by `path_records`.
 from __future__ import annotations
 
 import logging
-import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -38,19 +37,11 @@ import numpy as np
 from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PUBLIC
 from penelope_engine.cache.prefix_cache import PrefixCache
-from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
-from penelope_engine.protocol import (
-    UNDRAINED_PAGES_LATE,
-    UNDRAINED_PAGES_LOST,
-    UNDRAINED_PAGES_REFUSED,
-    UNDRAINED_RECORD_LATE,
-    UNDRAINED_RECORD_REFUSED,
-    DrainReport,
-    GenerateRequest,
-)
+from penelope_engine.protocol import DrainReport, GenerateRequest
 from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
+from penelope_engine.tiers.drain import SessionDrain
 from penelope_engine.tiers.path_records import PathRecords
 from penelope_engine.tiers.segment_writer import SegmentWriter
 from penelope_engine.tiers.write_behind import WriteBehind
@@ -58,7 +49,7 @@ from penelope_engine.tiers.write_behind import WriteBehind
 log = logging.getLogger(__name__)
 
 
-class SessionHandover:
+class SessionHandover(SessionDrain):
     """Write-behind of sessions' pages and records; reading records for arriving sessions.
     `writes`: the segment writer the tiers spill through (None: pages and records are
     written only by a drain)."""
@@ -195,79 +186,6 @@ class SessionHandover:
             return
         for node, idx in taken:
             self.cache.mark_stored(node, idx)
-
-    def drain(self, deadline_s: float) -> DrainReport:
-        """Write every cached page the store lacks, then the records those writes (or a
-        refused write behind) left stale, all within `deadline_s`; what was written, and
-        each session whose history is still not whole in the store, with why.
-
-        Called when a replica leaves (downscale, redeploy): its sessions are then
-        served from the shared store wherever they go next. The writes behind go
-        first (a record is never written ahead of its segments). A session whose
-        record this replica wrote at its current length is not written again: it
-        may since have moved on, and another replica's longer record must stand.
-        """
-        t0 = time.monotonic()
-        end = t0 + deadline_s
-        flushed = self.flush(deadline_s)
-        if not flushed:
-            log.warning("drain: store writes behind still running after %g s", deadline_s)
-        pages, touched, refused, late = self._drain_pages(end)
-        unstored = {id(node) for node, *_ in self.cache.unstored_by_tier()}
-        records = stale = 0
-        undrained: dict[str, str] = {}  # session id -> why (the first reason found)
-        for sid, tenant in list(self.tenants.items()):
-            info = self.cache.session_info(sid)
-            if info is None or not len(info.seen_hashes):
-                continue
-            path = {id(node) for node in info.leaf.path_up()} if info.leaf is not None else set()
-            if sid in self._refused:
-                undrained[sid] = UNDRAINED_PAGES_LOST
-            elif path & refused:
-                undrained[sid] = UNDRAINED_PAGES_REFUSED
-            elif path & unstored:
-                undrained[sid] = UNDRAINED_PAGES_LATE
-            if self._recorded.get(sid) == len(info.seen_hashes) and not path & touched:
-                continue  # its record (written behind) is current
-            if time.monotonic() > end:
-                stale += 1
-                undrained.setdefault(sid, UNDRAINED_RECORD_LATE)
-                continue
-            written = self.records.put(tenant, sid, self.records.owned(tenant, info.seen_hashes))
-            if written:
-                self._recorded[sid] = len(info.seen_hashes)
-                records += 1
-            elif written is False:
-                undrained.setdefault(sid, UNDRAINED_RECORD_REFUSED)
-        report = DrainReport(
-            pages, records, stale, flushed and not late, time.monotonic() - t0,
-            tuple(undrained.items()),
-        )  # fmt: skip
-        self.last_drain = report
-        if stale or late:
-            log.warning("drain: deadline of %g s passed: %s", deadline_s, report)
-        return report
-
-    def _drain_pages(self, end: float) -> tuple[int, set[int], set[int], bool]:
-        """Write the cached pages the store lacks until `end`: pages written, the ids of
-        the nodes they belong to, the ids of nodes whose write the store refused, and
-        whether the deadline cut it short."""
-        tiers, written, touched, refused = self.tiers, 0, set[int](), set[int]()
-        pools = {Tier.HOST: tiers.host, Tier.DEVICE: tiers.device}
-        last: Node | None = None
-        for node, tier, slots, idx in self.cache.unstored_by_tier():
-            if node is not last and time.monotonic() > end:
-                return written, touched, refused, True
-            last, pool = node, pools[tier]
-            if pool is None:
-                continue
-            if tiers.write_segments(pool, slots, node, idx):
-                self.cache.mark_stored(node, idx)
-                written += len(idx)
-                touched.add(id(node))
-            else:
-                refused.add(id(node))
-        return written, touched, refused, False
 
     def _snapshot(self, node: Node, idx: np.ndarray) -> list[PageSnapshot]:
         """Copies of pages `idx` of `node`, read from the host where it has them."""
