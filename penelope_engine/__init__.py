@@ -13,6 +13,7 @@ Modules:
     model/        paged Qwen3 / Llama decoders, loaders (safetensors, GGUF), tokenizers
     core          `build_core`: cache + scheduler + tiers from configs and `CoreHooks`
     engine        `Engine`: the synchronous step loop over the core and the model runner
+    engine_store  the engine's store face: records fetched, the drain, writes flushed
     parts         the engine's parts from its config: KV pools, store, page identity, tiers
     checks        a request checked before it is queued; how a turn ended (tool-call regex)
     async_engine  `AsyncEngine`: the `EngineProtocol` over `Engine`, its own step thread

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import time
 
-from cache_store import ArrowSegmentStore, PathRecord, StoreStats
+from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.checks import check_request, turn_stop
 from penelope_engine.config import EngineConfig, ModelConfig
 from penelope_engine.core import Core, CoreHooks, build_core
+from penelope_engine.engine_store import EngineStoreFace
 from penelope_engine.errors import EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.hints import HintGrant, SessionHints
@@ -25,12 +26,12 @@ from penelope_engine.parts import (
     open_store,
     page_identity,
     segment_writer,
+    served_window,
+    session_handover,
     torch_tiers,
 )
 from penelope_engine.protocol import (
     DIGEST_LIMITS,
-    UNDRAINED_NO_STORE,
-    DrainReport,
     EngineStats,
     GenerateRequest,
     RequestOutput,
@@ -38,20 +39,13 @@ from penelope_engine.protocol import (
 )
 from penelope_engine.runner import ModelRunner
 from penelope_engine.sched.sequence import BatchItem, Sequence, output_of
-from penelope_engine.tiers.budget import ReadBudget
-from penelope_engine.tiers.handover import SessionHandover
 
 log = logging.getLogger(__name__)
 
 
-DRAIN_DEADLINE_S = 15.0  # within Ray Serve's graceful shutdown (20 s by default)
 
 
-# What a session record read past its budget costs (`ReadBudget`'s log line).
-RECORD_MISS = "the session's history in the store is not used: this turn computes it"
-
-
-class Engine:
+class Engine(EngineStoreFace):
     def __init__(
         self,
         config: EngineConfig,
@@ -89,17 +83,7 @@ class Engine:
             turn_stop=self.turn_stop,
         )
         self._cache, self._scheduler = self._core.cache, self._core.scheduler
-        self._handover = (
-            SessionHandover(
-                self._store,
-                self._tiers,
-                self._cache,
-                writes,
-                ReadBudget(cc.store_record_budget_s, cool_down=False, miss=RECORD_MISS),
-            )  # fmt: skip
-            if self._store is not None
-            else None
-        )
+        self._handover = session_handover(cc, self._store, self._tiers, self._cache, writes)
         self._grammars = GrammarMasks(self.tokenizer, self.vocab_size)
         self._runner = ModelRunner(
             self._loaded.model, self._device_pool, config.seed, self._grammars, hooks.on_logits
@@ -123,11 +107,6 @@ class Engine:
         """How this engine names its pages (router digests name them the same way)."""
         return self._page_naming
 
-    @property
-    def has_store(self) -> bool:
-        """Whether a shared store backs this engine (records and pages are read from it)."""
-        return self._handover is not None
-
     def warm_grammars(self) -> None:
         """Build the grammar vocabulary now (seconds, once) instead of at the first request
         with a grammar."""
@@ -145,25 +124,10 @@ class Engine:
         mc = self._loaded.config
         self.model_name = mc.name if config.model.startswith("/") else config.model
         self.tokenizer = self._loaded.tokenizer
-        # The window served: a request whose prompt and output cannot all fit in the device
-        # pool could never run, so it is refused (400) at the window, not told to retry (503).
-        pool_tokens = config.cache.device_pages * config.cache.page_size
-        self.max_model_len = min(mc.max_position, pool_tokens)
+        self.max_model_len = served_window(config, mc)
         self.vocab_size = mc.vocab_size
 
-    def _forget(self, sids: list[str]) -> None:
-        """Dropped session records: the handover forgets them too."""
-        if self._handover is not None:
-            self._handover.forget(sids)
-
     # -- requests --------------------------------------------------------------------
-    def fetch_record(self, req: GenerateRequest) -> PathRecord | None:
-        """What the fleet stored of the request's session (store I/O: call it off the step
-        thread, and pass the result to `add_request`)."""
-        if self._handover is None:
-            return None
-        return self._handover.fetch(req, self._public.tail(req.prompt_token_ids))
-
     def add_request(self, req: GenerateRequest, record: PathRecord | None = None) -> Sequence:
         """Validate and queue a request. Raises InvalidRequestError; changes nothing then.
 
@@ -287,10 +251,6 @@ class Engine:
             "handover_sessions": len(handover.tenants) if handover is not None else None,
         }
 
-    def store_stats(self) -> StoreStats | None:
-        """The Arrow store's counters (write and read errors included); None without one."""
-        return self._store.stats() if self._store is not None else None
-
     def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
         return self._cache.session_digests(limit)
 
@@ -305,27 +265,3 @@ class Engine:
     def shared_prefix_hashes(self, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
         """Page ids of shared prefixes this replica holds on the device (router digests)."""
         return self._cache.shared_prefix_hashes(limit)
-
-    def drain_to_store(self, deadline_s: float = DRAIN_DEADLINE_S) -> DrainReport:
-        """Write every cached page the store lacks, and the session records that left
-        stale; what was written, and the sessions left unwhole in the store, with why.
-
-        Called when a replica leaves (downscale, drain): the sessions it held
-        are then served from the shared store wherever they go next. With no
-        store, every session it holds is named.
-        """
-        if self._handover is None:
-            return DrainReport(undrained=tuple(
-                (sid, UNDRAINED_NO_STORE) for sid in self._cache.session_ids()
-            ))  # fmt: skip
-        return self._handover.drain(deadline_s)
-
-    def flush_store_writes(self, timeout_s: float) -> bool:
-        """Wait for the store writes behind queued so far; False if `timeout_s` passed."""
-        return self._handover is None or self._handover.flush(timeout_s)
-
-    def close(self, timeout_s: float = DRAIN_DEADLINE_S) -> bool:
-        """Finish the store writes behind (within `timeout_s`) and stop their thread, and
-        the read-ahead thread (reads not started stay in the store)."""
-        self._tiers.close()
-        return self._handover is None or self._handover.close(timeout_s)

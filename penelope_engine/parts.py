@@ -15,10 +15,12 @@ from collections.abc import Callable
 
 from cache_store import ArrowSegmentStore
 from penelope_engine.cache.pages import PageHasher, PageNaming, PublicPrefixes
+from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, EngineConfig, ModelConfig
 from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
+from penelope_engine.tiers.handover import SessionHandover
 from penelope_engine.tiers.kv_pool import DTYPES, KVPool
 from penelope_engine.tiers.planner import CalibratedCost, CostCalibrator
 from penelope_engine.tiers.segment_writer import SegmentWriter
@@ -105,3 +107,28 @@ def segment_writer(config: EngineConfig, store: ArrowSegmentStore | None) -> Seg
     """The store's write-behind queue, when there is a store and a byte bound for it."""
     bound = config.cache.write_behind_bytes
     return SegmentWriter(store, bound) if store is not None and bound > 0 else None
+
+
+# What a session record read past its budget costs (`ReadBudget`'s log line).
+RECORD_MISS = "the session's history in the store is not used: this turn computes it"
+
+
+def session_handover(
+    cc: CacheConfig,
+    store: ArrowSegmentStore | None,
+    tiers: TorchTiers,
+    cache: PrefixCache,
+    writes: SegmentWriter | None,
+) -> SessionHandover | None:
+    """Sessions' pages and records to and from the shared store (None without a store);
+    record reads have their own budget and no cool-down (one per arriving session)."""
+    if store is None:
+        return None
+    budget = ReadBudget(cc.store_record_budget_s, cool_down=False, miss=RECORD_MISS)
+    return SessionHandover(store, tiers, cache, writes, budget)
+
+
+def served_window(config: EngineConfig, mc: ModelConfig) -> int:
+    """The window served: a request whose prompt and output cannot all fit in the device
+    pool could never run, so it is refused (400) at the window, not told to retry (503)."""
+    return min(mc.max_position, config.cache.device_pages * config.cache.page_size)

@@ -89,22 +89,24 @@ def stats_from_wire(data: object) -> EngineStats | None:
     ingress must not fail its /metrics over one replica's payload). An int is accepted
     where a float is declared (JSON drops `.0`); a field this ingress does not know is
     malformed too."""
-    try:
-        stats = _decode(data, EngineStats)
-    except (TypeError, ValueError):
-        return None
-    assert isinstance(stats, EngineStats)
-    return stats
+    return _from_wire(data, EngineStats)
 
 
 def store_from_wire(data: object) -> StoreStats | None:
     """`StoreStats` from plain data (`dataclasses.asdict`); None for anything malformed."""
+    return _from_wire(data, StoreStats)
+
+
+W = typing.TypeVar("W")
+
+
+def _from_wire(data: object, declared: type[W]) -> W | None:
     try:
-        store = _decode(data, StoreStats)
+        value = _decode(data, declared)
     except (TypeError, ValueError):
         return None
-    assert isinstance(store, StoreStats)
-    return store
+    assert isinstance(value, declared)
+    return value
 
 
 def stores_merged(
