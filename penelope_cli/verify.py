@@ -38,9 +38,10 @@ from penelope_cli.closeness import max_abs_diff, passes, worst
 from penelope_cli.verify_engine import run_engine, run_reference
 from penelope_engine.config import DType
 from penelope_engine.helpformat import parser
+from penelope_engine.model.backends import ATTENTION_BACKENDS, resolve_backend
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.protocol import GenerateRequest
-from penelope_engine.runner import step_inputs
+from penelope_engine.runner import step_inputs, unwritten_tails
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.tiers.kv_pool import DTYPES, KVPool
 from penelope_engine.util import cdiv
@@ -86,15 +87,25 @@ def _seq(tokens: np.ndarray, table: np.ndarray) -> Sequence:
 
 
 def _forward(
-    lm: LoadedModel, pool: KVPool, seq: Sequence, positions: np.ndarray, chunks: int, first: int
+    lm: LoadedModel,
+    pool: KVPool,
+    seq: Sequence,
+    positions: np.ndarray,
+    chunks: int,
+    first: int,
+    attention: str,
 ) -> torch.Tensor:
     """Logits of the queries at positions >= `first`, computing `positions` in `chunks`
     position-ordered passes (every pass writes the KV of its positions)."""
     rows = []
+    seq.todo = positions  # what the passes compute, as the scheduler marks it
     for part in np.array_split(positions, chunks):
         if len(part) == 0:
             continue
-        ids, meta = step_inputs([BatchItem(seq, part, True)], pool.page_size, pool.device)
+        item = BatchItem(seq, part, True)
+        ids, meta = step_inputs([item], pool.page_size, pool.device, attention)
+        if attention == "flex":  # as `ModelRunner.run` does: flex reads whole pages
+            pool.zero_slots(torch.from_numpy(unwritten_tails([item], pool.page_size)))
         wanted = torch.from_numpy(np.flatnonzero(part >= first)).to(pool.device)
         meta = replace(meta, logits_indices=wanted)
         rows.append(lm.model(ids, meta, pool))
@@ -108,9 +119,11 @@ def run_case(
     rng: np.random.Generator,
     dtype: torch.dtype,
     device: str,
+    attention: str = "sdpa",
 ) -> float:
     """max |fused - full| over the new tokens' logits and every position's K and V; NaN if
-    either side holds a NaN (a hole the fused pass left unfilled reads NaN)."""
+    either side holds a NaN (a hole the fused pass left unfilled reads NaN). The fused pass
+    attends with `attention` (resolved), the full prefill with the reference (`sdpa`)."""
     n = len(case.tokens)
     pages = cdiv(n, page_size)
     pool_a = KVPool(lm.config, pages, page_size, dtype, device)
@@ -118,7 +131,7 @@ def run_case(
     table_a = np.arange(pages)
     table_b = rng.permutation(pages)
     cached = n - case.num_new
-    full = _forward(lm, pool_a, _seq(case.tokens, table_a), np.arange(n), 1, cached)
+    full = _forward(lm, pool_a, _seq(case.tokens, table_a), np.arange(n), 1, cached, "sdpa")
     slots_a = torch.from_numpy(
         table_a[np.arange(n) // page_size] * page_size + np.arange(n) % page_size
     ).to(pool_a.device)
@@ -132,7 +145,9 @@ def run_case(
             b.fill_(float("nan"))
             b[slots_b[keep]] = a[slots_a[keep]]
     queries = np.flatnonzero(missing)
-    fused = _forward(lm, pool_b, _seq(case.tokens, table_b), queries, case.chunks, cached)
+    fused = _forward(
+        lm, pool_b, _seq(case.tokens, table_b), queries, case.chunks, cached, attention
+    )
     diffs = [max_abs_diff(fused, full)]
     for layer in range(lm.config.num_layers):
         diffs.append(max_abs_diff(pool_b.k[layer][slots_b], pool_a.k[layer][slots_a]))
@@ -141,13 +156,21 @@ def run_case(
 
 
 def run_fused(
-    lm: LoadedModel, cases: int, page_size: int, seed: int, dtype: str, device: str, tol: float
+    lm: LoadedModel,
+    cases: int,
+    page_size: int,
+    seed: int,
+    dtype: str,
+    device: str,
+    tol: float,
+    attention: str = "auto",
 ) -> dict:
     rng = np.random.default_rng(seed)
+    backend = resolve_backend(attention, device)
     diffs = []
     for i in range(cases):
         case = draw_case(rng, lm.config.vocab_size, page_size, i)
-        diffs.append(run_case(lm, case, page_size, rng, DTYPES[dtype], device))
+        diffs.append(run_case(lm, case, page_size, rng, DTYPES[dtype], device, backend))
     failed = sum(not passes(d, tol) for d in diffs)
     diff = worst(diffs)
     return {"cases": cases, "failed_cases": failed, "max_abs_diff": diff, "ok": failed == 0}
@@ -172,20 +195,26 @@ def verify(
     turns: int = 4,
     max_tokens: int = 3,
     reference: str = "none",
+    attention: str = "auto",
 ) -> dict:
-    """Run the checks; the report as plain data (NaN and infinite differences as floats)."""
+    """Run the checks; the report as plain data (NaN and infinite differences as floats).
+    The fused passes and the tight engine attend with `attention`; the full prefills and
+    the engine's from-scratch turns with the reference (`sdpa`)."""
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
     lm = load_model(model, dtype, device)
-    result: dict[str, Any] = {"cases": cases}
+    result: dict[str, Any] = {"cases": cases, "attention": resolve_backend(attention, device)}
     sections: dict[str, dict] = {}
     if cases > 0:
-        sections["fused"] = run_fused(lm, cases, page_size, seed, dtype, device, tolerance)
+        sections["fused"] = run_fused(
+            lm, cases, page_size, seed, dtype, device, tolerance, attention
+        )
     turns_run: list = []
     if sessions > 0 and turns > 0:
         sections["engine"], turns_run = run_engine(
-            lm, model, dtype, device, page_size, sessions, turns, max_tokens, seed, tolerance
-        )
+            lm, model, dtype, device, page_size, sessions, turns, max_tokens, seed, tolerance,
+            attention,
+        )  # fmt: skip
     if reference == "transformers":
         seqs = turns_run or random_sequences(lm, page_size, seed)
         sections["reference"] = run_reference(lm, model, page_size, seqs, tolerance)
@@ -231,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", default="float32", choices=list(DTYPES), help="model and KV dtype")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument(
+        "--attention",
+        default="auto",
+        choices=ATTENTION_BACKENDS.names(),
+        help="backend of the fused passes and the tight engine (the references use sdpa)",
+    )
+    ap.add_argument(
         "--tolerance", type=float, default=1e-4, help="largest max |logit or KV diff| that passes"
     )
     ap.add_argument("--seed", type=int, default=0, help="seed of the drawn cases and sessions")
@@ -252,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         args.turns,
         args.max_tokens,
         args.reference,
+        args.attention,
     )
     print(json.dumps(jsonable(result), allow_nan=False))
     if not args.json:

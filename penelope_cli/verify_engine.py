@@ -96,9 +96,11 @@ def run_engine(
     max_tokens: int,
     seed: int,
     tolerance: float,
+    attention: str = "auto",
 ) -> tuple[dict, list[tuple[list[int], int, list[torch.Tensor]]]]:
-    """Run the sessions on a tight cache and each turn from scratch; the report and, per turn,
-    (full sequence, prompt length, the tight engine's sampled rows) for the reference."""
+    """Run the sessions on a tight cache with the `attention` backend and each turn from
+    scratch with the reference backend (`sdpa`); the report and, per turn, (full sequence,
+    prompt length, the tight engine's sampled rows) for the reference."""
     rng = np.random.default_rng(seed)
     history, new = _sessions(rng, lm.config.vocab_size, page_size, sessions, turns)
     lengths = [len(h) + sum(len(x) for x in n) + turns * max_tokens for h, n in zip(history, new)]
@@ -109,7 +111,7 @@ def run_engine(
     diffs, mismatched, turns_out = [], [], []
     with tempfile.TemporaryDirectory() as store_dir:
         cache = tight_cache(lengths, page_size, store_dir, kv_bytes)
-        engine, tap = _engine(lm, model, dtype, device, cache)
+        engine, tap = _engine(lm, model, dtype, device, cache, attention)
         for t in range(turns):
             for s in range(sessions):
                 rid = f"s{s}-t{t}"
@@ -148,10 +150,16 @@ def run_engine(
 
 
 def _engine(
-    lm: LoadedModel, model: str, dtype: DType, device: str, cache: CacheConfig
+    lm: LoadedModel,
+    model: str,
+    dtype: DType,
+    device: str,
+    cache: CacheConfig,
+    attention: str = "sdpa",
 ) -> tuple[Engine, LogitsTap]:
     tap = LogitsTap()
-    config = EngineConfig(model=model, device=device, dtype=dtype, cache=cache)
+    config = EngineConfig(model=model, device=device, dtype=dtype, cache=cache,
+                          attention=attention)  # fmt: skip
     return Engine(config, lm, hooks=CoreHooks(on_logits=tap)), tap
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from penelope_engine.cache_config import CacheConfig
+from penelope_engine.model.backends import ATTENTION_BACKENDS
 from penelope_engine.options import (
     ADMISSION_ORDERS,
     ARCH_NAMES,
@@ -220,6 +221,9 @@ class EngineConfig:
     model: str = with_help("tiny-qwen3", "registered model name or checkpoint directory")
     device: str = with_help("cpu", "cpu or cuda[:N]")
     dtype: DType = with_help("float32", "model dtype")
+    attention: str = with_help(
+        "auto", "attention backend: auto (flex on CUDA, pieces elsewhere), pieces, sdpa, flex"
+    )
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     seed: int = 0
@@ -233,3 +237,4 @@ class EngineConfig:
             self.device == "cpu" or self.device.startswith("cuda"),
             f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}",
         )
+        ATTENTION_BACKENDS.check(self.attention)  # UnknownNameError lists the valid ones

@@ -86,7 +86,8 @@ class Engine(EngineStoreFace):
         self._handover = session_handover(cc, self._store, self._tiers, self._cache, writes)
         self._grammars = GrammarMasks(self.tokenizer, self.vocab_size)
         self._runner = ModelRunner(
-            self._loaded.model, self._device_pool, config.seed, self._grammars, hooks.on_logits
+            self._loaded.model, self._device_pool, config.seed, self._grammars, hooks.on_logits,
+            attention=config.attention,
         )
         self._seqs: dict[str, Sequence] = {}
 

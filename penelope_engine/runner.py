@@ -13,6 +13,7 @@ import torch
 
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.model.attention import AttentionMetadata, build_metadata
+from penelope_engine.model.backends import resolve_backend
 from penelope_engine.protocol import GREEDY_BELOW_TEMPERATURE
 from penelope_engine.sched.sequence import BatchItem
 from penelope_engine.tiers.kv_pool import KVPool
@@ -22,13 +23,14 @@ __all__ = ["BatchItem", "ModelRunner", "step_inputs"]
 
 
 def step_inputs(
-    items: list[BatchItem], page_size: int, device: torch.device
+    items: list[BatchItem], page_size: int, device: torch.device, attention: str = "pieces"
 ) -> tuple[torch.Tensor, AttentionMetadata]:
     """Token ids and metadata of one step; logits only for the items that sample a token."""
     ids, tables, ctx = [], [], []
     for it in items:
         ctx_len = int(it.positions[-1]) + 1
-        ids.append(np.asarray(it.seq.tokens, dtype=np.int64)[it.positions])
+        tokens = it.seq.tokens  # read at this step's positions only: O(queries), not O(context)
+        ids.append(np.fromiter((tokens[p] for p in it.positions), np.int64, len(it.positions)))
         tables.append(it.seq.page_table[: cdiv(ctx_len, page_size)])
         ctx.append(ctx_len)
     meta = build_metadata(
@@ -38,8 +40,32 @@ def step_inputs(
         page_size,
         device=device,
         logits_of=[it.wants_token for it in items],
+        backend=attention,
     )
     return torch.from_numpy(np.concatenate(ids)).to(device), meta
+
+
+def unwritten_tails(items: list[BatchItem], page_size: int) -> np.ndarray:
+    """Slots of each item's last page past its context that hold no position yet: past the
+    sequence's tokens, or positions it computes in a later step (`Sequence.todo`).
+
+    A kernel that reads whole pages (`flex`) reads them with weight zero, and zero times a
+    NaN is a NaN: a page freed by a request whose forward overflowed would poison the next
+    owner. Zeroing them first keeps every slot it reads finite. Such a slot is the
+    sequence's own (cached positions live in full tree pages), so no one else reads it."""
+    tails = []
+    for it in items:
+        ctx_len = int(it.positions[-1]) + 1
+        page, used = divmod(ctx_len, page_size)
+        if not used:
+            continue
+        after = np.arange(ctx_len, (page + 1) * page_size, dtype=np.int64)
+        todo = it.seq.todo
+        pending = todo[np.searchsorted(todo, ctx_len) :]
+        empty = (after >= len(it.seq.tokens)) | np.isin(after, pending[: len(after)])
+        start = int(it.seq.page_table[page]) * page_size
+        tails.append(start + after[empty] % page_size)
+    return np.concatenate(tails) if tails else np.empty(0, np.int64)
 
 
 def sample(
@@ -79,6 +105,7 @@ class ModelRunner:
         seed: int = 0,
         grammars: GrammarMasks | None = None,
         on_logits: Callable[[list[BatchItem], torch.Tensor, list[int | None]], None] | None = None,
+        attention: str = "auto",
     ) -> None:
         prepare = getattr(model, "prepare_decode", None)
         if prepare is not None:  # the decode weight copies before serving (`model.gemm`)
@@ -89,10 +116,13 @@ class ModelRunner:
         self.grammars = grammars
         self.on_logits = on_logits  # `CoreHooks.on_logits`
         self.device = kv.device
+        self.attention = resolve_backend(attention, str(kv.device))  # `ATTENTION_BACKENDS`
 
     def run(self, items: list[BatchItem]) -> list[int | None]:
         """Forward the batch; a sampled token for items that want one, else None."""
-        ids, meta = step_inputs(items, self.kv.page_size, self.device)
+        ids, meta = step_inputs(items, self.kv.page_size, self.device, self.attention)
+        if self.attention == "flex":  # it reads whole pages
+            self.kv.zero_slots(torch.from_numpy(unwritten_tails(items, self.kv.page_size)))
         logits = self.model(ids, meta, self.kv)  # one row per item that wants a token
         wants = [i for i, it in enumerate(items) if it.wants_token]
         tokens: list[int | None] = [None] * len(items)

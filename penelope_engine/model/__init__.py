@@ -2,10 +2,14 @@
 
 Modules:
     attention         Explicit attention metadata for one forward pass over a flat batch
+    backends          `ATTENTION_BACKENDS`: how a step's attention runs, by name (no torch
+                      here; configs check names)
     causal_attention  Attention of a prefill chunk that starts its sequence: no mask at all
     cpu_kernels       The CPU's paged decode kernel (`kernels/paged_decode.c`): built from C
                       at first use, called through ctypes
     decoder           Paged-KV decoder for the Llama and Qwen3 architectures
+    flex_paged        Attention straight over the pool through the page table, by
+                      FlexAttention
     gemm              Linear layers on CPU: oneDNN over a pre-packed copy for decode
                       batches, and bf16 prefill products widened to float32 where the CPU
                       has no bf16 arithmetic (`widen`)

@@ -34,6 +34,7 @@ class AttentionMetadata:
     context_lens: tuple[int, ...]  # len S: keys of seq s are positions [0, context_lens[s])
     page_tables: tuple[torch.Tensor, ...]  # len S: int64 pages holding positions 0..context_len-1
     logits_indices: torch.Tensor  # [K] int64, query rows whose logits the forward returns
+    backend: str = "pieces"  # how the forward attends (`backends`, resolved: never "auto")
 
     @property
     def num_seqs(self) -> int:
@@ -48,12 +49,14 @@ def build_metadata(
     all_logits: bool = False,
     device: torch.device | str = "cpu",
     logits_of: Sequence[bool] | None = None,
+    backend: str = "pieces",
 ) -> AttentionMetadata:
     """Metadata for sequences whose query tokens sit at `query_positions` (one list each).
 
     Each query's KV slot follows from its sequence's page table (torch or numpy).
     Logits are returned for the last query of each sequence (of those `logits_of`
-    marks, when given), or for every query with `all_logits`. Slots are computed
+    marks, when given), or for every query with `all_logits`. `backend` names how the
+    forward attends (`backends.resolve_backend`). Slots are computed
     on the host and each tensor is copied to `device` once.
     """
     positions = [np.asarray(p, dtype=np.int64) for p in query_positions]
@@ -79,6 +82,7 @@ def build_metadata(
         context_lens=tuple(context_lens),
         page_tables=tuple(_int64_on(t, device) for t in page_tables),
         logits_indices=torch.tensor(rows, dtype=torch.int64, device=device),
+        backend=backend,
     )
 
 

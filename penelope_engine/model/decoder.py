@@ -171,7 +171,9 @@ class Decoder(nn.Module):
         if kv.num_layers != self.config.num_layers:
             raise ValueError(f"KV pool has {kv.num_layers} layers, model {self.config.num_layers}")
         ratio = self.config.num_heads // self.config.num_kv_heads
-        plan = AttentionPlan.build(meta, kv.page_size, ratio, self.dtype)
+        plan = AttentionPlan.build(
+            meta, kv.page_size, ratio, self.dtype, meta.backend, kv.num_pages
+        )
         step = _Step(kv, meta.slot_mapping, plan, meta.num_seqs == int(input_ids.shape[0]))
         hidden = self.model.embed_tokens(input_ids)
         rope = self.rotary.cos_sin(meta.positions, hidden.dtype)

@@ -13,6 +13,12 @@ sequences attended together; every layer reuses the plan:
   new tokens, a later prefill chunk) is a `RunsGroup`: its queries in pieces,
   each over the keys up to its last position (`run_attention`).
 
+That is the `pieces` backend, the CPU's. The `flex` backend (`flex_paged`,
+what CUDA runs) answers the decode rows and each multi-query sequence with one
+FlexAttention call straight over the pool, through a block mask built from
+the page tables: no gather and no dense mask. `sdpa` is `pieces` without the
+C kernel: the reference the others are tested against (`backends` names them).
+
 Grouped-query attention folds the query heads that share a KV head into the
 query axis (``[G, kv_heads, ratio * Q, D]``), so no kernel sees repeated keys
 and any SDPA backend that takes a mask can run it. Masks are built once per
@@ -42,10 +48,12 @@ from penelope_engine.model.attention import (
     context_slots,
 )
 from penelope_engine.model.causal_attention import CausalGroup, attend_causal, causal_group
+from penelope_engine.model.flex_paged import FlexGroup, attend_flex, flex_groups
 from penelope_engine.model.run_attention import MaskFolder, RunsGroup, attend_runs, runs_group
 from penelope_engine.model.widen import compute_dtype
 
 __all__ = ["AttentionPlan", "context_slots", "paged_attention"]
+
 
 
 @dataclass(frozen=True)
@@ -66,16 +74,25 @@ class AttentionPlan:
     prefills (`prefill_chunk`, or `solo_prefill_chunk` for a prefill alone in its step; a
     fresh prompt's first chunk is causal and has no mask)."""
 
-    groups: tuple[AttentionGroup | CausalGroup | RunsGroup, ...]
+    groups: tuple[AttentionGroup | CausalGroup | RunsGroup | FlexGroup, ...]
     # every layer's gathers reuse these buffers: the plan lives for one step (`GatherScratch`)
     scratch: GatherScratch = field(default_factory=GatherScratch, compare=False, repr=False)
 
     @staticmethod
     def build(
-        meta: AttentionMetadata, page_size: int, gqa_ratio: int, dtype: torch.dtype
+        meta: AttentionMetadata,
+        page_size: int,
+        gqa_ratio: int,
+        dtype: torch.dtype,
+        backend: str = "pieces",
+        num_pages: int = 0,
     ) -> AttentionPlan:
-        """Plan one step; `gqa_ratio` is query heads per KV head, `dtype` the queries' dtype."""
+        """Plan one step; `gqa_ratio` is query heads per KV head, `dtype` the queries' dtype.
+        `backend` is resolved (`backends.resolve_backend`); `flex` needs the pool's
+        `num_pages`."""
         _check_metadata(meta, page_size)
+        if backend == "flex":
+            return AttentionPlan._build_flex(meta, page_size, num_pages)
         fold = MaskFolder(gqa_ratio, dtype)
         # several queries of one sequence: a product widened to float32 where `widen` says so
         wide_fold = MaskFolder(gqa_ratio, compute_dtype(dtype, meta.positions.device))
@@ -88,6 +105,21 @@ class AttentionPlan:
                 causal = causal_group(meta, s, page_size)
                 groups.append(causal or runs_group(meta, s, page_size, wide_fold))
         return AttentionPlan(tuple(groups))
+
+    @staticmethod
+    def _build_flex(meta: AttentionMetadata, page_size: int, num_pages: int) -> AttentionPlan:
+        if num_pages < 1:
+            raise ValueError("the flex backend needs the pool's page count")
+        singles, multis, causal = [], [], []
+        for s in range(meta.num_seqs):
+            if _num_queries(meta, s) == 1:
+                singles.append(s)
+            elif (group := causal_group(meta, s, page_size)) is not None:
+                causal.append(group)
+            else:
+                multis.append(s)
+        flex = flex_groups(meta, singles, multis, page_size, num_pages)
+        return AttentionPlan((*flex, *causal))
 
 
 def _num_queries(meta: AttentionMetadata, s: int) -> int:
@@ -144,7 +176,8 @@ def paged_attention(
     out = torch.empty_like(q)
     # groups run one after another, so each may reuse the buffers the one before it filled
     for group in plan.groups:
-        rows = group.rows if isinstance(group, AttentionGroup) else slice(group.start, group.end)
+        rows = (group.rows if isinstance(group, (AttentionGroup, FlexGroup))
+                else slice(group.start, group.end))  # fmt: skip
         out[rows] = _attend(q, k_cache, v_cache, group, plan.scratch, kernels)
     return out
 
@@ -153,11 +186,13 @@ def _attend(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    group: AttentionGroup | CausalGroup | RunsGroup,
+    group: AttentionGroup | CausalGroup | RunsGroup | FlexGroup,
     scratch: GatherScratch,
     kernels: bool,
 ) -> torch.Tensor:
     """One group's rows attended, in the group's row order."""
+    if isinstance(group, FlexGroup):
+        return attend_flex(q, k_cache, v_cache, group)
     if isinstance(group, CausalGroup):
         return attend_causal(q, k_cache, v_cache, group, scratch)
     if isinstance(group, RunsGroup):

@@ -72,3 +72,12 @@ class KVPool:
             for layer in range(self.num_layers):
                 rows = new[layer].to(self.device, self.dtype, non_blocking=True)
                 self.page_rows(side[layer]).index_copy_(0, idx, rows.reshape(len(idx), -1))
+
+    def zero_slots(self, slots: torch.Tensor) -> None:
+        """Zero the K and V of `slots` in every layer."""
+        if len(slots) == 0:
+            return
+        idx = slots.to(self.device)
+        for side in (self.k, self.v):
+            for layer in range(self.num_layers):
+                side[layer].index_fill_(0, idx, 0)

@@ -39,8 +39,8 @@ def _poison_fused(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
     """The fused pass (each case's second forward) leaves a NaN in its KV or its logits."""
     forward, calls = verify._forward, [0]
 
-    def poisoned(lm, pool, seq, positions, chunks, first):
-        logits = forward(lm, pool, seq, positions, chunks, first)
+    def poisoned(lm, pool, seq, positions, chunks, first, attention):
+        logits = forward(lm, pool, seq, positions, chunks, first, attention)
         calls[0] += 1
         if calls[0] % 2 == 0:
             if where == "kv":
@@ -127,3 +127,12 @@ def test_the_reference_check_catches_a_different_model(
         other.model.layers[0].mlp.down_proj.weight.mul_(1.01)
     r = run_reference(tiny_qwen3, "tiny-qwen3", PS, engine_run[1][:2], 1e-4, lambda *_: other)
     assert not r["ok"] and r["max_abs_diff"] > 1e-4
+
+
+def test_the_fused_pass_through_flex_matches_the_reference_prefill(
+    tiny_qwen3: LoadedModel,
+) -> None:
+    """Holes on and off page boundaries, recomputed by FlexAttention over the page table,
+    against a full prefill by the reference backend: within 1e-4, NaN-filled holes and all."""
+    r = verify.run_fused(tiny_qwen3, 6, PS, 3, "float32", "cpu", 1e-4, "flex")
+    assert r["ok"] and r["failed_cases"] == 0 and r["max_abs_diff"] <= 1e-4

@@ -105,6 +105,25 @@ def test_a_host_tier_serves_evicted_pages_exactly(
     assert dict(((p, r), n) for p, r, n in stats.evictions)[("penelope", "demote")] > 0
 
 
+@pytest.mark.parametrize("host_pages", [0, 40])
+def test_flex_attention_over_the_page_table_keeps_greedy_tokens_exact(
+    host_pages: int, reference: Replay, tiny_qwen3
+) -> None:
+    """The compiled FlexAttention path (CUDA's default) through holes, then host loads."""
+    from penelope_engine.config import CacheConfig, EngineConfig
+
+    cache = CacheConfig(4, SMALL_POOL, host_pages, "penelope")
+    engine = Engine(EngineConfig(cache=cache, attention="flex"), loaded=tiny_qwen3)
+    run = replay(engine)
+    assert run.tokens == reference.tokens
+    check_usage(run)
+    if host_pages:
+        assert sum(u.host_tokens for u in run.usage) > 0, "no page came back from the host"
+    else:
+        assert sum(u.recomputed_tokens for u in run.usage) > 0, "nothing was evicted: no test"
+        assert any("hole" in w and w[-1] == "device" for w in run.segments), run.segments
+
+
 def test_write_policy_off_leaves_the_host_tier_unused(reference: Replay, tiny_qwen3) -> None:
     from penelope_engine.config import CacheConfig, EngineConfig
 
