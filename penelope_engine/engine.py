@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PageNaming
@@ -37,12 +38,10 @@ from penelope_engine.protocol import (
     RequestOutput,
     SessionDigest,
 )
-from penelope_engine.runner import ModelRunner
+from penelope_engine.runner import ModelRunner, PartialStep
 from penelope_engine.sched.sequence import BatchItem, Sequence, output_of
 
 log = logging.getLogger(__name__)
-
-
 
 
 class Engine(EngineStoreFace):
@@ -86,7 +85,11 @@ class Engine(EngineStoreFace):
         self._handover = session_handover(cc, self._store, self._tiers, self._cache, writes)
         self._grammars = GrammarMasks(self.tokenizer, self.vocab_size)
         self._runner = ModelRunner(
-            self._loaded.model, self._device_pool, config.seed, self._grammars, hooks.on_logits,
+            self._loaded.model,
+            self._device_pool,
+            config.seed,
+            self._grammars,
+            hooks.on_logits,
             attention=config.attention,
         )
         self._seqs: dict[str, Sequence] = {}
@@ -182,8 +185,14 @@ class Engine(EngineStoreFace):
         t0 = time.perf_counter()
         if self._core.hooks.step_observer is not None:
             self._core.hooks.step_observer(items)
-        tokens = self._runner.run(items)
+        try:
+            tokens = self._runner.run(items)
+        except PartialStep as partial:  # out of device memory: only the items that did not fit
+            return self._commit_apart(items, partial)
         self._observe(items, time.perf_counter() - t0)
+        return self._commit(items, tokens)
+
+    def _commit(self, items: list[BatchItem], tokens: list[int | None]) -> list[Sequence]:
         out = self._scheduler.commit(items, tokens)
         for seq in out:
             if seq.finish_reason is not None:
@@ -191,6 +200,15 @@ class Engine(EngineStoreFace):
                 if self._handover is not None and seq.req.session_id is not None:
                     seq.recorded = self._handover.turn_ended(seq.req.tenant, seq.req.session_id)
         return out
+
+    def _commit_apart(self, items: list[BatchItem], partial: PartialStep) -> list[Sequence]:
+        """Commit the items that ran; fail the requests whose share did not fit alone."""
+        kept = [i for i in range(len(items)) if i not in partial.failed]
+        out = self._commit([items[i] for i in kept], [partial.tokens[i] for i in kept])
+        errors = {items[i].seq: error for i, error in partial.failed.items()}
+        for seq, error in errors.items():
+            log.warning("request %s failed: %s", seq.request_id, error)
+        return out + self._fail(errors)
 
     def _observe(self, items: list[BatchItem], seconds: float) -> None:
         """Feed a prefill-only step of one request to the cost model's calibration."""
@@ -202,17 +220,21 @@ class Engine(EngineStoreFace):
 
     def fail_running(self, exc: Exception) -> list[Sequence]:
         """A step raised: fail the requests it was running, keep the rest queued."""
-        failed = list(self._scheduler.running)
-        for seq in failed:
+        error = EngineError(f"the engine failed while running this request: {exc}")
+        return self._fail(dict.fromkeys(self._scheduler.running, error))
+
+    def _fail(self, errors: Mapping[Sequence, Exception]) -> list[Sequence]:
+        """End these running requests with these errors, releasing what they held."""
+        for seq, error in errors.items():
             seq.finish_reason = "abort"
-            seq.error = EngineError(f"the engine failed while running this request: {exc}")
+            seq.error = error
             self._seqs.pop(seq.request_id, None)
             try:
                 self._scheduler.finish(seq, None, aborted=True)
             except Exception:  # the failed step may have left this request half-updated
                 log.exception("could not release request %s", seq.request_id)
                 self._scheduler.discard(seq)
-        return failed
+        return list(errors)
 
     def generate_sync(self, req: GenerateRequest) -> RequestOutput:
         """Run one request to completion on the calling thread (tools, tests)."""

@@ -17,6 +17,10 @@ class CapacityError(PenelopeError):
     """A request cannot fit in the KV cache even after evicting everything unlocked."""
 
 
+class StepMemoryError(CapacityError):
+    """A request's share of a step did not fit in the device's memory, even run alone."""
+
+
 class EngineError(PenelopeError):
     """The engine failed while running a request (a fault, not the request's doing)."""
 

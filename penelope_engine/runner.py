@@ -6,11 +6,13 @@ row before its token is chosen; rows without one are sampled as they come.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
+from penelope_engine.errors import StepMemoryError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.model.attention import AttentionMetadata, build_metadata
 from penelope_engine.model.backends import resolve_backend
@@ -19,7 +21,15 @@ from penelope_engine.sched.sequence import BatchItem
 from penelope_engine.tiers.kv_pool import KVPool
 from penelope_engine.util import cdiv
 
-__all__ = ["BatchItem", "ModelRunner", "step_inputs"]
+__all__ = ["BatchItem", "ModelRunner", "PartialStep", "step_inputs"]
+
+log = logging.getLogger(__name__)
+
+
+def _release_cached_memory(device: torch.device) -> None:
+    """Hand the caching allocator's free blocks back before a retry (CUDA only)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def step_inputs(
@@ -97,6 +107,21 @@ def sample(
     return out
 
 
+class PartialStep(Exception):
+    """A step ran out of device memory; run apart, some items still did not fit.
+    `tokens` holds what the others got (as `ModelRunner.run` returns), `failed` the indices
+    of the items that ran out of memory alone, with `errors` saying so."""
+
+    def __init__(self, tokens: list[int | None], failed: dict[int, StepMemoryError]) -> None:
+        super().__init__(f"{len(failed)} of {len(tokens)} items did not fit in device memory")
+        self.tokens = tokens
+        self.failed = failed
+
+
+def _what(item: BatchItem) -> str:
+    return f"{len(item.positions)} query tokens over {int(item.positions[-1]) + 1} keys"
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -119,7 +144,35 @@ class ModelRunner:
         self.attention = resolve_backend(attention, str(kv.device))  # `ATTENTION_BACKENDS`
 
     def run(self, items: list[BatchItem]) -> list[int | None]:
-        """Forward the batch; a sampled token for items that want one, else None."""
+        """Forward the batch; a sampled token for items that want one, else None.
+
+        If the device runs out of memory, each item runs alone: one that does not fit alone
+        fails, not its batch (`PartialStep` carries the others' tokens). An item's share of
+        the failed pass wrote only its own slots, which running alone writes again."""
+        try:
+            return self._run(items)
+        except torch.OutOfMemoryError as exc:
+            log.warning("out of device memory in a step of %d items; running each alone: %s",
+                        len(items), exc)  # fmt: skip
+            first = exc
+        tokens: list[int | None] = [None] * len(items)
+        failed: dict[int, StepMemoryError] = {}
+        for i, item in enumerate(items):
+            _release_cached_memory(self.device)
+            try:
+                if len(items) == 1:  # it already ran alone
+                    raise first
+                (tokens[i],) = self._run([item])
+            except torch.OutOfMemoryError as alone:
+                failed[i] = StepMemoryError(
+                    f"its step ({_what(item)}) does not fit in device memory even run "
+                    f"alone: {alone}"
+                )
+        if failed:
+            raise PartialStep(tokens, failed)
+        return tokens
+
+    def _run(self, items: list[BatchItem]) -> list[int | None]:
         ids, meta = step_inputs(items, self.kv.page_size, self.device, self.attention)
         if self.attention == "flex":  # it reads whole pages
             self.kv.zero_slots(torch.from_numpy(unwritten_tails(items, self.kv.page_size)))
