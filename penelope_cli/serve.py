@@ -40,8 +40,8 @@ from penelope_engine.shipped import (
 
 # The options that are config fields, by config: name, type, choices and help come from
 # the field (`helpformat.add_field_args`); the defaults are what `penelope serve` serves.
-ENGINE_OPTIONS = ("model", "device", "dtype")
-CACHE_OPTIONS = ("page_size", "device_pages")
+ENGINE_OPTIONS = ("model", "device", "dtype", "attention")
+CACHE_OPTIONS = ("page_size", "device_pages", "device_memory_fraction")
 STORE_OPTIONS = ("store_bytes", "policy")
 SESSION_OPTIONS = (
     "session_ttl_s",
@@ -152,11 +152,13 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         store_read_budget_s=args.store_read_budget_s,
         store_request_timeout_s=args.store_request_timeout_s,
         store_probe_s=args.store_probe_s,
+        device_memory_fraction=args.device_memory_fraction,
     )
     engine = EngineConfig(
         model=args.model,
         device=args.device,
         dtype=args.dtype,
+        attention=args.attention,
         cache=cache,
         scheduler=_scheduler(args),
     )

@@ -106,6 +106,12 @@ class CacheConfig:
     tenant_pin_tokens: int | None = with_help(
         None, "tokens one tenant's hinted pins may hold at once (default: no per-tenant quota)"
     )
+    # On CUDA: the share of the GPU's memory the engine may hold. Its KV pages are then
+    # what the weights and a warm-up step of the largest size leave (`device_memory`),
+    # and `device_pages` is ignored. 0: `device_pages` as set.
+    device_memory_fraction: float = with_help(
+        0.0, "CUDA: share of GPU memory to use; KV gets what is left (0: device_pages)"
+    )
 
     def __post_init__(self) -> None:
         require(
@@ -124,6 +130,10 @@ class CacheConfig:
         require(self.page_size > 0, f"page_size must be positive, got {self.page_size}")
         require(self.device_pages > 0, f"device_pages must be positive, got {self.device_pages}")
         require(self.host_pages >= 0, f"host_pages must be >= 0, got {self.host_pages}")
+        require(
+            0 <= self.device_memory_fraction < 1,
+            f"device_memory_fraction must be in [0, 1), got {self.device_memory_fraction}",
+        )
         as_write_policy(self.write_policy)
         require(self.store_bytes > 0, "store_bytes must be positive")
         require(self.store_record_ttl_s > 0, "store_record_ttl_s must be positive")

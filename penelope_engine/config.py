@@ -238,3 +238,8 @@ class EngineConfig:
             f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}",
         )
         ATTENTION_BACKENDS.check(self.attention)  # UnknownNameError lists the valid ones
+        require(
+            self.cache.device_memory_fraction == 0 or self.device.startswith("cuda"),
+            "cache.device_memory_fraction sizes a CUDA device's pool: on a CPU set "
+            "cache.device_pages",
+        )

@@ -16,6 +16,7 @@ from penelope_engine.cache.pages import PageNaming
 from penelope_engine.checks import check_request, turn_stop
 from penelope_engine.config import EngineConfig, ModelConfig
 from penelope_engine.core import Core, CoreHooks, build_core
+from penelope_engine.device_memory import sized_for_device
 from penelope_engine.engine_store import EngineStoreFace
 from penelope_engine.errors import EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
@@ -53,8 +54,10 @@ class Engine(EngineStoreFace):
         hooks: CoreHooks | None = None,
     ) -> None:
         """`hooks`: what a benchmark injects into the core (`CoreHooks`); None: serving."""
+        self._load(config, loaded)
+        # on CUDA with a memory fraction: device_pages from what the weights and a step leave
+        config, self.memory_plan = sized_for_device(config, self._loaded, self.max_model_len)
         self.config = config
-        self._load(loaded)
         mc, cc = self._loaded.config, config.cache
         self._host_pages = cc.active_host_pages
         self._device_pool, self._host_pool = kv_pools(config, mc)
@@ -121,9 +124,8 @@ class Engine(EngineStoreFace):
         (the simulator's replicas over a real engine run their batches here)."""
         return self._runner.run(items)
 
-    def _load(self, loaded: LoadedModel | None) -> None:
+    def _load(self, config: EngineConfig, loaded: LoadedModel | None) -> None:
         """The model, its tokenizer and its limits."""
-        config = self.config
         self._loaded = loaded or load_model(config.model, config.dtype, config.device)
         mc = self._loaded.config
         self.model_name = mc.name if config.model.startswith("/") else config.model

@@ -8,7 +8,9 @@
 #                                                 each CUDA check
 # The checks (each line: name, PASS/FAIL/SKIP, its JSON report):
 #   embedded-bf16           the CUDA embedded engine's bf16 greedy outputs equal across
-#                           cache set-ups (roomy, holes, host loads)
+#                           cache set-ups (roomy, holes, host loads) with flex attention,
+#                           flex equal to the sdpa reference, a pool sized by
+#                           device_memory_fraction within its budget
 #                           -> tests/gpu/test_embedded_bf16.py
 #   transfer-cuda           PageMover's staged host <-> device copies move exactly the named
 #                           pages (fp32 and bf16) -> tests/cpu/penelope_engine/tiers/test_transfer.py
