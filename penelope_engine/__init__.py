@@ -15,6 +15,7 @@ Modules:
     engine        `Engine`: the synchronous step loop over the core and the model runner
     engine_store  the engine's store face: records fetched, the drain, writes flushed
     parts         the engine's parts from its config: KV pools, store, page identity, tiers
+    device_memory the device pool sized to the GPU: what the weights and a warm-up step leave
     checks        a request checked before it is queued; how a turn ended (tool-call regex)
     async_engine  `AsyncEngine`: the `EngineProtocol` over `Engine`, its own step thread
     runner        `ModelRunner`: one forward over a batch, then sampling

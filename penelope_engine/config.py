@@ -227,6 +227,9 @@ class EngineConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     seed: int = 0
+    decode_graphs: bool = with_help(
+        True, "CUDA with flex attention: replay decode steps as CUDA graphs, per batch size"
+    )
 
     def __post_init__(self) -> None:
         require(

@@ -23,6 +23,7 @@ from penelope_engine.grammar import GrammarMasks
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.parts import (
+    decode_graphs,
     kv_fingerprint,
     kv_pools,
     open_store,
@@ -94,6 +95,7 @@ class Engine(EngineStoreFace):
             self._grammars,
             hooks.on_logits,
             attention=config.attention,
+            graphs=decode_graphs(config, self._loaded.model, self._device_pool, self.max_model_len),
         )
         self._seqs: dict[str, Sequence] = {}
 

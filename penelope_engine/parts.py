@@ -5,7 +5,7 @@ it builds, so the assembly reads as named steps and nothing is built twice:
 
     kv_pools, kv_fingerprint -> open_store (unless one is injected)
       -> page_identity (hasher, public prefixes) -> torch_tiers (+ cost calibrator)
-      -> core.build_core (cache, scheduler)
+      -> core.build_core (cache, scheduler) -> decode_graphs (CUDA)
 """
 
 from __future__ import annotations
@@ -18,19 +18,24 @@ from penelope_engine.cache.pages import PageHasher, PageNaming, PublicPrefixes
 from penelope_engine.cache.prefix_cache import PrefixCache
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, EngineConfig, ModelConfig
+from penelope_engine.model.backends import resolve_backend
+from penelope_engine.model.decode_graphs import DecodeGraphs
+from penelope_engine.model.decoder import Decoder
 from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
 from penelope_engine.tiers.handover import SessionHandover
 from penelope_engine.tiers.kv_pool import DTYPES, KVPool
 from penelope_engine.tiers.planner import CalibratedCost, CostCalibrator
 from penelope_engine.tiers.segment_writer import SegmentWriter
+from penelope_engine.util import cdiv
 
 
 def kv_pools(config: EngineConfig, mc: ModelConfig) -> tuple[KVPool, KVPool | None]:
     """The device pool and the pinned host pool (None without host pages)."""
     cc = config.cache
     dtype = DTYPES[config.dtype]
-    device_pool = KVPool(mc, cc.device_pages, cc.page_size, dtype, config.device)
+    pad = 1 if uses_decode_graphs(config) else 0  # the padding rows' page (`decode_graphs`)
+    device_pool = KVPool(mc, cc.device_pages + pad, cc.page_size, dtype, config.device)
     host_pool = (
         KVPool(mc, cc.host_pages, cc.page_size, dtype, "cpu", pin_memory=True)
         if cc.active_host_pages
@@ -132,3 +137,20 @@ def served_window(config: EngineConfig, mc: ModelConfig) -> int:
     """The window served: a request whose prompt and output cannot all fit in the device
     pool could never run, so it is refused (400) at the window, not told to retry (503)."""
     return min(mc.max_position, config.cache.device_pages * config.cache.page_size)
+
+
+def uses_decode_graphs(config: EngineConfig) -> bool:
+    """Decode steps run as CUDA graphs: on CUDA, with the flex backend, unless turned off."""
+    flex = resolve_backend(config.attention, config.device) == "flex"
+    return config.decode_graphs and flex and config.device.startswith("cuda")
+
+
+def decode_graphs(
+    config: EngineConfig, model: object, pool: KVPool, max_model_len: int
+) -> DecodeGraphs | None:
+    """Decode steps as CUDA graphs (`decode_graphs`) where `uses_decode_graphs`, for our
+    `Decoder` (its pool holds the padding page); None otherwise (eager steps)."""
+    if not uses_decode_graphs(config) or not isinstance(model, Decoder):
+        return None
+    max_pages = cdiv(max_model_len, pool.page_size)
+    return DecodeGraphs(model, pool, config.scheduler.max_running, max_pages, capture=True)

@@ -16,6 +16,7 @@ from penelope_engine.errors import StepMemoryError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.model.attention import AttentionMetadata, build_metadata
 from penelope_engine.model.backends import resolve_backend
+from penelope_engine.model.decode_graphs import DecodeGraphs
 from penelope_engine.protocol import GREEDY_BELOW_TEMPERATURE
 from penelope_engine.sched.sequence import BatchItem
 from penelope_engine.tiers.kv_pool import KVPool
@@ -131,6 +132,7 @@ class ModelRunner:
         grammars: GrammarMasks | None = None,
         on_logits: Callable[[list[BatchItem], torch.Tensor, list[int | None]], None] | None = None,
         attention: str = "auto",
+        graphs: DecodeGraphs | None = None,
     ) -> None:
         prepare = getattr(model, "prepare_decode", None)
         if prepare is not None:  # the decode weight copies before serving (`model.gemm`)
@@ -142,6 +144,7 @@ class ModelRunner:
         self.on_logits = on_logits  # `CoreHooks.on_logits`
         self.device = kv.device
         self.attention = resolve_backend(attention, str(kv.device))  # `ATTENTION_BACKENDS`
+        self.graphs = graphs  # decode steps over fixed buffers (CUDA graphs), when given
 
     def run(self, items: list[BatchItem]) -> list[int | None]:
         """Forward the batch; a sampled token for items that want one, else None.
@@ -173,10 +176,13 @@ class ModelRunner:
         return tokens
 
     def _run(self, items: list[BatchItem]) -> list[int | None]:
-        ids, meta = step_inputs(items, self.kv.page_size, self.device, self.attention)
         if self.attention == "flex":  # it reads whole pages
             self.kv.zero_slots(torch.from_numpy(unwritten_tails(items, self.kv.page_size)))
-        logits = self.model(ids, meta, self.kv)  # one row per item that wants a token
+        if self.graphs is not None and self.graphs.fits(items):
+            logits = self.graphs.run(items)
+        else:
+            ids, meta = step_inputs(items, self.kv.page_size, self.device, self.attention)
+            logits = self.model(ids, meta, self.kv)  # one row per item that wants a token
         wants = [i for i, it in enumerate(items) if it.wants_token]
         tokens: list[int | None] = [None] * len(items)
         if wants:

@@ -7,6 +7,8 @@ Modules:
     causal_attention  Attention of a prefill chunk that starts its sequence: no mask at all
     cpu_kernels       The CPU's paged decode kernel (`kernels/paged_decode.c`): built from C
                       at first use, called through ctypes
+    decode_graphs     Decode steps over fixed buffers, replayed as CUDA graphs: one per
+                      batch-size bucket
     decoder           Paged-KV decoder for the Llama and Qwen3 architectures
     flex_paged        Attention straight over the pool through the page table, by
                       FlexAttention

@@ -174,10 +174,28 @@ class Decoder(nn.Module):
         plan = AttentionPlan.build(
             meta, kv.page_size, ratio, self.dtype, meta.backend, kv.num_pages
         )
-        step = _Step(kv, meta.slot_mapping, plan, meta.num_seqs == int(input_ids.shape[0]))
+        decode = meta.num_seqs == int(input_ids.shape[0])
+        return self.run_step(
+            input_ids, meta.positions, meta.slot_mapping, meta.logits_indices, plan, kv, decode
+        )
+
+    @torch.inference_mode()
+    def run_step(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        logits_rows: torch.Tensor,
+        plan: AttentionPlan,
+        kv: KVPool,
+        decode: bool,
+    ) -> torch.Tensor:
+        """`forward` over a plan built already: device work only, no host sync, so a decode
+        step can be captured as a CUDA graph (`decode_graphs`)."""
+        step = _Step(kv, slot_mapping, plan, decode)
         hidden = self.model.embed_tokens(input_ids)
-        rope = self.rotary.cos_sin(meta.positions, hidden.dtype)
+        rope = self.rotary.cos_sin(positions, hidden.dtype)
         for index, layer in enumerate(self.model.layers):
             hidden = layer(hidden, rope, step, index)
-        last = self.model.norm(hidden.index_select(0, meta.logits_indices))
+        last = self.model.norm(hidden.index_select(0, logits_rows))
         return self.lm_head(last, step.decode).float()

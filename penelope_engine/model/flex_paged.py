@@ -178,7 +178,7 @@ def _group(
         on(full),
         on(full_ids),
         BLOCK_SIZE=(QUERY_BLOCK, page_size),
-        mask_mod=_position_mask(page_pos, on(q_pos), page_size),
+        mask_mod=position_mask(page_pos, on(q_pos), page_size),
         seq_lengths=(queries, num_pages * page_size),
         compute_q_blocks=False,  # forward only: the transposed lists serve the backward
     )
@@ -186,7 +186,7 @@ def _group(
     return FlexGroup(to(rows), to(take), to(real), batch, queries, mask)
 
 
-def _position_mask(
+def position_mask(
     page_pos: torch.Tensor, q_pos: torch.Tensor, page_size: int
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     def visible(

@@ -55,7 +55,6 @@ from penelope_engine.model.widen import compute_dtype
 __all__ = ["AttentionPlan", "context_slots", "paged_attention"]
 
 
-
 @dataclass(frozen=True)
 class AttentionGroup:
     """The step's decode rows, one query per sequence: their rows, key pages and mask."""
