@@ -14,7 +14,9 @@ issue's target is 0.7 on decode and prefill). The cases:
     decode-b1-C, decode-bN-C   one sequence, and the most whose KV fits the device
                                pool's free memory (at most --max-batch), at C tokens
                                of context: the median of --steps decode steps
-    prefill-C                  a fresh C-token prompt: its chunks' steps summed
+    prefill-C                  a fresh C-token prompt: its chunks' steps summed (this
+                               and the next run twice, the second timed: the first
+                               compiles the kernels of their shapes)
     return-C-hole-H            a session of C tokens whose oldest H were evicted
                                returns with 256 new: the steps that recompute the
                                hole and the new tokens, summed
@@ -22,7 +24,9 @@ issue's target is 0.7 on decode and prefill). The cases:
 On a CPU: the tiny model with every length divided by --cpu-scale, so the code
 path runs in seconds (`make test`); the roofline is a GPU's, and the JSON says
 `roofline_meaningful: false`. The attention backend that ran is in the JSON
-(`attention`): the engine's paged path, SDPA over gathered pages.
+(`attention`, resolved from --attention: on CUDA `auto` is `flex`, FlexAttention
+over the page table, with decode steps replayed as CUDA graphs, `decode_graphs`;
+`sdpa` is the reference path over gathered pages, without graphs).
 """
 
 from __future__ import annotations
@@ -42,8 +46,10 @@ from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.speed.shapes import device_and_dtype, random_loaded
 from penelope_engine.config import CacheConfig, EngineConfig, ModelConfig
 from penelope_engine.engine import Engine
+from penelope_engine.model.backends import ATTENTION_BACKENDS, resolve_backend
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.model.tiny import tiny_qwen3_config
+from penelope_engine.parts import uses_decode_graphs
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 from penelope_engine.shipped import shipped_scheduler
 
@@ -57,9 +63,10 @@ class Bench:
     """One model, one roofline; an engine per case, sized to it."""
 
     def __init__(self, model: ModelConfig, loaded: LoadedModel, cost: GpuCostModel,
-                 device: str, dtype: str, steps: int) -> None:  # fmt: skip
+                 device: str, dtype: str, steps: int, attention: str = "auto") -> None:  # fmt: skip
         self.model, self.loaded, self.cost = model, loaded, cost
         self.device, self.dtype, self.steps = device, dtype, steps
+        self.attention = attention
         self.rng = np.random.default_rng(1)
 
     def prompt(self, n: int) -> tuple[int, ...]:
@@ -69,7 +76,7 @@ class Bench:
         cache = CacheConfig(PAGE, device_pages, 0, "penelope")
         config = EngineConfig(
             device=self.device, dtype=self.dtype, cache=cache,  # type: ignore[arg-type]
-            scheduler=shipped_scheduler(device=self.device),
+            scheduler=shipped_scheduler(device=self.device), attention=self.attention,
         )  # fmt: skip
         return StepTimer(lambda hooks: Engine(config, loaded=self.loaded, hooks=hooks))
 
@@ -162,7 +169,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     scale = 1 if cuda else args.cpu_scale
     model = QWEN3[args.model] if cuda else tiny_qwen3_config()
     cost = GpuCostModel(QWEN3[args.model], HARDWARE[args.hardware])
-    bench = Bench(model, random_loaded(model, device, dtype), cost, device, dtype, args.steps)
+    bench = Bench(model, random_loaded(model, device, dtype), cost, device, dtype, args.steps,
+                  args.attention)  # fmt: skip
 
     def lengths(text: str) -> list[int]:
         return [max(PAGE, int(x) // scale) for x in text.split(",")]
@@ -172,16 +180,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         batches = sorted({1, largest_batch(model, context, args.max_batch, device)})
         for batch in batches:
             cases[f"decode-b{batch}-{context}"] = bench.decode(batch, context)
+    # prefill and returning cases run twice, the second timed: the first compiles the
+    # attention kernels of their shapes (flex), which a serving engine does once
     for tokens in lengths(args.prefill):
+        bench.prefill(tokens)
         cases[f"prefill-{tokens}"] = bench.prefill(tokens)
     (history,), (hole,) = lengths(str(args.returning)), lengths(str(args.hole))
+    bench.returning(history, hole)
     cases[f"return-{history}-hole-{hole}"] = bench.returning(history, hole)
     return {
         "bench": "steps",
         "device": torch.cuda.get_device_name() if cuda else cpu_fields().get("model name", "cpu"),
         "model": model.name, "roofline_model": cost.model.name, "hardware": cost.hw.name,
         "dtype": dtype, "torch": torch.__version__, "roofline_meaningful": cuda,
-        "attention": "paged: SDPA over gathered pages (decode: padded, masked)",
+        "attention": resolve_backend(args.attention, device),
+        "decode_graphs": uses_decode_graphs(EngineConfig(device=device, attention=args.attention)),
         "length_divisor": scale, "target_fraction": 0.7, "cases": cases,
     }  # fmt: skip
 
@@ -209,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-batch", type=int, default=16, help="cap on the largest decode batch")
     ap.add_argument("--steps", type=int, default=8, help="decode steps timed per case")
     ap.add_argument("--cpu-scale", type=int, default=128, help="on a CPU: lengths / this")
+    ap.add_argument("--attention", default="auto", choices=ATTENTION_BACKENDS.names(),
+                    help="the engine's attention backend (auto: flex on CUDA)")  # fmt: skip
     ap.add_argument("--json", default=None, metavar="OUT", help="write the JSON here")
     return ap
 
