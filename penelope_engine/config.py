@@ -221,12 +221,12 @@ class EngineConfig:
     model: str = with_help("tiny-qwen3", "registered model name or checkpoint directory")
     device: str = with_help("cpu", "cpu or cuda[:N]")
     dtype: DType = with_help("float32", "model dtype")
-    attention: str = with_help(
-        "auto", "attention backend: auto (flex on CUDA, pieces elsewhere), pieces, sdpa, flex"
-    )
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     seed: int = 0
+    attention: str = with_help(
+        "auto", "attention backend: auto (flex on CUDA, pieces elsewhere), pieces, sdpa, flex"
+    )
     decode_graphs: bool = with_help(
         True, "CUDA with flex attention: replay decode steps as CUDA graphs, per batch size"
     )

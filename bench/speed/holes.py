@@ -1,7 +1,8 @@
 """What a hole costs the engine: one returning turn's forward, hole against tail, in process.
 
     python -m bench.speed.holes [--context 6144] [--hole 2048] [--hole-start 2048]
-                                [--new 64] [--batch 8] [--repeats 3] [--json OUT]
+                                [--new 64] [--batch 8] [--repeats 3]
+                                [--attention pieces,flex] [--json OUT]
 
 A returning turn that lost `--hole` tokens of its history recomputes them in one
 fused forward with its `--new` tokens, attending over the whole `--context`
@@ -12,7 +13,9 @@ plain prefix prefill. Both run here through `Decoder.forward` on the same
 pages, with random KV (timing does not depend on the values), so the ratio
 `hole_s / tail_s` is what the hole's queries cost over a tail's, with no
 server, scheduler or HTTP in the figure. `decode_s` is one decode step of
-`--batch` sequences at `--context`.
+`--batch` sequences at `--context`. `--attention` names the backends to time, one
+after another in the same process (`ATTENTION_BACKENDS`; `flex` compiles at its
+untimed first call); with several, the JSON is a list, one entry per backend.
 
 Pair it with `penelope bench speed --shared-tokens CONTEXT-HOLE --turn-tokens
 HOLE+NEW --turns 2 --against ...`, whose second turn is the tail-first engine's
@@ -33,10 +36,10 @@ PAGE = 16
 
 
 def _seconds(model: Any, kv: Any, positions: list[list[int]], lens: list[int],
-             tables: list[torch.Tensor], repeats: int) -> float:  # fmt: skip
+             tables: list[torch.Tensor], repeats: int, backend: str) -> float:  # fmt: skip
     from penelope_engine.model.attention import build_metadata
 
-    meta = build_metadata(positions, tables, lens, PAGE)
+    meta = build_metadata(positions, tables, lens, PAGE, backend=backend)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(200, 40000, meta.positions.shape, generator=gen)
     model(ids, meta, kv)  # the first call pays lazy set-up
@@ -47,7 +50,7 @@ def _seconds(model: Any, kv: Any, positions: list[list[int]], lens: list[int],
 
 
 def measure(model_name: str, context: int, hole: int, hole_start: int, new: int, batch: int,
-            repeats: int) -> dict[str, Any]:  # fmt: skip
+            repeats: int, attention: str = "pieces") -> dict[str, Any]:  # fmt: skip
     from penelope_engine.model.registry import load_model
     from penelope_engine.tiers.kv_pool import KVPool
 
@@ -64,11 +67,15 @@ def measure(model_name: str, context: int, hole: int, hole_start: int, new: int,
     tail = list(range(context - hole, context))
     holed = list(range(hole_start, hole_start + hole))
     fresh = list(range(context, context + new))
-    hole_s = _seconds(model, kv, [holed + fresh], [context + new], tables[:1], repeats)
-    tail_s = _seconds(model, kv, [tail + fresh], [context + new], tables[:1], repeats)
-    decode_s = _seconds(model, kv, [[context]] * batch, [context + 1] * batch, tables, repeats)
+    hole_s = _seconds(model, kv, [holed + fresh], [context + new], tables[:1], repeats,
+                      attention)  # fmt: skip
+    tail_s = _seconds(model, kv, [tail + fresh], [context + new], tables[:1], repeats,
+                      attention)  # fmt: skip
+    decode_s = _seconds(model, kv, [[context]] * batch, [context + 1] * batch, tables, repeats,
+                        attention)  # fmt: skip
     return {
-        "model": model_name, "dtype": "float32", "threads": 1, "context": context,
+        "model": model_name, "dtype": "float32", "threads": 1, "attention": attention,
+        "context": context,
         "hole": hole, "hole_start": hole_start, "new": new, "batch": batch,
         "repeats": repeats, "hole_s": round(hole_s, 4), "tail_s": round(tail_s, 4),
         "hole_over_tail": round(hole_s / tail_s, 3), "decode_s": round(decode_s, 4),
@@ -87,14 +94,20 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--new", type=int, default=64, help="the turn's new tokens")
     ap.add_argument("--batch", type=int, default=8, help="sequences of the decode step")
     ap.add_argument("--repeats", type=int, default=3, help="timed forwards, after one untimed")
+    ap.add_argument("--attention", default="pieces",
+                    help="backends to time, a comma list (pieces, sdpa, flex)")  # fmt: skip
     ap.add_argument("--json", default=None, metavar="OUT", help="write the JSON here too")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    from penelope_engine.model.backends import resolve_backend
+
     a = build_parser().parse_args(argv)
-    out = measure(a.model, a.context, a.hole, a.hole_start, a.new, a.batch, a.repeats)
-    text = json.dumps(out, indent=2)
+    backends = [resolve_backend(b.strip(), "cpu") for b in a.attention.split(",")]
+    runs = [measure(a.model, a.context, a.hole, a.hole_start, a.new, a.batch, a.repeats, b)
+            for b in backends]  # fmt: skip
+    text = json.dumps(runs[0] if len(runs) == 1 else runs, indent=2)
     if a.json:
         Path(a.json).write_text(text + "\n")
     print(text)

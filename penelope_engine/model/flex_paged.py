@@ -28,10 +28,11 @@ The kernel is `torch.compile(flex_attention)`: on CUDA a Triton kernel (the
 flex-decoding kernel for the single-query group), on a CPU Inductor's C++
 template. Uncompiled, flex_attention ignores the block lists and reads the
 whole pool, so this path always compiles. Measured on a CPU (AMD EPYC, AVX2,
-one thread; SmolLM2's heads; a 2,048-token hole plus 64 new tokens over
-6,208 keys): 0.87 s a layer here against 0.26 s for `run_attention`'s
-pieces, so the CPU keeps the pieces and the C decode kernel; `flex` is what
-`attention: auto` picks on CUDA (`ATTENTION_BACKENDS`).
+one thread, SmolLM2 in float32, docs/results.md 3.8): a 2,048-token hole plus
+64 new tokens over 6,208 keys 22.5 s against 14.1 s for `run_attention`'s
+pieces, a decode step of 8 x 6K 0.81 s against 0.42 s for the C kernel, so
+the CPU keeps those; `flex` is what `attention: auto` picks on CUDA
+(`backends`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from penelope_engine.util import cdiv
 
 QUERY_BLOCK = 128  # query rows per block of the mask (FlexAttention's default block)
 UNPLACED = 1 << 24  # page position of a page no sequence of the step holds: never visible
-MAX_COMPILES = 64  # compiled shapes kept: batch and width buckets, query blocks
+MAX_COMPILES = 256  # compiled shapes kept: batch buckets and query-block counts
 
 
 @dataclass(frozen=True)
@@ -160,10 +161,9 @@ def _group(
                 full[b, 0, j] = (int(real_pos.min()) + 1) // page_size
                 ends[b, 0, j] = int(real_pos.max()) // page_size + 1
     device = page_pos.device
-    # Inductor's CPU template wants one column per KV block of the pool; the Triton kernels
-    # read only the listed columns, so CUDA's lists are as wide as the step needs
-    widest = max(int(ends.max()), 1)
-    width = num_pages if device.type == "cpu" else min(num_pages, _bucket(widest))
+    # one column per page of the pool: Inductor's CPU template requires it, and one width
+    # keeps the compiled kernels to one per (batch bucket, query blocks) (`MAX_COMPILES`)
+    width = num_pages
     partial_ids = np.zeros((batch, 1, q_blocks, width), dtype=np.int32)
     full_ids = np.zeros((batch, 1, q_blocks, width), dtype=np.int32)
     for b, table in enumerate(t.cpu().numpy() for t in tables):
@@ -206,8 +206,11 @@ def _bucket(n: int) -> int:
 def _compiled() -> Callable[..., torch.Tensor]:
     import torch._dynamo.config as dynamo_config
 
-    # one compiled kernel per (batch, width, query blocks) bucket: more than dynamo's default 8
+    # one compiled kernel per (batch bucket, query blocks): more than dynamo's default 8.
+    # Past the limit dynamo would run flex uncompiled, which ignores the block lists and
+    # scores every slot of the pool: an error is the better outcome
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, MAX_COMPILES)
+    dynamo_config.fail_on_recompile_limit_hit = True
     return torch.compile(flex_attention, dynamic=False, fullgraph=True)  # type: ignore[return-value]
 
 

@@ -27,3 +27,14 @@ def test_a_hole_outside_the_history_is_refused(tmp_path: Path) -> None:
             "--new", "2", "--batch", "1", "--repeats", "1", "--json", str(out)]  # fmt: skip
     assert main(argv) == 0
     assert json.loads(out.read_text())["model"] == "tiny-qwen3"
+
+
+def test_backends_are_timed_one_after_another(tmp_path: Path) -> None:
+    out = tmp_path / "holes.json"
+    argv = ["--model", "tiny-qwen3", "--context", "64", "--hole", "16", "--hole-start", "8",
+            "--new", "2", "--batch", "2", "--repeats", "1", "--attention", "pieces,flex",
+            "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    runs = json.loads(out.read_text())
+    assert [r["attention"] for r in runs] == ["pieces", "flex"]
+    assert all(r["hole_s"] > 0 and r["decode_s"] > 0 for r in runs)
