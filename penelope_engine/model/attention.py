@@ -35,10 +35,26 @@ class AttentionMetadata:
     page_tables: tuple[torch.Tensor, ...]  # len S: int64 pages holding positions 0..context_len-1
     logits_indices: torch.Tensor  # [K] int64, query rows whose logits the forward returns
     backend: str = "pieces"  # how the forward attends (`backends`, resolved: never "auto")
+    # host copies of `positions` and `page_tables`, when built on the host: a plan reads
+    # them instead of syncing with the device (None: read the tensors)
+    host_positions: np.ndarray | None = None
+    host_tables: tuple[np.ndarray, ...] | None = None
 
     @property
     def num_seqs(self) -> int:
         return len(self.context_lens)
+
+    def positions_on_host(self) -> np.ndarray:
+        """`positions` as int64 numpy (the host copy when there is one: no device sync)."""
+        if self.host_positions is not None:
+            return self.host_positions
+        return self.positions.cpu().numpy()
+
+    def table_on_host(self, s: int) -> np.ndarray:
+        """Sequence `s`'s page table as int64 numpy (the host copy when there is one)."""
+        if self.host_tables is not None:
+            return self.host_tables[s]
+        return self.page_tables[s].cpu().numpy()
 
 
 def build_metadata(
@@ -83,6 +99,8 @@ def build_metadata(
         page_tables=tuple(_int64_on(t, device) for t in page_tables),
         logits_indices=torch.tensor(rows, dtype=torch.int64, device=device),
         backend=backend,
+        host_positions=np.concatenate(positions),
+        host_tables=tuple(np.asarray(t, dtype=np.int64) for t in host_tables),
     )
 
 

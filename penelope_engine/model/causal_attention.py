@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -40,7 +41,7 @@ def causal_group(meta: AttentionMetadata, s: int, page_size: int) -> CausalGroup
     ctx = meta.context_lens[s]
     if ctx != end - start:
         return None
-    if not torch.equal(meta.positions[start:end], torch.arange(ctx, device=meta.positions.device)):
+    if not np.array_equal(meta.positions_on_host()[start:end], np.arange(ctx)):
         return None
     return CausalGroup(start, end, KeyPages.of([meta.page_tables[s]], [ctx], page_size))
 

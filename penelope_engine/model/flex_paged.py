@@ -70,8 +70,8 @@ def page_positions(meta: AttentionMetadata, page_size: int, num_pages: int) -> n
     `UNPLACED` for pages none of them holds. Raises ValueError if two sequences hold one
     page at two positions."""
     pos = np.full(num_pages, UNPLACED, dtype=np.int32)
-    for s, (table, ctx) in enumerate(zip(meta.page_tables, meta.context_lens)):
-        pages = table[: cdiv(ctx, page_size)].cpu().numpy()
+    for s, ctx in enumerate(meta.context_lens):
+        pages = meta.table_on_host(s)[: cdiv(ctx, page_size)]
         order = np.arange(len(pages), dtype=np.int32)
         seen = pos[pages]
         if np.any((seen != UNPLACED) & (seen != order)):
@@ -90,7 +90,7 @@ def flex_groups(
     """The decode rows of `singles` as one group, and one group per sequence of `multis`."""
     device = meta.positions.device
     page_pos = torch.from_numpy(page_positions(meta, page_size, num_pages)).to(device)
-    positions = meta.positions.cpu().numpy()
+    positions = meta.positions_on_host()
     groups = []
     if singles:
         groups.append(_decode_group(meta, singles, positions, page_size, num_pages, page_pos))
@@ -111,7 +111,7 @@ def _decode_group(
     rows = np.array([meta.query_starts[s] for s in seqs], dtype=np.int64)
     q_pos = np.full((batch, 1), -1, dtype=np.int32)
     q_pos[: len(seqs), 0] = positions[rows]
-    tables = [meta.page_tables[s] for s in seqs]
+    tables = [meta.table_on_host(s) for s in seqs]
     take = np.concatenate([rows, np.full(batch - len(seqs), rows[0], dtype=np.int64)])
     return _group(rows, take, np.arange(len(seqs)), q_pos, tables, page_size, num_pages,
                   page_pos)  # fmt: skip
@@ -132,7 +132,7 @@ def _runs_group(
     q_pos = np.full((1, padded), -1, dtype=np.int32)
     q_pos[0, :n] = positions[start:end]
     take = np.concatenate([rows, np.full(padded - n, start, dtype=np.int64)])
-    return _group(rows, take, np.arange(n), q_pos, [meta.page_tables[s]], page_size,
+    return _group(rows, take, np.arange(n), q_pos, [meta.table_on_host(s)], page_size,
                   num_pages, page_pos)  # fmt: skip
 
 
@@ -141,7 +141,7 @@ def _group(
     take: np.ndarray,
     real: np.ndarray,
     q_pos: np.ndarray,
-    tables: list[torch.Tensor],
+    tables: list[np.ndarray],
     page_size: int,
     num_pages: int,
     page_pos: torch.Tensor,
@@ -166,7 +166,7 @@ def _group(
     width = num_pages
     partial_ids = np.zeros((batch, 1, q_blocks, width), dtype=np.int32)
     full_ids = np.zeros((batch, 1, q_blocks, width), dtype=np.int32)
-    for b, table in enumerate(t.cpu().numpy() for t in tables):
+    for b, table in enumerate(tables):
         for j in range(q_blocks):
             lo, hi = int(full[b, 0, j]), int(ends[b, 0, j])
             full_ids[b, 0, j, :lo] = table[:lo]

@@ -102,7 +102,7 @@ def runs_group(meta: AttentionMetadata, s: int, page_size: int, fold: MaskFolder
     """Sequence `s`'s queries as a `RunsGroup` (masks in `fold`'s dtype)."""
     start, end = meta.query_starts[s], meta.query_starts[s + 1]
     positions = meta.positions[start:end]
-    host = positions.cpu().numpy()
+    host = meta.positions_on_host()[start:end]
     pieces = []
     for lo, hi, width in pieces_of(host):
         key_pos = torch.arange(width, device=positions.device)
