@@ -110,8 +110,8 @@ def sample(
 
 class PartialStep(Exception):
     """A step ran out of device memory; run apart, some items still did not fit.
-    `tokens` holds what the others got (as `ModelRunner.run` returns), `failed` the indices
-    of the items that ran out of memory alone, with `errors` saying so."""
+    `tokens` holds what the others got (as `ModelRunner.run` returns); `failed` maps the
+    index of each item that ran out of memory alone to the error its request ends with."""
 
     def __init__(self, tokens: list[int | None], failed: dict[int, StepMemoryError]) -> None:
         super().__init__(f"{len(failed)} of {len(tokens)} items did not fit in device memory")
