@@ -14,6 +14,7 @@ Modules:
                    process, no Ray
     verify         `penelope verify`: recomputing holes is exact, in the decoder and through
                    the whole engine
-    verify_engine  The engine and transformers checks of `penelope verify` (the fused check
-                   is in verify.py)
+    verify_engine  The engine and transformers checks of `penelope verify`
+    verify_fused   The fused check of `penelope verify`: holes recomputed in one forward
+                   equal a full prefill
 """

@@ -1,4 +1,4 @@
-"""The engine and transformers checks of `penelope verify` (the fused check is in verify.py).
+"""The engine and transformers checks of `penelope verify` (the fused one: verify_fused.py).
 
 Engine: sessions run round-robin through the real `Engine` on a tight device
 pool, a smaller host tier and an Arrow store (temp dir) whose budget holds only

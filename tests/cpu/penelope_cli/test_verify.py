@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from penelope_cli import closeness, verify
+from penelope_cli import closeness, verify, verify_fused
 from penelope_cli.verify_engine import hf_from_state_dict, run_engine, run_reference
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.tiers.copies import TorchTiers
@@ -37,7 +37,7 @@ def test_worst_and_max_abs_diff_keep_a_nan() -> None:
 
 def _poison_fused(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
     """The fused pass (each case's second forward) leaves a NaN in its KV or its logits."""
-    forward, calls = verify._forward, [0]
+    forward, calls = verify_fused._forward, [0]
 
     def poisoned(lm, pool, seq, positions, chunks, first, attention):
         logits = forward(lm, pool, seq, positions, chunks, first, attention)
@@ -49,17 +49,17 @@ def _poison_fused(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
                 logits[0, 0] = float("nan")
         return logits
 
-    monkeypatch.setattr(verify, "_forward", poisoned)
+    monkeypatch.setattr(verify_fused, "_forward", poisoned)
 
 
 @pytest.mark.parametrize("where", ["kv", "logits"])
 def test_a_nan_in_the_fused_pass_fails_the_case(
     where: str, monkeypatch: pytest.MonkeyPatch, tiny_qwen3: LoadedModel
 ) -> None:
-    clean = verify.run_fused(tiny_qwen3, 2, PS, 0, "float32", "cpu", 1e-4)
+    clean = verify_fused.run_fused(tiny_qwen3, 2, PS, 0, "float32", "cpu", 1e-4)
     assert clean["ok"] and clean["max_abs_diff"] <= 1e-4
     _poison_fused(monkeypatch, where)
-    r = verify.run_fused(tiny_qwen3, 2, PS, 0, "float32", "cpu", 1e-4)
+    r = verify_fused.run_fused(tiny_qwen3, 2, PS, 0, "float32", "cpu", 1e-4)
     assert math.isnan(r["max_abs_diff"]) and r["failed_cases"] == 2 and r["ok"] is False
 
 
@@ -134,5 +134,5 @@ def test_the_fused_pass_through_flex_matches_the_reference_prefill(
 ) -> None:
     """Holes on and off page boundaries, recomputed by FlexAttention over the page table,
     against a full prefill by the reference backend: within 1e-4, NaN-filled holes and all."""
-    r = verify.run_fused(tiny_qwen3, 6, PS, 3, "float32", "cpu", 1e-4, "flex")
+    r = verify_fused.run_fused(tiny_qwen3, 6, PS, 3, "float32", "cpu", 1e-4, "flex")
     assert r["ok"] and r["failed_cases"] == 0 and r["max_abs_diff"] <= 1e-4
