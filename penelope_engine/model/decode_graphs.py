@@ -98,8 +98,8 @@ class DecodeGraphs:
         bucket = self.buckets[size]
         self._fill(bucket, items)
         if bucket.graph is not None and bucket.logits is not None:
-            bucket.graph.replay()
-            return bucket.logits[: len(items)]
+            bucket.graph.replay()  # its output buffer is the next replay's too: a copy out
+            return bucket.logits[: len(items)].clone()
         return self._step(bucket)[: len(items)]
 
     # -- buffers -------------------------------------------------------------------------
