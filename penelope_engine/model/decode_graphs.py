@@ -30,7 +30,14 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask
 
 from penelope_engine.model.decoder import Decoder
-from penelope_engine.model.flex_paged import QUERY_BLOCK, UNPLACED, FlexGroup, position_mask
+from penelope_engine.model.flex_paged import (
+    QUERY_BLOCK,
+    UNPLACED,
+    FlexGroup,
+    batch_bucket,
+    page_bounds,
+    position_mask,
+)
 from penelope_engine.model.paged_attention import AttentionPlan
 from penelope_engine.sched.sequence import BatchItem
 from penelope_engine.tiers.kv_pool import KVPool
@@ -40,11 +47,8 @@ log = logging.getLogger(__name__)
 
 
 def buckets_up_to(max_batch: int) -> tuple[int, ...]:
-    """Powers of two below `max_batch`, then the first at or above it."""
-    out = [1]
-    while out[-1] < max_batch:
-        out.append(out[-1] * 2)
-    return tuple(out)
+    """Every `batch_bucket` a batch of 1 .. `max_batch` rows runs in."""
+    return tuple(1 << i for i in range(batch_bucket(max_batch).bit_length()))
 
 
 @dataclass
@@ -94,8 +98,7 @@ class DecodeGraphs:
 
     def run(self, items: list[BatchItem]) -> torch.Tensor:
         """The step's logits, one row per item."""
-        size = next(b for b in sorted(self.buckets) if b >= len(items))
-        bucket = self.buckets[size]
+        bucket = self.buckets[batch_bucket(len(items))]
         self._fill(bucket, items)
         if bucket.graph is not None and bucket.logits is not None:
             bucket.graph.replay()  # its output buffer is the next replay's too: a copy out
@@ -145,10 +148,10 @@ class DecodeGraphs:
             table = it.seq.page_table
             ids[i], pos[i], q_pos[i, 0] = it.seq.tokens[p], p, p
             slots[i] = int(table[p // ps]) * ps + p % ps
-            whole = (p + 1) // ps
+            whole, end = page_bounds(p, p, ps)
             full[i, 0, 0] = whole
             full_ids[i, 0, 0, :whole] = table[:whole]
-            if (p + 1) % ps:
+            if end > whole:  # the last page is not full: read masked
                 partial[i, 0, 0] = 1
                 partial_ids[i, 0, 0, 0] = table[whole]
                 last_pages.append(int(table[whole]))

@@ -107,7 +107,7 @@ def _decode_group(
     num_pages: int,
     page_pos: torch.Tensor,
 ) -> FlexGroup:
-    batch = _bucket(len(seqs))
+    batch = batch_bucket(len(seqs))
     rows = np.array([meta.query_starts[s] for s in seqs], dtype=np.int64)
     q_pos = np.full((batch, 1), -1, dtype=np.int32)
     q_pos[: len(seqs), 0] = positions[rows]
@@ -158,8 +158,9 @@ def _group(
             block = q_pos[b, j * QUERY_BLOCK : (j + 1) * QUERY_BLOCK]
             real_pos = block[block >= 0]
             if len(real_pos):
-                full[b, 0, j] = (int(real_pos.min()) + 1) // page_size
-                ends[b, 0, j] = int(real_pos.max()) // page_size + 1
+                full[b, 0, j], ends[b, 0, j] = page_bounds(
+                    int(real_pos.min()), int(real_pos.max()), page_size
+                )
     device = page_pos.device
     # one column per page of the pool: Inductor's CPU template requires it, and one width
     # keeps the compiled kernels to one per (batch bucket, query blocks) (`MAX_COMPILES`)
@@ -186,6 +187,12 @@ def _group(
     return FlexGroup(to(rows), to(take), to(real), batch, queries, mask)
 
 
+def page_bounds(first: int, last: int, page_size: int) -> tuple[int, int]:
+    """For queries at positions ``first .. last``: the pages ``0 .. full-1`` every one of
+    them sees whole (no mask), and ``end``, so pages ``full .. end-1`` are read masked."""
+    return (first + 1) // page_size, last // page_size + 1
+
+
 def position_mask(
     page_pos: torch.Tensor, q_pos: torch.Tensor, page_size: int
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -197,7 +204,7 @@ def position_mask(
     return visible
 
 
-def _bucket(n: int) -> int:
+def batch_bucket(n: int) -> int:
     """The power of two at or above `n`: compiled shapes are reused across steps."""
     return 1 << max(0, (n - 1).bit_length())
 
