@@ -40,7 +40,7 @@ from penelope_engine.shipped import (
 
 # The options that are config fields, by config: name, type, choices and help come from
 # the field (`helpformat.add_field_args`); the defaults are what `penelope serve` serves.
-ENGINE_OPTIONS = ("model", "device", "dtype", "attention")
+ENGINE_OPTIONS = ("model", "device", "dtype", "weights", "attention")
 CACHE_OPTIONS = ("page_size", "device_pages", "device_memory_fraction")
 STORE_OPTIONS = ("store_bytes", "policy")
 SESSION_OPTIONS = (
@@ -158,6 +158,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         model=args.model,
         device=args.device,
         dtype=args.dtype,
+        weights=args.weights,
         attention=args.attention,
         cache=cache,
         scheduler=_scheduler(args),

@@ -30,7 +30,7 @@ import numpy as np
 from penelope_cli.closeness import worst
 from penelope_cli.verify_engine import run_engine, run_reference
 from penelope_cli.verify_fused import run_fused
-from penelope_engine.config import DType
+from penelope_engine.config import WEIGHT_NAMES, DType, Weights
 from penelope_engine.helpformat import parser
 from penelope_engine.model.backends import ATTENTION_BACKENDS, resolve_backend
 from penelope_engine.model.registry import LoadedModel, load_model
@@ -59,14 +59,20 @@ def verify(
     max_tokens: int = 3,
     reference: str = "none",
     attention: str = "auto",
+    weights: Weights = "float",
 ) -> dict:
     """Run the checks; the report as plain data (NaN and infinite differences as floats).
     The fused passes and the tight engine attend with `attention`; the full prefills and
     the engine's from-scratch turns with the reference (`sdpa`)."""
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
-    lm = load_model(model, dtype, device)
-    result: dict[str, Any] = {"cases": cases, "attention": resolve_backend(attention, device)}
+    lm = load_model(model, dtype, device, weights)
+    result: dict[str, Any] = {
+        "cases": cases,
+        "attention": resolve_backend(attention, device),
+        "dtype": dtype,
+        "weights": weights,
+    }
     sections: dict[str, dict] = {}
     if cases > 0:
         sections["fused"] = run_fused(
@@ -121,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
     ap.add_argument("--dtype", default="float32", choices=list(DTYPES), help="model and KV dtype")
+    ap.add_argument(
+        "--weights",
+        default="float",
+        choices=WEIGHT_NAMES,
+        help="linear-layer weights: float (in --dtype) or int8 (with --dtype bfloat16)",
+    )
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument(
         "--attention",
@@ -151,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         args.max_tokens,
         args.reference,
         args.attention,
+        args.weights,
     )
     print(json.dumps(jsonable(result), allow_nan=False))
     if not args.json:

@@ -20,12 +20,14 @@ from penelope_engine.options import (
     CHECKED_IN_POST_INIT,
     DTYPE_NAMES,
     RETENTIONS,
+    WEIGHT_NAMES,
     WRITE_POLICIES,
     AdmissionOrder,
     Arch,
     DType,
     EvictionPolicyName,
     RetentionMode,
+    Weights,
     WritePolicy,
     as_admission_order,
     as_arch,
@@ -41,6 +43,7 @@ __all__ = [
     "ARCH_NAMES",
     "CHECKED_IN_POST_INIT",
     "DTYPE_NAMES",
+    "WEIGHT_NAMES",
     "RETENTIONS",
     "WRITE_POLICIES",
     "AdmissionOrder",
@@ -53,6 +56,7 @@ __all__ = [
     "ModelConfig",
     "RetentionMode",
     "SchedulerConfig",
+    "Weights",
     "WritePolicy",
     "as_admission_order",
     "as_arch",
@@ -230,11 +234,21 @@ class EngineConfig:
     decode_graphs: bool = with_help(
         True, "CUDA with flex attention: replay decode steps as CUDA graphs, per batch size"
     )
+    weights: Weights = with_help(
+        "float",
+        "linear-layer weights: float (in the model dtype) or int8 (one scale per output "
+        "channel; decode steps read int8, prefill runs the model dtype; CPU only)",
+    )
 
     def __post_init__(self) -> None:
         require(
             self.dtype in DTYPE_NAMES,
             f"dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.dtype!r}",
+        )
+        one_of(WEIGHT_NAMES, self.weights, "weights")
+        require(
+            self.weights != "int8" or self.device == "cpu",
+            f"weights int8 runs on the CPU only, got device {self.device!r}",
         )
         require(
             self.device == "cpu" or self.device.startswith("cuda"),

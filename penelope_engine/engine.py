@@ -18,7 +18,7 @@ from penelope_engine.config import EngineConfig, ModelConfig
 from penelope_engine.core import Core, CoreHooks, build_core
 from penelope_engine.device_memory import sized_for_device
 from penelope_engine.engine_store import EngineStoreFace
-from penelope_engine.errors import EngineError, InvalidRequestError
+from penelope_engine.errors import ConfigError, EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.hints import HintGrant, SessionHints
 from penelope_engine.model.registry import LoadedModel, load_model
@@ -128,7 +128,14 @@ class Engine(EngineStoreFace):
 
     def _load(self, config: EngineConfig, loaded: LoadedModel | None) -> None:
         """The model, its tokenizer and its limits."""
-        self._loaded = loaded or load_model(config.model, config.dtype, config.device)
+        self._loaded = loaded or load_model(
+            config.model, config.dtype, config.device, config.weights
+        )
+        if getattr(self._loaded.model, "weights", "float") != config.weights:
+            raise ConfigError(
+                f"the model passed in holds {self._loaded.model.weights} weights, "
+                f"the config asks for {config.weights}"
+            )
         mc = self._loaded.config
         self.model_name = mc.name if config.model.startswith("/") else config.model
         self.tokenizer = self._loaded.tokenizer

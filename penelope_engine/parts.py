@@ -45,9 +45,12 @@ def kv_pools(config: EngineConfig, mc: ModelConfig) -> tuple[KVPool, KVPool | No
 
 
 def kv_fingerprint(config: EngineConfig, model_name: str) -> str:
-    """What names this KV in the store: namespace, model and dtype, as a file-safe name."""
+    """What names this KV in the store: namespace, model, dtype and (when not float) the
+    weight format, whose products write other KV, as a file-safe name."""
     cc = config.cache
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{cc.namespace}-{model_name}-{config.dtype}")
+    weights = "" if config.weights == "float" else f"-{config.weights}"
+    name = f"{cc.namespace}-{model_name}-{config.dtype}{weights}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
 def open_store(cc: CacheConfig, fingerprint: str) -> ArrowSegmentStore | None:

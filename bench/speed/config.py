@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from penelope_engine.config import DType
+from penelope_engine.config import DType, Weights
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,9 @@ class SpeedConfig:
         metadata={"help": "our server's model (registered name or checkpoint directory)"},
     )
     dtype: DType = field(default="float32", metadata={"help": "our server's model and KV dtype"})
+    weights: Weights = field(
+        default="float", metadata={"help": "our server's linear-layer weights (float or int8)"}
+    )
     prompt_tokens: int = field(
         default=2048,
         metadata={"help": "length of the fresh prompt of the prefill and TTFT figures"},

@@ -35,6 +35,7 @@ def serve_argv(cfg: SpeedConfig, port: int) -> list[str]:
         "--port", str(port),
         "--model", cfg.model,
         "--dtype", cfg.dtype,
+        "--weights", cfg.weights,
         "--page-size", str(cfg.page_size),
         "--device-pages", str(cfg.device_pages),
         "--host-pages", "0",

@@ -15,11 +15,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from penelope_engine.config import ModelConfig
+from penelope_engine.config import ModelConfig, Weights
 from penelope_engine.model import cpu_kernels
 from penelope_engine.model.attention import AttentionMetadata
-from penelope_engine.model.gemm import PackedLinear
-from penelope_engine.model.layers import MLP, Embedding, Linear, RMSNorm, fuse_rows
+from penelope_engine.model.gemm import WEIGHT_FORMATS, Int8Linear, PackedLinear
+from penelope_engine.model.layers import MLP, Embedding, Gemm, Linear, RMSNorm, fuse_rows
 from penelope_engine.model.paged_attention import AttentionPlan, paged_attention
 from penelope_engine.model.rope import RotaryCache, apply_rope
 from penelope_engine.tiers.kv_pool import KVPool
@@ -39,16 +39,17 @@ class SelfAttention(nn.Module):
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, **factory) if norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, **factory) if norm else None
         self.split = (q_size, kv_size, kv_size)
-        self.gemm = PackedLinear()
+        self.gemm: Gemm = PackedLinear()
         self.pack()
 
     def pack(self) -> None:
         """q, k and v as one matmul (`fuse_rows`)."""
         self.qkv = fuse_rows(self.q_proj, self.k_proj, self.v_proj)
 
-    def prepare_decode(self) -> None:
-        self.gemm.packed(self.qkv)
-        self.o_proj.prepare_decode()
+    @property
+    def product_weight(self) -> torch.Tensor:
+        """The weight this module's `gemm` multiplies by (q, k and v, fused)."""
+        return self.qkv
 
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], step: _Step, layer: int
@@ -141,16 +142,42 @@ class Decoder(nn.Module):
                 module.pack()
         return self
 
+    def products(self) -> list[SelfAttention | MLP | Linear]:
+        """The modules whose `gemm` a step calls, each over its `product_weight` (the q/k/v
+        and gate/up projections are views inside their fused weights)."""
+        found: list[SelfAttention | MLP | Linear] = []
+        for layer in self.model.layers:
+            assert isinstance(layer, DecoderLayer)
+            attn, mlp = layer.self_attn, layer.mlp
+            found += [attn, attn.o_proj, mlp, mlp.down_proj]
+        return [*found, self.lm_head]
+
+    @property
+    def weights(self) -> Weights:
+        """The weight format the products run (`gemm.WEIGHT_FORMATS`'s name)."""
+        return "int8" if isinstance(self.lm_head.gemm, Int8Linear) else "float"
+
+    def use_weights(self, name: str) -> Decoder:
+        """Give every product the strategy `name` (`gemm.WEIGHT_FORMATS`), once the weights
+        are loaded and placed: ``int8`` rounds them to int8 per output channel in place
+        (`gemm.Int8Linear.quantize`; a tied embedding takes the rounded values too)."""
+        strategy = WEIGHT_FORMATS.get(name)
+        if strategy is Int8Linear and self.device.type != "cpu":
+            raise ValueError("int8 weights run on the CPU only")
+        for module in self.products():
+            gemm = strategy()
+            if isinstance(gemm, Int8Linear):
+                gemm.quantize(module.product_weight)
+            module.gemm = gemm
+        return self
+
     def prepare_decode(self) -> None:
         """Make every decode-step weight copy now (`gemm`), not at the first batched decode
         step; call it once the weights are loaded."""
         if self.device.type == "cpu" and self.dtype == torch.float32:
             cpu_kernels.available()  # build the paged decode kernel now, not at a first step
-        for layer in self.model.layers:
-            assert isinstance(layer, DecoderLayer)
-            layer.self_attn.prepare_decode()
-            layer.mlp.prepare_decode()
-        self.lm_head.prepare_decode()
+        for module in self.products():
+            module.gemm.prepare(module.product_weight)
 
     @property
     def dtype(self) -> torch.dtype:

@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from penelope_engine.model.gemm import PackedLinear
+from penelope_engine.model.gemm import Int8Linear, PackedLinear
+
+Gemm = PackedLinear | Int8Linear  # a linear layer's product strategy (`gemm.WEIGHT_FORMATS`)
 
 
 class Linear(nn.Module):
@@ -23,14 +25,16 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(
             torch.empty(out_features, in_features, **factory), requires_grad=False
         )
-        self.gemm = PackedLinear()
+        self.gemm: Gemm = PackedLinear()
 
     def forward(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
         """`decode`: the rows are a decode step's (`gemm.PackedLinear`)."""
         return self.gemm(x, self.weight, decode)
 
-    def prepare_decode(self) -> None:
-        self.gemm.packed(self.weight)
+    @property
+    def product_weight(self) -> torch.Tensor:
+        """The weight this module's `gemm` multiplies by."""
+        return self.weight
 
 
 def fuse_rows(*linears: Linear) -> torch.Tensor:
@@ -83,15 +87,16 @@ class MLP(nn.Module):
         self.up_proj = Linear(hidden, intermediate, **factory)
         self.down_proj = Linear(intermediate, hidden, **factory)
         self.intermediate = intermediate
-        self.gemm = PackedLinear()
+        self.gemm: Gemm = PackedLinear()
         self.pack()
 
     def pack(self) -> None:
         self.gate_up = fuse_rows(self.gate_proj, self.up_proj)
 
-    def prepare_decode(self) -> None:
-        self.gemm.packed(self.gate_up)
-        self.down_proj.prepare_decode()
+    @property
+    def product_weight(self) -> torch.Tensor:
+        """The weight this module's `gemm` multiplies by (gate and up, fused)."""
+        return self.gate_up
 
     def forward(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
         gate, up = self.gemm(x, self.gate_up, decode).split(self.intermediate, dim=-1)

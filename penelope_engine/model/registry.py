@@ -18,6 +18,7 @@ import torch
 from penelope_engine.config import ModelConfig
 from penelope_engine.errors import ConfigError, UnknownNameError
 from penelope_engine.model.decoder import Decoder
+from penelope_engine.model.gemm import WEIGHT_FORMATS
 from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
 from penelope_engine.model.hf_checkpoint import load_safetensors_dir
 from penelope_engine.model.tiny import (
@@ -89,19 +90,28 @@ def model_names() -> tuple[str, ...]:
 
 
 def load_model(
-    name_or_path: str, dtype: torch.dtype | str = torch.float32, device: str = "cpu"
+    name_or_path: str,
+    dtype: torch.dtype | str = torch.float32,
+    device: str = "cpu",
+    weights: str = "float",
 ) -> LoadedModel:
-    """Load a registered model by name, or a Hugging Face checkpoint directory by path."""
+    """Load a registered model by name, or a Hugging Face checkpoint directory by path, its
+    linear layers' weights in the format `weights` names (`Decoder.use_weights`)."""
     torch_dtype = _as_dtype(dtype)
+    WEIGHT_FORMATS.check(weights)  # before seconds of loading
     path = Path(name_or_path).expanduser()
     if name_or_path not in MODELS and path.is_dir():
         config, model = load_safetensors_dir(path, torch_dtype, device)
-        return LoadedModel(config, model, Tokenizer.from_dir(path))
-    try:
-        loader = MODELS.get(name_or_path)
-    except UnknownNameError as e:  # the registry's message names the valid models
-        raise UnknownNameError(f"{e}, or a checkpoint directory") from None
-    return loader(torch_dtype, device)
+        loaded = LoadedModel(config, model, Tokenizer.from_dir(path))
+    else:
+        try:
+            loader = MODELS.get(name_or_path)
+        except UnknownNameError as e:  # the registry's message names the valid models
+            raise UnknownNameError(f"{e}, or a checkpoint directory") from None
+        loaded = loader(torch_dtype, device)
+    if weights != "float":
+        loaded.model.use_weights(weights)
+    return loaded
 
 
 def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:

@@ -136,3 +136,30 @@ def test_the_fused_pass_through_flex_matches_the_reference_prefill(
     against a full prefill by the reference backend: within 1e-4, NaN-filled holes and all."""
     r = verify_fused.run_fused(tiny_qwen3, 6, PS, 3, "float32", "cpu", 1e-4, "flex")
     assert r["ok"] and r["failed_cases"] == 0 and r["max_abs_diff"] <= 1e-4
+
+
+def test_verdict_is_a_tolerance_when_exact_and_the_stated_bound_otherwise() -> None:
+    nan = float("nan")
+    assert closeness.verdict(True, 5e-5, 1e-4, 9, 10, 0.5)["ok"]  # only the diff counts
+    assert not closeness.verdict(True, 2e-4, 1e-4, 10, 10, 0.0)["ok"]
+    bounded = closeness.verdict(False, 0.3, 1e-4, 100, 100, closeness.HALF_KL / 2)
+    assert bounded["ok"] and bounded["bound"]["top1_at_least"] == closeness.HALF_TOP1
+    assert not closeness.verdict(False, 0.3, 1e-4, 98, 100, 0.0)["ok"]  # top-1 below the bound
+    assert not closeness.verdict(False, 0.3, 1e-4, 100, 100, 2 * closeness.HALF_KL)["ok"]
+    assert not closeness.verdict(False, nan, 1e-4, 100, 100, 0.0)["ok"]
+    logits = torch.randn(6, 50)
+    assert closeness.agreement(logits, logits) == (6, 6, 0.0)
+    flipped = logits.clone()
+    flipped[0] = -flipped[0]
+    agree, rows, kl = closeness.agreement(flipped, logits)
+    assert (agree, rows) == (5, 6) and kl > 1.0
+
+
+def test_int8_weights_recompute_holes_as_float_does_and_decode_within_the_bound() -> None:
+    result = verify.verify("tiny-qwen3", cases=4, sessions=3, turns=3, max_tokens=3,
+                           weights="int8")  # fmt: skip
+    assert result["weights"] == "int8" and result["ok"], result
+    fused, engine = result["fused"], result["engine"]
+    assert "bound" not in fused and fused["max_abs_diff"] <= 1e-4 and fused["top1"] == 1.0
+    assert engine["bound"]["kl_at_most"] == closeness.HALF_KL  # decode rows: bf16 inputs
+    assert engine["turns_with_holes"] > 0

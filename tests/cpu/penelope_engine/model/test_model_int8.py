@@ -1,0 +1,108 @@
+"""`gemm.Int8Linear` and `Decoder.use_weights("int8")`: decode rows read int8 weights, prefill
+rows run the model dtype over the values those weights stand for, and a row's value does not
+depend on the rows beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from model_testkit import random_model, small_configs
+
+from penelope_engine.config import EngineConfig
+from penelope_engine.errors import ConfigError, UnknownNameError
+from penelope_engine.model.gemm import Int8Linear
+from penelope_engine.model.registry import load_model
+
+
+def _weight(out: int = 96, inp: int = 64, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(out, inp, generator=torch.Generator().manual_seed(0)).to(dtype)
+
+
+def test_quantize_rounds_each_row_to_127_steps_of_its_scale_in_place() -> None:
+    w = _weight()
+    original = w.clone()
+    view = w[:10]  # a projection inside a fused weight
+    lin = Int8Linear()
+    lin.quantize(w)
+    assert lin._q is not None and lin._scales is not None
+    assert lin._q.dtype == torch.int8 and int(lin._q.abs().max()) <= 127
+    steps = lin._scales.float().unsqueeze(1)
+    assert torch.equal(w, lin._q.float() * steps)  # exact in float32
+    assert torch.equal(view, w[:10])  # the view sees the rounded values
+    assert bool(((w - original).abs() <= steps / 2 + 1e-6).all())  # half a step at most
+    assert float((w - original).abs().max()) > 0  # it did round
+
+
+def test_prefill_rows_are_the_model_dtype_product_over_the_rounded_weights() -> None:
+    w = _weight()
+    lin = Int8Linear()
+    lin.quantize(w)
+    x = torch.randn(40, 64)
+    assert torch.equal(lin(x, w, decode=False), F.linear(x, w))
+
+
+def test_decode_rows_read_int8_and_agree_with_the_float_product_to_bf16_rounding() -> None:
+    w = _weight()
+    lin = Int8Linear()
+    lin.quantize(w)
+    x = torch.randn(8, 64)
+    got = lin(x, w, decode=True)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, F.linear(x, w), atol=0.15, rtol=0.02)  # bf16 inputs
+
+
+@pytest.mark.parametrize("decode", [True, False])
+def test_a_row_is_the_same_whatever_the_rows_beside_it(decode: bool) -> None:
+    w = _weight(160, 96)
+    lin = Int8Linear()
+    lin.quantize(w)
+    x = torch.randn(70, 96)
+    whole = lin(x, w, decode)
+    for start, rows in ((0, 2), (3, 5), (9, 8), (20, 33), (69, 1)):
+        if rows < 5 and not decode:
+            continue  # below 5 rows MKL's float32 product takes other kernels (as for float)
+        assert torch.equal(lin(x[start : start + rows], w, decode), whole[start : start + rows])
+
+
+def test_a_weight_changed_after_quantization_is_refused() -> None:
+    w = _weight()
+    lin = Int8Linear()
+    lin.quantize(w)
+    w.mul_(2.0)
+    with pytest.raises(RuntimeError, match="use_weights"):
+        lin(torch.randn(2, 64), w, decode=True)
+
+
+@pytest.mark.parametrize("cfg", small_configs(), ids=lambda c: c.arch)
+def test_use_weights_int8_quantizes_every_product_and_keeps_the_embedding_tied(cfg: Any) -> None:
+    model = random_model(cfg).use_weights("int8")
+    assert model.weights == "int8"
+    products = model.products()
+    assert all(isinstance(m.gemm, Int8Linear) for m in products)
+    model.prepare_decode()  # every product's copy is current
+    if cfg.tie_word_embeddings:
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+    layer = model.model.layers[0]
+    q = layer.self_attn.q_proj.weight
+    assert q.data_ptr() == layer.self_attn.qkv.data_ptr()  # still a view of the fused qkv
+    with pytest.raises(UnknownNameError, match="float, int8"):
+        random_model(cfg).use_weights("int4")
+
+
+def test_engine_config_checks_the_weights_name_and_device() -> None:
+    with pytest.raises(ConfigError, match="weights must be one of float, int8"):
+        EngineConfig(weights="int4")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="CPU only"):
+        EngineConfig(weights="int8", device="cuda")
+    EngineConfig(weights="int8", dtype="bfloat16")
+
+
+def test_an_engine_refuses_a_model_whose_weights_differ_from_its_config() -> None:
+    from penelope_engine.engine import Engine
+
+    loaded = load_model("tiny-qwen3")
+    with pytest.raises(ConfigError, match="holds float weights"):
+        Engine(EngineConfig(model="tiny-qwen3", weights="int8"), loaded)
