@@ -41,7 +41,7 @@ from penelope_engine.shipped import (
 # The options that are config fields, by config: name, type, choices and help come from
 # the field (`helpformat.add_field_args`); the defaults are what `penelope serve` serves.
 ENGINE_OPTIONS = ("model", "device", "dtype", "weights", "attention")
-CACHE_OPTIONS = ("page_size", "device_pages", "device_memory_fraction")
+CACHE_OPTIONS = ("page_size", "device_pages", "device_kv_bytes", "device_memory_fraction")
 STORE_OPTIONS = ("store_bytes", "policy")
 SESSION_OPTIONS = (
     "session_ttl_s",
@@ -153,6 +153,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ApiSetting
         store_request_timeout_s=args.store_request_timeout_s,
         store_probe_s=args.store_probe_s,
         device_memory_fraction=args.device_memory_fraction,
+        device_kv_bytes=args.device_kv_bytes,
     )
     engine = EngineConfig(
         model=args.model,

@@ -112,6 +112,12 @@ class CacheConfig:
     device_memory_fraction: float = with_help(
         0.0, "CUDA: share of GPU memory to use; KV gets what is left (0: device_pages)"
     )
+    # The device pool as bytes rather than pages: `device_pages` becomes as many pages as
+    # fit in these bytes at the model's KV dtype (a bfloat16 pool holds twice float32's
+    # tokens), so servers of different dtypes compare at equal memory. 0: `device_pages`.
+    device_kv_bytes: int = with_help(
+        0, "KV bytes on the device; sets device_pages for the KV dtype (0: device_pages)"
+    )
 
     def __post_init__(self) -> None:
         require(
@@ -133,6 +139,11 @@ class CacheConfig:
         require(
             0 <= self.device_memory_fraction < 1,
             f"device_memory_fraction must be in [0, 1), got {self.device_memory_fraction}",
+        )
+        require(self.device_kv_bytes >= 0, "device_kv_bytes must be >= 0")
+        require(
+            not (self.device_kv_bytes and self.device_memory_fraction),
+            "set device_kv_bytes or device_memory_fraction, not both",
         )
         as_write_policy(self.write_policy)
         require(self.store_bytes > 0, "store_bytes must be positive")

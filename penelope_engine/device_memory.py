@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from penelope_engine.config import EngineConfig
+from penelope_engine.config import EngineConfig, ModelConfig
 from penelope_engine.errors import ConfigError
 from penelope_engine.model.attention import build_metadata
 from penelope_engine.model.backends import resolve_backend
@@ -72,8 +72,17 @@ def sized_for_device(
     config: EngineConfig, loaded: LoadedModel, max_model_len: int
 ) -> tuple[EngineConfig, MemoryPlan | None]:
     """`config` with `device_pages` sized to the GPU when `device_memory_fraction` is set
-    (and the plan that sized it); unchanged, with None, otherwise."""
+    (and the plan that sized it), or to `device_kv_bytes` at the KV dtype when that is set;
+    unchanged, with None, otherwise."""
     cc = config.cache
+    if cc.device_kv_bytes:
+        pages = cc.device_kv_bytes // kv_page_bytes(config, loaded.config)
+        if pages < 1:
+            raise ConfigError(
+                f"device_kv_bytes {cc.device_kv_bytes} holds no page of "
+                f"{kv_page_bytes(config, loaded.config)} bytes"
+            )
+        return replace(config, cache=replace(cc, device_pages=pages)), None
     if cc.device_memory_fraction == 0:
         return config, None
     device = torch.device(config.device)
@@ -81,12 +90,20 @@ def sized_for_device(
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(device)
-    mc = loaded.config
-    element = torch.finfo(DTYPES[config.dtype]).bits // 8
-    page_bytes = cc.page_size * mc.kv_bytes_per_token(element)
+    page_bytes = kv_page_bytes(config, loaded.config)
     plan = MemoryPlan(total, cc.device_memory_fraction, total - free, step_peak, page_bytes)
     log.info("device pool: %s", plan.describe())
     return replace(config, cache=replace(cc, device_pages=plan.pages)), plan
+
+
+def kv_bytes_per_token(config: EngineConfig, mc: ModelConfig) -> int:
+    """Bytes one token's KV takes at `config`'s dtype: every layer, K and V."""
+    return mc.kv_bytes_per_token(torch.finfo(DTYPES[config.dtype]).bits // 8)
+
+
+def kv_page_bytes(config: EngineConfig, mc: ModelConfig) -> int:
+    """Bytes one KV page takes at `config`'s dtype."""
+    return config.cache.page_size * kv_bytes_per_token(config, mc)
 
 
 def warm_up_peak(config: EngineConfig, loaded: LoadedModel, max_model_len: int) -> int:

@@ -78,6 +78,10 @@ def server_info(backend: Backend) -> dict[str, Any]:
         "max_total_num_tokens": None,
         "max_req_input_len": window - 1,
         "version": PENELOPE_VERSION,
+        # Penelope's own: the weight format and the device pool in bytes as well as tokens
+        "weights": None,
+        "kv_bytes_per_token": None,
+        "max_total_kv_bytes": None,
     }
     if cfg is not None:
         pool = cfg.cache.page_size * cfg.cache.device_pages  # tokens the device pool holds
@@ -92,7 +96,14 @@ def server_info(backend: Backend) -> dict[str, Any]:
             max_total_tokens=pool,
             max_total_num_tokens=pool,
             max_req_input_len=min(window, pool) - 1,  # one token of room to generate
+            weights=cfg.weights,
         )
+        model = _model_config(backend)
+        if model is not None:
+            from penelope_engine.device_memory import kv_bytes_per_token  # torch is loaded here
+
+            per_token = kv_bytes_per_token(cfg, model)
+            info.update(kv_bytes_per_token=per_token, max_total_kv_bytes=pool * per_token)
     return info
 
 

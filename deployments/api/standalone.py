@@ -42,7 +42,7 @@ def standalone_app(engine_config: EngineConfig, settings: ApiSettings | None = N
         from penelope_engine.model.registry import load_model
 
         c = engine_config
-        loaded = await asyncio.to_thread(load_model, c.model, c.dtype, c.device)
+        loaded = await asyncio.to_thread(load_model, c.model, c.dtype, c.device, c.weights)
         engine = await asyncio.to_thread(AsyncEngine, c, loaded)
         return LocalBackend(engine, settings.replica_name, restart=lambda: AsyncEngine(c, loaded))
 

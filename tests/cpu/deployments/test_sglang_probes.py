@@ -87,6 +87,11 @@ async def test_server_info_has_the_engine_config(
     assert info["max_req_input_len"] == min(window, pool) - 1
     assert info["is_embedding"] is False and info["dtype"] == TINY_ENGINE.dtype
     assert isinstance(info["version"], str)
+    # the pool in bytes as well as tokens, at the KV dtype's width
+    mc = tiny_qwen3.config
+    per_token = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * 4  # float32: 4 bytes
+    assert info["kv_bytes_per_token"] == per_token and info["weights"] == "float"
+    assert info["max_total_kv_bytes"] == pool * per_token
 
 
 async def test_model_info_says_what_model_runs(client: httpx.AsyncClient) -> None:
