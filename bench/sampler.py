@@ -35,6 +35,14 @@ def cpu_fields() -> dict[str, str]:
     return fields
 
 
+def cpu_info() -> dict[str, Any]:
+    """The CPU model and flags (the first processor's, /proc/cpuinfo), and its vector ones."""
+    fields = cpu_fields()
+    flags = fields.get("flags", "").split()
+    vector = [f for f in flags if f.startswith(("avx", "amx", "fma", "sse4", "f16c"))]
+    return {"model": fields.get("model name"), "vector_flags": vector, "flags": flags}
+
+
 class Sampler:
     def __init__(self, period_s: float, name: str) -> None:
         if period_s <= 0:

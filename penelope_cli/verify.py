@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,7 @@ def verify(
     reference: str = "none",
     attention: str = "auto",
     weights: Weights = "float",
+    text: str | None = None,
 ) -> dict:
     """Run the checks; the report as plain data (NaN and infinite differences as floats).
     The fused passes and the tight engine attend with `attention`; the full prefills and
@@ -75,9 +77,11 @@ def verify(
     }
     sections: dict[str, dict] = {}
     if cases > 0:
+        ids = None if text is None else np.array(lm.tokenizer.encode(Path(text).read_text()))
         sections["fused"] = run_fused(
-            lm, cases, page_size, seed, dtype, device, tolerance, attention
+            lm, cases, page_size, seed, dtype, device, tolerance, attention, ids
         )
+        sections["fused"]["tokens"] = "random" if text is None else f"text: {text}"
     turns_run: list = []
     if sessions > 0 and turns > 0:
         sections["engine"], turns_run = run_engine(
@@ -133,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=WEIGHT_NAMES,
         help="linear-layer weights: float (in --dtype) or int8 (with --dtype bfloat16)",
     )
+    ap.add_argument(
+        "--text",
+        default=None,
+        metavar="FILE",
+        help="fused check: cases over windows of this text's tokens (default: random ids)",
+    )
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument(
         "--attention",
@@ -164,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         args.reference,
         args.attention,
         args.weights,
+        args.text,
     )
     print(json.dumps(jsonable(result), allow_nan=False))
     if not args.json:

@@ -36,7 +36,15 @@ class Case:
     chunks: int
 
 
-def draw_case(rng: np.random.Generator, vocab: int, page_size: int, index: int) -> Case:
+def draw_case(
+    rng: np.random.Generator,
+    vocab: int,
+    page_size: int,
+    index: int,
+    text: np.ndarray | None = None,
+) -> Case:
+    """A session and its holes; its tokens drawn at random from the vocabulary, or a window
+    of `text` (token ids of real text, whose logits are as peaked as a served prompt's)."""
     prefix = int(rng.integers(page_size, 6 * page_size))
     private = int(rng.integers(2 * page_size, 24 * page_size))
     num_new = int(rng.integers(1, 3 * page_size))
@@ -55,7 +63,13 @@ def draw_case(rng: np.random.Generator, vocab: int, page_size: int, index: int) 
         holes[prefix : prefix + int(rng.integers(1, private))] = True
     else:  # the whole private history gone
         holes[prefix:] = True
-    tokens = rng.integers(0, vocab, size=n)
+    if text is None:
+        tokens = rng.integers(0, vocab, size=n)
+    else:
+        if len(text) < n:
+            raise ValueError(f"the text has {len(text)} tokens; a case needs up to {n}")
+        start = int(rng.integers(0, len(text) - n + 1))
+        tokens = text[start : start + n]
     return Case(tokens, holes, num_new, chunks=1 + index % 3)
 
 
@@ -144,12 +158,14 @@ def run_fused(
     device: str,
     tol: float,
     attention: str = "auto",
+    text: np.ndarray | None = None,
 ) -> dict:
+    """`cases` drawn cases (`draw_case`; over `text`'s token ids when given)."""
     rng = np.random.default_rng(seed)
     backend = resolve_backend(attention, device)
     diffs, agree, rows, kls = [], 0, 0, list[float]()
     for i in range(cases):
-        case = draw_case(rng, lm.config.vocab_size, page_size, i)
+        case = draw_case(rng, lm.config.vocab_size, page_size, i, text)
         diff, (case_agree, case_rows, kl) = run_case(
             lm, case, page_size, rng, DTYPES[dtype], device, backend
         )

@@ -6,6 +6,7 @@
 #   scripts/llama_server_env.sh install             llama-server + llama-quantize (~10-15 min, 2 cores)
 #   scripts/llama_server_env.sh models              the bundled SmolLM2 GGUF as f32, q8_0 (+ q4_1 link)
 #   scripts/llama_server_env.sh serve WEIGHTS [PORT]  WEIGHTS: f32 | q8_0 | q4_1; background, waits for /health
+#   scripts/llama_server_env.sh run WEIGHTS [PORT]  the same in the foreground (for a bench)
 #   scripts/llama_server_env.sh stop                kills the server started by serve
 #
 # Environment: LLAMA_DIR (/tmp/llama-cpp), LLAMA_PORT (8200), LLAMA_THREADS (1), LLAMA_CTX (12416
@@ -95,25 +96,37 @@ EOF
   done
 }
 
-serve() {
+# The model and flags for WEIGHTS on PORT, into ARGS (shared by serve and run).
+server_args() {
   local weights=${1:-} port=${2:-${LLAMA_PORT:-8200}}
   case "$weights" in
     f32|q8_0|q4_1) ;;
-    *) echo "serve: WEIGHTS must be f32, q8_0 or q4_1" >&2; exit 2 ;;
+    *) echo "llama_server_env: WEIGHTS must be f32, q8_0 or q4_1" >&2; exit 2 ;;
   esac
   local model=$MODELS/smollm2-135m-$weights.gguf
-  [[ -e $model ]] || { echo "serve: $model missing; run \`$0 models\`" >&2; exit 1; }
+  [[ -e $model ]] || { echo "llama_server_env: $model missing; run \`$0 models\`" >&2; exit 1; }
+  local threads=${LLAMA_THREADS:-1} kvu=()
+  # One KV pool shared by all slots, as Penelope's paged cache is (the flag exists since ~b6700).
+  "$BIN/llama-server" --help 2>&1 | grep -q -- '--kv-unified' && kvu=(--kv-unified)
+  ARGS=(-m "$model" --alias smollm2-135m --host 127.0.0.1 --port "$port"
+    -t "$threads" -tb "$threads" -c "${LLAMA_CTX:-12416}" -np "${LLAMA_SLOTS:-4}" "${kvu[@]}"
+    --cache-ram "${LLAMA_CACHE_RAM:-0}" --no-webui)
+}
+
+# In the foreground (a bench's child: it holds the process and stops its group).
+run() {
+  server_args "$@"
+  exec "$BIN/llama-server" "${ARGS[@]}"
+}
+
+serve() {
+  local weights=${1:-} port=${2:-${LLAMA_PORT:-8200}}
+  server_args "$weights" "$port"
   if [[ -f $PID_FILE ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
     echo "serve: llama-server already running (pid $(cat "$PID_FILE")); \`$0 stop\` first" >&2
     exit 1
   fi
-  local threads=${LLAMA_THREADS:-1} kvu=()
-  # One KV pool shared by all slots, as Penelope's paged cache is (the flag exists since ~b6700).
-  "$BIN/llama-server" --help 2>&1 | grep -q -- '--kv-unified' && kvu=(--kv-unified)
-  nohup "$BIN/llama-server" -m "$model" --alias smollm2-135m --host 127.0.0.1 --port "$port" \
-    -t "$threads" -tb "$threads" -c "${LLAMA_CTX:-12416}" -np "${LLAMA_SLOTS:-4}" "${kvu[@]}" \
-    --cache-ram "${LLAMA_CACHE_RAM:-0}" --no-webui \
-    > "$LOG_FILE" 2>&1 < /dev/null &
+  nohup "$BIN/llama-server" "${ARGS[@]}" > "$LOG_FILE" 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" > "$PID_FILE"
   local deadline=$((SECONDS + ${LLAMA_WAIT_S:-120}))
@@ -127,7 +140,7 @@ serve() {
     fi
     sleep 0.5
   done
-  echo "llama-server pid $pid on http://127.0.0.1:$port ($weights, $threads thread(s), log $LOG_FILE)"
+  echo "llama-server pid $pid on http://127.0.0.1:$port ($weights, ${LLAMA_THREADS:-1} thread(s), log $LOG_FILE)"
 }
 
 stop() {
@@ -146,6 +159,7 @@ case "${1:-}" in
   install) install ;;
   models) models ;;
   serve) shift; serve "$@" ;;
+  run) shift; run "$@" ;;
   stop) stop ;;
   *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

@@ -84,9 +84,7 @@ class RayApp:
         app.deploy(app_config(cfg, self.port, store), self.workdir / f"{log.stem}.yaml")
         try:
             app.wait_running(START_TIMEOUT_S, replicas=1)
-            (replica,) = app.wait_for(
-                "the new engine replica", lambda: _new(old), START_TIMEOUT_S
-            )
+            (replica,) = app.wait_for("the new engine replica", lambda: _new(old), START_TIMEOUT_S)
             wait_http(f"{url}/health", START_TIMEOUT_S)
             warm = {"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 2}
             httpx.post(

@@ -1,6 +1,7 @@
 """`penelope bench speed`: the embedded engine's speed, alone or against another server.
 
     penelope bench speed [--json OUT] [--against URL --against-pid PID] [--dtype float32]
+        [--weights int8] [--peers llama-q8_0,vllm-bfloat16]
 
 Starts `penelope serve` (one thread, `--model`, `--dtype`) and measures, per
 run: prefill tokens/s and TTFT of a fresh `--prompt-tokens` prompt, decode
@@ -9,12 +10,15 @@ tokens/s of one stream and of `--batch` concurrent streams, and a
 process, a decode step of `--batch` rows under a JSON grammar against a free
 one (`constrained`: `bench.speed.constrained`). With `--against`
 (any OpenAI-compatible server serving the same model; `--against-pid` its
-process, whose tree's CPU is read) the two sides run alternately, `--repeats`
-times, side order flipping each run, on the same token-id prompts (greedy).
+process, whose tree's CPU is read) and with `--peers` (started here from the
+project's scripts: `bench.speed.peers`) the sides run in turn, `--repeats`
+times, each run starting with the next side, on the same token-id prompts
+(greedy).
 Every figure is also per CPU-second of the server's process tree, the fair
 one on a shared machine (`bench.speed.measure` says which window each uses).
 JSON (`ours`, `theirs`, `ratios`: ours/theirs, TTFT inverted, so above 1 we
-are ahead) goes to OUT, the table to stdout.
+are ahead; `peers` and `peer_ratios` per started peer, with its weights and
+version; `cpu`: the model and vector flags) goes to OUT, the table to stdout.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -42,29 +47,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_speed(cfg: SpeedConfig) -> dict[str, Any]:
     from bench.client import first_model
+    from bench.sampler import cpu_info
     from bench.speed.measure import Side, run_side, warm_up
-    from bench.speed.server import penelope_server
+    from bench.speed.server import penelope_server, started_peers
 
-    if bool(cfg.against) != bool(cfg.against_pid):
-        raise SystemExit("--against and --against-pid go together")
-    with penelope_server(cfg) as ours_server, CpuClock(ours_server.pid) as ours_clock:
+    with ExitStack() as stack:
+        ours_server = stack.enter_context(penelope_server(cfg))
+        ours_clock = stack.enter_context(CpuClock(ours_server.pid))
         sides = [Side("ours", ours_server.url, first_model(ours_server.url), ours_clock)]
-        theirs_clock = CpuClock(cfg.against_pid) if cfg.against else None
-        with theirs_clock or _nothing():
-            if theirs_clock is not None:
-                model = cfg.against_model or first_model(cfg.against)
-                sides.append(Side("theirs", cfg.against, model, theirs_clock))
-            for side in sides:
-                warm_up(side, cfg)
-            runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in sides}
-            for run in range(cfg.repeats):
-                for side in sides if run % 2 == 0 else sides[::-1]:
-                    runs[side.name].append(run_side(side, cfg, run))
+        if cfg.against:
+            clock = stack.enter_context(CpuClock(cfg.against_pid))
+            model = cfg.against_model or first_model(cfg.against)
+            sides.append(Side("theirs", cfg.against, model, clock))
+        peers = stack.enter_context(started_peers(cfg))
+        for peer in peers:
+            clock = stack.enter_context(CpuClock(peer.pid))
+            sides.append(Side(peer.name, peer.url, first_model(peer.url), clock))
+        for side in sides:
+            warm_up(side, cfg)
+        runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in sides}
+        for run in range(cfg.repeats):  # each run starts with the next side: none always first
+            turn = run % len(sides)
+            for side in sides[turn:] + sides[:turn]:
+                runs[side.name].append(run_side(side, cfg, run))
     result: dict[str, Any] = {"bench": "speed", "config": dataclasses.asdict(cfg)}
-    for name in ("ours", "theirs"):
-        result[name] = medians(runs[name], cfg.batch) if name in runs else None
+    result["cpu"] = cpu_info()
+    result["ours"] = medians(runs["ours"], cfg.batch)
+    result["theirs"] = medians(runs["theirs"], cfg.batch) if "theirs" in runs else None
     theirs = result["theirs"]
     result["ratios"] = ratios(result["ours"], theirs, cfg.batch) if theirs else None
+    result["peers"] = {p.name: medians(runs[p.name], cfg.batch) | p.about() for p in peers}
+    result["peer_ratios"] = {
+        name: ratios(result["ours"], peer, cfg.batch) for name, peer in result["peers"].items()
+    }
     result["runs"] = runs
     if cfg.constrained_steps:  # after the servers' runs: this process loads its own engine
         from bench.speed.constrained import constrained_step_cost
@@ -73,17 +88,11 @@ def run_speed(cfg: SpeedConfig) -> dict[str, Any]:
     return result
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    cfg = SpeedConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(SpeedConfig)})
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(SpeedConfig)}
+    values["peers"] = tuple(p for p in values["peers"].split(",") if p)
+    cfg = SpeedConfig(**values)
     result = run_speed(cfg)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

@@ -62,7 +62,24 @@ class SpeedConfig:
     against_pid: int = field(
         default=0, metadata={"help": "the other server's process id (its tree's CPU is read)"}
     )
+    peers: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "peers to start from the project's scripts, side by side in this run "
+            "(comma list of llama-f32, llama-q8_0, vllm-float32, vllm-bfloat16)"
+        },
+    )
     against_model: str = field(
         default="",
         metadata={"help": "the other server's model name (none: the first of its /v1/models)"},
     )
+
+    def __post_init__(self) -> None:
+        from bench.speed.peers import SPEED_PEERS
+
+        for name in self.peers:
+            SPEED_PEERS.check(name)  # UnknownNameError lists the valid ones
+        if len(set(self.peers)) != len(self.peers):
+            raise ValueError(f"each peer once, got {self.peers}")
+        if bool(self.against) != bool(self.against_pid):
+            raise ValueError("--against and --against-pid go together")

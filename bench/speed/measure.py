@@ -60,8 +60,10 @@ def prefill(side: Side, cfg: SpeedConfig, run: int) -> dict[str, float]:
     }
 
 
-def decode(side: Side, cfg: SpeedConfig, run: int, batch: int) -> tuple[float, float]:
-    """Total tokens/s over `batch` concurrent streams, on the wall and the CPU clock."""
+def concurrent_streams(
+    side: Side, cfg: SpeedConfig, run: int, batch: int
+) -> tuple[list[list[int]], list[Stream]]:
+    """`batch` streams at once, each over a prompt prefilled first on its own."""
     prompts = [prompt(cfg, cfg.decode_prompt_tokens, "decode", batch, run, i) for i in range(batch)]
     for p in prompts:  # a few tokens: a single one may decode to no text (a partial byte)
         complete(side.url, side.model, p, 4, cfg.request_timeout_s)
@@ -74,6 +76,12 @@ def decode(side: Side, cfg: SpeedConfig, run: int, batch: int) -> tuple[float, f
                 prompts,
             )
         )
+    return prompts, streams
+
+
+def decode(side: Side, cfg: SpeedConfig, run: int, batch: int) -> tuple[float, float]:
+    """Total tokens/s over `batch` concurrent streams, on the wall and the CPU clock."""
+    prompts, streams = concurrent_streams(side, cfg, run, batch)
     uncached = [len(p) - s.cached_tokens for p, s in zip(prompts, streams)]
     if max(uncached) > max(64, len(prompts[0]) // 8):  # room for a partial last block
         raise RuntimeError(
@@ -134,6 +142,9 @@ def run_side(side: Side, cfg: SpeedConfig, run: int) -> dict[str, Any]:
 
 
 def warm_up(side: Side, cfg: SpeedConfig) -> None:
-    """A short request and a short batch first: lazy set-up is not charged to a figure."""
+    """A short request, then one stream and a batch of every size the figures use, untimed:
+    lazy set-up (a server that compiles or captures graphs per batch size, as vLLM's
+    compiled mode does) is not charged to a figure, nor breaks its decode window."""
     complete(side.url, side.model, prompt(cfg, 32, "warm"), 4, cfg.request_timeout_s)
-    decode(side, cfg, -1, min(2, cfg.batch))
+    for batch in sorted({1, min(2, cfg.batch), cfg.batch}):
+        concurrent_streams(side, cfg, -1 - batch, batch)

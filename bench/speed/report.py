@@ -1,4 +1,4 @@
-"""Medians over runs, ratios ours/theirs, and the printed table."""
+"""Medians over runs, ratios ours/theirs (and ours/each peer), and the printed table."""
 
 from __future__ import annotations
 
@@ -50,24 +50,30 @@ def ratios(ours: dict[str, Any], theirs: dict[str, Any], batch: int) -> dict[str
 
 
 def table(result: dict[str, Any]) -> str:
+    """Our figures beside each other side's, then our ratio to each (above 1: we are ahead)."""
     batch = result["config"]["batch"]
-    sides = [s for s in ("ours", "theirs") if result.get(s)]
-    cols = ["figure", *sides] + (["ratio"] if result.get("ratios") else [])
-    rows = [cols]
+    figures = {"ours": result["ours"]}
+    ratio_cols: dict[str, dict[str, float]] = {}
+    if result.get("theirs"):
+        figures["theirs"] = result["theirs"]
+        ratio_cols["ratio"] = result["ratios"]
+    for name, peer in (result.get("peers") or {}).items():
+        figures[name] = peer
+        ratio_cols[f"ours/{name}"] = result["peer_ratios"][name]
+    rows = [["figure", *figures, *ratio_cols]]
     for k in figure_keys(batch):
-        row = [k, *(str(result[s][k]) for s in sides)]
-        if result.get("ratios"):
-            row.append(str(result["ratios"][k]))
-        rows.append(row)
+        rows.append(
+            [k, *(str(f[k]) for f in figures.values()), *(str(r[k]) for r in ratio_cols.values())]
+        )
     for i, turn in enumerate(result["ours"]["session"]):
-        name = f"turn {turn['turn']} ttft_s / cached"
-        row = [name]
-        for s in sides:
-            t = result[s]["session"][i]
+        row = [f"turn {turn['turn']} ttft_s / cached"]
+        for f in figures.values():
+            t = f["session"][i]
             row.append(f"{t['ttft_s']} / {t['cached_tokens']}")
-        rows.append(row + ([""] if result.get("ratios") else []))
+        rows.append(row + [""] * len(ratio_cols))
     if result.get("constrained"):
         c = result["constrained"]
         value = f"{c['plain_step_ms']} -> {c['constrained_step_ms']} ms (x{c['ratio']})"
-        rows.append([f"decode step b{c['batch']}, free -> grammar", value, *[""] * (len(cols) - 2)])
+        label = f"decode step b{c['batch']}, free -> grammar"
+        rows.append([label, value, *[""] * (len(rows[0]) - 2)])
     return text_table(rows)

@@ -12,13 +12,17 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from bench.child import server_process
 from bench.net import free_port
 from bench.speed.config import SpeedConfig
+from bench.speed.peers import SPEED_PEERS, Peer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,3 +62,51 @@ def penelope_server(cfg: SpeedConfig) -> Iterator[Server]:
             yield Server(url, proc.pid)
     finally:
         log.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class StartedPeer:
+    name: str
+    url: str
+    pid: int
+    peer: Peer
+    command: str
+
+    def about(self) -> dict[str, Any]:
+        """What the report says of it: weights, version and the command that started it."""
+        version = self.peer.version()
+        if not version:  # vLLM answers /version
+            try:
+                version = f"vLLM {httpx.get(f'{self.url}/version', timeout=5).json()['version']}"
+            except (httpx.HTTPError, ValueError, KeyError):
+                version = "unknown"
+        return {"weights": self.peer.weights, "version": version, "command": self.command}
+
+
+@contextmanager
+def started_peers(cfg: SpeedConfig) -> Iterator[list[StartedPeer]]:
+    """Every `cfg.peers` entry started from its script, one after another, each answering
+    `/health` within the start-up deadline; all stopped on the way out."""
+    with ExitStack() as stack:
+        started = []
+        for name in cfg.peers:
+            peer = SPEED_PEERS.get(name)
+            port = free_port()
+            command = peer.shell(port, cfg.batch)
+            fd, log_name = tempfile.mkstemp(prefix=f"penelope-speed-{name}-", suffix=".log")
+            os.close(fd)
+            log, url = Path(log_name), f"http://127.0.0.1:{port}"
+            stack.callback(log.unlink, missing_ok=True)
+            proc = stack.enter_context(
+                server_process(
+                    name,
+                    command,
+                    log,
+                    f"{url}/health",
+                    cfg.startup_timeout_s,
+                    shell=True,
+                    grace_s=15.0,
+                )  # fmt: skip
+            )
+            started.append(StartedPeer(name, url, proc.pid, peer, command))
+        yield started

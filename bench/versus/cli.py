@@ -160,8 +160,8 @@ def document(
     plans: list,
     failed: list[dict[str, Any]] | None = None,
 ) -> dict:
+    from bench.sampler import cpu_info
     from bench.versus.report import grouped, ratios
-    from bench.versus.runs import cpu_info
     from bench.versus.turns import versus_turns
 
     rats = ratios(runs, baseline)

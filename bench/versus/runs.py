@@ -19,20 +19,11 @@ from typing import Any
 import httpx
 
 from bench.client import first_model
-from bench.sampler import cpu_fields
 from bench.versus import client, servers
 from bench.versus.config import ServerSpec, VersusConfig
 from bench.versus.plan import Plan, describe, make_plan
 from bench.versus.report import summarize
 from bench.versus.turns import turn_summary
-
-
-def cpu_info() -> dict[str, Any]:
-    """The CPU model and flags (the first processor's, /proc/cpuinfo)."""
-    fields = cpu_fields()
-    flags = fields.get("flags", "").split()
-    vector = [f for f in flags if f.startswith(("avx", "amx", "fma", "sse4", "f16c"))]
-    return {"model": fields.get("model name"), "vector_flags": vector, "flags": flags}
 
 
 def run_one(

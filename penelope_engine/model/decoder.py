@@ -10,6 +10,7 @@ writes this step's K/V into the pool before it attends (see
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -18,11 +19,13 @@ from torch import nn
 from penelope_engine.config import ModelConfig, Weights
 from penelope_engine.model import cpu_kernels
 from penelope_engine.model.attention import AttentionMetadata
-from penelope_engine.model.gemm import WEIGHT_FORMATS, Int8Linear, PackedLinear
+from penelope_engine.model.gemm import WEIGHT_FORMATS, Int8Linear, PackedLinear, int8_vectorized
 from penelope_engine.model.layers import MLP, Embedding, Gemm, Linear, RMSNorm, fuse_rows
 from penelope_engine.model.paged_attention import AttentionPlan, paged_attention
 from penelope_engine.model.rope import RotaryCache, apply_rope
 from penelope_engine.tiers.kv_pool import KVPool
+
+log = logging.getLogger(__name__)
 
 
 class SelfAttention(nn.Module):
@@ -164,6 +167,12 @@ class Decoder(nn.Module):
         strategy = WEIGHT_FORMATS.get(name)
         if strategy is Int8Linear and self.device.type != "cpu":
             raise ValueError("int8 weights run on the CPU only")
+        if strategy is Int8Linear and not int8_vectorized():
+            log.warning(
+                "int8 weights: torch's int8 kernel has no vectorized loop on this CPU (%s): "
+                "decode runs its scalar loop, slower than float32 weights",
+                torch.backends.cpu.get_cpu_capability(),
+            )
         for module in self.products():
             gemm = strategy()
             if isinstance(gemm, Int8Linear):

@@ -163,3 +163,14 @@ def test_int8_weights_recompute_holes_as_float_does_and_decode_within_the_bound(
     assert "bound" not in fused and fused["max_abs_diff"] <= 1e-4 and fused["top1"] == 1.0
     assert engine["bound"]["kl_at_most"] == closeness.HALF_KL  # decode rows: bf16 inputs
     assert engine["turns_with_holes"] > 0
+
+
+def test_cases_over_a_text_are_windows_of_its_tokens() -> None:
+    import numpy as np
+
+    text = np.arange(5000, 6000)
+    case = verify_fused.draw_case(np.random.default_rng(0), 100, PS, 0, text)
+    start = int(case.tokens[0]) - 5000
+    assert np.array_equal(case.tokens, text[start : start + len(case.tokens)])
+    with pytest.raises(ValueError, match="the text has 10 tokens"):
+        verify_fused.draw_case(np.random.default_rng(0), 100, PS, 0, text[:10])

@@ -106,3 +106,12 @@ def test_an_engine_refuses_a_model_whose_weights_differ_from_its_config() -> Non
     loaded = load_model("tiny-qwen3")
     with pytest.raises(ConfigError, match="holds float weights"):
         Engine(EngineConfig(model="tiny-qwen3", weights="int8"), loaded)
+
+
+def test_a_cpu_without_the_vectorized_int8_loop_is_told_so(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    from penelope_engine.model import decoder
+
+    monkeypatch.setattr(decoder, "int8_vectorized", lambda: False)
+    with caplog.at_level("WARNING", logger=decoder.__name__):
+        random_model(small_configs()[0]).use_weights("int8")
+    assert "scalar loop, slower than float32" in caplog.text
