@@ -9,7 +9,10 @@ x 1/G and capped, Poisson starts; a session ends at its first request past
 with usage, against each server alone, the order flipping per seed
 (`bench.versus.runs`). `--start NAME=CMD` starts that server cold for every
 run and stops it after; CMD may name {port}, {kv_tokens} and {kv_blocks}
-(`--kv-tokens` sweeps the capacity). Each run reads back the KV capacity the
+(`--kv-tokens` sweeps the capacity). `--load 0.5,0.9,1.2` times each server's
+cold prefill first and scales session starts and tool gaps so that the offered
+prefill work is that multiple of the fastest one's rate (`bench.versus.load`;
+`--service-tok-s` gives the rate instead). Each run reads back the KV capacity the
 server really got and times a cold `--raw-prompt-tokens` prefill beside the
 replay. JSON: per request TTFT, E2E, prompt and cached tokens; per run mean,
 p50, p90 TTFT and E2E, hit ratio, wall time, errors; ratios to `--baseline`
@@ -38,6 +41,10 @@ def _pair(text: str) -> tuple[str, str]:
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x)
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,6 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=_ints,
         default=d.kv_tokens,
         help="comma list of KV capacities to sweep (needs --start for each server)",
+    )
+    ap.add_argument(
+        "--load",
+        dest="loads",
+        type=_floats,
+        default=d.loads,
+        help="comma list of offered loads, x the fastest server's measured prefill rate "
+        "(starts and gaps scaled to it; bench.versus.load)",
+    )
+    ap.add_argument(
+        "--service-tok-s",
+        type=float,
+        default=d.service_tok_s,
+        help="the service rate --load multiplies (0: timed on each server first)",
     )
     ap.add_argument(
         "--block-tokens",

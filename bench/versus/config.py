@@ -66,6 +66,10 @@ class VersusConfig:
     max_turns: int = 12  # each session's first turns only
     max_output_tokens: int = 16  # each turn's output, capped
     kv_tokens: tuple[int, ...] = ()  # KV capacities to sweep (needs --start); () = as running
+    # Offered loads, as multiples of the service rate (`bench.versus.load`); () = the plan's
+    # own starts and gaps. service_tok_s: that rate; 0 = timed on each server before the runs
+    loads: tuple[float, ...] = ()
+    service_tok_s: float = 0.0
     block_tokens: int = 16  # tokens per KV block / page, on every server
     raw_prompt_tokens: int = 2048  # the cold prefill of the raw-speed figure
     raw_repeats: int = 2
@@ -89,5 +93,7 @@ class VersusConfig:
             raise ValueError("sessions, window_tokens and max_turns must be positive")
         if self.max_output_tokens < 1 or self.block_tokens < 1 or self.raw_prompt_tokens < 2:
             raise ValueError("max_output_tokens, block_tokens, raw_prompt_tokens too small")
+        if any(x <= 0 for x in self.loads) or self.service_tok_s < 0:
+            raise ValueError("loads must be positive and service_tok_s >= 0")
         if not 0 <= self.vocab_low < self.vocab_high:
             raise ValueError("need 0 <= vocab_low < vocab_high")

@@ -62,17 +62,22 @@ def summarize(records: Sequence[dict[str, Any]], wall_s: float) -> dict[str, Any
     }
 
 
+def cell(run: dict[str, Any]) -> tuple[Any, Any]:
+    """The sweep cell a run belongs to: (capacity, offered load), None where not swept."""
+    return run["kv_tokens"], run.get("load")
+
+
 def ratios(runs: Sequence[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
-    """Per (capacity, seed), each non-baseline server's figures / the baseline's."""
-    base = {(r["kv_tokens"], r["seed"]): r for r in runs if r["server"] == baseline}
+    """Per (capacity, load, seed), each non-baseline server's figures / the baseline's."""
+    base = {(*cell(r), r["seed"]): r for r in runs if r["server"] == baseline}
     out = []
     for r in runs:
-        b = base.get((r["kv_tokens"], r["seed"]))
+        b = base.get((*cell(r), r["seed"]))
         if r["server"] == baseline or b is None:
             continue
         s, bs = r["summary"], b["summary"]
         row = {"server": r["server"], "baseline": baseline, "kv_tokens": r["kv_tokens"]}
-        row["seed"] = r["seed"]
+        row["load"], row["seed"] = r.get("load"), r["seed"]
         for f in FIGURES:
             row[f] = s[f] / bs[f] if s.get(f) is not None and bs.get(f) else None
         out.append(row)
@@ -80,27 +85,28 @@ def ratios(runs: Sequence[dict[str, Any]], baseline: str) -> list[dict[str, Any]
 
 
 def grouped(runs: Sequence[dict[str, Any]], rats: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (capacity, server): figures as the mean over seeds, ratios with range."""
-    by: dict[tuple[Any, str], list[dict[str, Any]]] = defaultdict(list)
+    """One row per (capacity, load, server): figures as the mean over seeds, ratios with
+    range."""
+    by: dict[tuple[Any, Any, str], list[dict[str, Any]]] = defaultdict(list)
     for r in runs:
-        by[r["kv_tokens"], r["server"]].append(r)
-    rby: dict[tuple[Any, str], list[dict[str, Any]]] = defaultdict(list)
+        by[(*cell(r), r["server"])].append(r)
+    rby: dict[tuple[Any, Any, str], list[dict[str, Any]]] = defaultdict(list)
     for q in rats:
-        rby[q["kv_tokens"], q["server"]].append(q)
+        rby[(*cell(q), q["server"])].append(q)
     rows = []
-    for (kv, name), rs in by.items():
-        row: dict[str, Any] = {"kv_tokens": kv, "server": name, "seeds": len(rs)}
+    for (kv, load, name), rs in by.items():
+        row: dict[str, Any] = {"kv_tokens": kv, "load": load, "server": name, "seeds": len(rs)}
         row["kv_read_back"] = sorted({str(r["kv_capacity"].get("tokens")) for r in rs})
         row["working_set_tokens"] = rs[0]["working_set_tokens"]
         for f in (*FIGURES, "hit_ratio", "wall_s", "errors"):
             vals = [r["summary"][f] for r in rs if r["summary"].get(f) is not None]
             row[f] = float(np.mean(vals)) if vals else None
         for f in ("mean_ttft_s", "p90_ttft_s", "mean_e2e_s", "mean_jct_s"):
-            vals = [q[f] for q in rby.get((kv, name), []) if q.get(f) is not None]
+            vals = [q[f] for q in rby.get((kv, load, name), []) if q.get(f) is not None]
             if vals:
                 row[f"ratio_{f}"] = spread(vals)
         rows.append(row)
-    return sorted(rows, key=lambda r: (-(r["kv_tokens"] or 0), r["server"]))
+    return sorted(rows, key=lambda r: (-(r["kv_tokens"] or 0), r["load"] or 0, r["server"]))
 
 
 def _ratio(row: dict[str, Any], f: str) -> str:
@@ -110,9 +116,9 @@ def _ratio(row: dict[str, Any], f: str) -> str:
 
 def table(rows: Sequence[dict[str, Any]], raw: dict[str, float | None]) -> str:
     head = (
-        f"{'kv tokens':>9} {'kv/ws':>5} {'server':<16} {'TTFT mean':>9} {'p90':>7} {'E2E':>7} "
-        f"{'JCT':>7} {'hit':>5} {'wall':>6} {'err':>3}  {'x base: TTFT mean':<18} {'p90':<18} "
-        f"{'E2E':<18} {'JCT':<18}"
+        f"{'kv tokens':>9} {'kv/ws':>5} {'load':>5} {'server':<16} {'TTFT mean':>9} {'p90':>7} "
+        f"{'E2E':>7} {'JCT':>7} {'hit':>5} {'wall':>6} {'err':>3}  {'x base: TTFT mean':<18} "
+        f"{'p90':<18} {'E2E':<18} {'JCT':<18}"
     )
     lines = [head]
     for r in rows:
@@ -124,7 +130,8 @@ def table(rows: Sequence[dict[str, Any]], raw: dict[str, float | None]) -> str:
             return f"{v:.3f}" if v is not None else "-"
 
         lines.append(
-            f"{kv or '-':>9} {frac:>5} {r['server']:<16} {num(r['mean_ttft_s']):>9} "
+            f"{kv or '-':>9} {frac:>5} {r.get('load') or '-':>5} {r['server']:<16} "
+            f"{num(r['mean_ttft_s']):>9} "
             f"{num(r['p90_ttft_s']):>7} {num(r['mean_e2e_s']):>7} {num(r.get('mean_jct_s')):>7} "
             f"{r['hit_ratio']:>5.2f} {r['wall_s']:>6.1f} {int(r['errors'] or 0):>3}  "
             f"{_ratio(r, 'mean_ttft_s'):<18} {_ratio(r, 'p90_ttft_s'):<18} "

@@ -54,8 +54,8 @@ def versus_turns(runs: Sequence[dict[str, Any]], baseline: str) -> list[dict[str
     """Per (capacity, seed, server other than the baseline): returning turns warm on both,
     on this server only, on the baseline only, on neither, matched by (session, turn)."""
 
-    def key(r: dict[str, Any]) -> tuple[Any, Any]:
-        return (r["kv_tokens"], r["seed"])
+    def key(r: dict[str, Any]) -> tuple[Any, Any, Any]:
+        return (r["kv_tokens"], r.get("load"), r["seed"])
 
     base = {key(r): r for r in runs if r["server"] == baseline}
     out = []
@@ -74,7 +74,7 @@ def versus_turns(runs: Sequence[dict[str, Any]], baseline: str) -> list[dict[str
                   ("theirs_only" if theirs[k] else "neither")] += 1  # fmt: skip
         counts = {c: tally[c] for c in ("both", "ours_only", "theirs_only", "neither")}
         out.append({"server": r["server"], "baseline": baseline, "kv_tokens": r["kv_tokens"],
-                    "seed": r["seed"], **counts})  # fmt: skip
+                    "load": r.get("load"), "seed": r["seed"], **counts})  # fmt: skip
     return out
 
 
@@ -83,7 +83,8 @@ def turns_table(runs: Sequence[dict[str, Any]], pairs: Sequence[dict[str, Any]])
     turn-by-turn tally against the baseline."""
     lines = [f"{'kv':>6} {'seed':>4} {'server':<14} {'first TTFT':>10} {'returning':>9} "
              f"{'warm':>9}  returning turns' computed tokens by cause"]  # fmt: skip
-    for r in sorted(runs, key=lambda r: (r["kv_tokens"] or 0, r["seed"], r["server"])):
+    for r in sorted(runs, key=lambda r: (r["kv_tokens"] or 0, r.get("load") or 0, r["seed"],
+                                         r["server"])):  # fmt: skip
         t = r["turns"]
 
         def num(v: float | None) -> str:

@@ -229,3 +229,50 @@ def test_a_port_someone_else_holds_is_refused_before_the_start(tmp_path: Path) -
             with running(spec, 1024, 16, tmp_path / "x.log", 5.0):
                 pass
         assert not marker.exists()
+
+
+def test_a_load_scales_starts_and_gaps_to_that_share_of_the_service_rate() -> None:
+    from bench.versus.load import offered_tokens, scaled, span_s, time_factor, turn_work
+
+    plan = make_plan(SMALL, 0)
+    for s in plan.sessions:
+        work = turn_work(s)
+        assert work[0] == len(s.turns[0].prompt)  # a first turn prefills its whole prompt
+        assert all(0 < w < len(t.prompt) for w, t in zip(work[1:], s.turns[1:]))  # past the last
+    rate = 500.0
+    for load in (0.5, 0.9, 1.2):
+        factor = time_factor(plan, load, rate)
+        busy = scaled(plan, factor)
+        assert offered_tokens(busy) == offered_tokens(plan)  # the same work, other times
+        assert offered_tokens(busy) / span_s(busy) == pytest.approx(load * rate)
+        for a, b in zip(plan.sessions, busy.sessions):
+            assert b.start_s == pytest.approx(a.start_s * factor)
+            assert [t.gap_s for t in b.turns] == pytest.approx([t.gap_s * factor for t in a.turns])
+            assert [t.prompt for t in b.turns] == [t.prompt for t in a.turns]
+    assert time_factor(plan, 1.2, rate) < time_factor(plan, 0.5, rate)  # more load: less time
+    with pytest.raises(ValueError, match="positive"):
+        time_factor(plan, 0.0, rate)
+
+
+def test_a_replay_at_a_load_times_the_service_rate_first(tmp_path: Path) -> None:
+    port = free_port()
+    args = [
+        "--server", f"shipped=http://127.0.0.1:{port}",
+        "--start", f"shipped={serve_cmd('penelope')}",
+        "--kv-tokens", "1024", "--seeds", "0", "--load", "0.5",
+        "--sessions", "2", "--max-turns", "2", "--max-output-tokens", "2",
+        "--window-tokens", "768", "--mean-interarrival-s", "0.2", "--max-gap-s", "0.3",
+        "--raw-prompt-tokens", "128", "--raw-repeats", "1",
+        "--startup-timeout-s", "120", "--out-dir", str(tmp_path),
+    ]  # fmt: skip
+    assert main(args) == 0
+    doc = json.loads((tmp_path / "versus.json").read_text())
+    (run,) = doc["runs"]
+    rate = run["service_rate"]
+    assert rate["source"] == "timed" and rate["fastest"] == "shipped" and rate["tok_s"] > 0
+    assert run["load"] == 0.5 and run["time_factor"] > 0
+    assert (tmp_path / "logs" / "shipped-service-rate.log").exists()
+    (row,) = doc["rows"]
+    assert row["load"] == 0.5 and row["errors"] == 0
+    with pytest.raises(ValueError, match="loads must be positive"):
+        VersusConfig((ServerSpec("a", "http://127.0.0.1:1"),), loads=(0.0,))
