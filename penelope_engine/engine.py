@@ -128,14 +128,10 @@ class Engine(EngineStoreFace):
 
     def _load(self, config: EngineConfig, loaded: LoadedModel | None) -> None:
         """The model, its tokenizer and its limits."""
-        self._loaded = loaded or load_model(
-            config.model, config.dtype, config.device, config.weights
-        )
-        if getattr(self._loaded.model, "weights", "float") != config.weights:
-            raise ConfigError(
-                f"the model passed in holds {self._loaded.model.weights} weights, "
-                f"the config asks for {config.weights}"
-            )
+        c = config
+        self._loaded = loaded or load_model(c.model, c.dtype, c.device, c.weights)
+        if (held := getattr(self._loaded.model, "weights", "float")) != c.weights:
+            raise ConfigError(f"the model passed in holds {held} weights, the config {c.weights}")
         mc = self._loaded.config
         self.model_name = mc.name if config.model.startswith("/") else config.model
         self.tokenizer = self._loaded.tokenizer

@@ -104,7 +104,7 @@ def test_an_engine_refuses_a_model_whose_weights_differ_from_its_config() -> Non
     from penelope_engine.engine import Engine
 
     loaded = load_model("tiny-qwen3")
-    with pytest.raises(ConfigError, match="holds float weights"):
+    with pytest.raises(ConfigError, match="holds float weights, the config int8"):
         Engine(EngineConfig(model="tiny-qwen3", weights="int8"), loaded)
 
 
