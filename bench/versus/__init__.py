@@ -4,6 +4,7 @@ servers (Penelope, vLLM, ...), side by side on this machine.
 Modules:
     config   `VersusConfig`: servers, workload scale, seeds, KV capacity
     plan     a trace -> the requests every server gets (token ids, gaps, starts)
+    load     `--load X`: the service rate timed, starts and gaps scaled to X times it
     client   replays them and times each stream
     servers  starts, stops and reads back each server's KV capacity
     runs     one run per server and seed, cold and alone, the order alternated
