@@ -115,6 +115,16 @@ def test_capacity_is_read_from_vllm_metrics_or_its_log(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
+def tiny_workload(tmp_path: Path, window: int, raw_tokens: int) -> list[str]:
+    """Two 2-turn sessions, 2 output tokens, starts and gaps well under a second."""
+    return [
+        "--sessions", "2", "--max-turns", "2", "--max-output-tokens", "2",
+        "--window-tokens", str(window), "--mean-interarrival-s", "0.2", "--max-gap-s", "0.3",
+        "--raw-prompt-tokens", str(raw_tokens), "--raw-repeats", "1",
+        "--startup-timeout-s", "120", "--out-dir", str(tmp_path),
+    ]  # fmt: skip
+
+
 def test_a_replay_against_two_penelope_servers_writes_every_figure(tmp_path: Path) -> None:
     ports = [free_port(), free_port()]
     plan = make_plan(SMALL, 0)
@@ -195,11 +205,7 @@ def test_a_server_that_does_not_come_up_is_recorded_and_the_sweep_goes_on(
     )
     args = [
         "--server", f"x=http://127.0.0.1:{port}", "--start", f"x={refuse_small}",
-        "--kv-tokens", "640,1024", "--seeds", "0",
-        "--sessions", "2", "--max-turns", "2", "--max-output-tokens", "2",
-        "--window-tokens", "600", "--mean-interarrival-s", "0.2", "--max-gap-s", "0.3",
-        "--raw-prompt-tokens", "64", "--raw-repeats", "1",
-        "--startup-timeout-s", "120", "--out-dir", str(tmp_path),
+        "--kv-tokens", "640,1024", "--seeds", "0", *tiny_workload(tmp_path, 600, 64),
     ]  # fmt: skip
     assert main(args) == 1
     doc = json.loads((tmp_path / "versus.json").read_text())
@@ -260,10 +266,7 @@ def test_a_replay_at_a_load_times_the_service_rate_first(tmp_path: Path) -> None
         "--server", f"shipped=http://127.0.0.1:{port}",
         "--start", f"shipped={serve_cmd('penelope')}",
         "--kv-tokens", "1024", "--seeds", "0", "--load", "0.5",
-        "--sessions", "2", "--max-turns", "2", "--max-output-tokens", "2",
-        "--window-tokens", "768", "--mean-interarrival-s", "0.2", "--max-gap-s", "0.3",
-        "--raw-prompt-tokens", "128", "--raw-repeats", "1",
-        "--startup-timeout-s", "120", "--out-dir", str(tmp_path),
+        *tiny_workload(tmp_path, 768, 128),
     ]  # fmt: skip
     assert main(args) == 0
     doc = json.loads((tmp_path / "versus.json").read_text())
