@@ -1,4 +1,4 @@
-"""The paged decoder against the `transformers` reference forward (fp32, atol 1e-4)."""
+"""The paged decoder against the `transformers` reference forward (fp32, atol 2e-4)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from model_testkit import (
 from penelope_engine.model.attention import build_metadata
 from penelope_engine.tiers.kv_pool import KVPool
 
-ATOL = 1e-4
+# Our products are oneDNN's (`gemm.PackedLinear`), HF's are MKL's: two float32 summation
+# orders, whose logits differ by up to ~1.6e-4 on these models (0.2% of elements over 1e-4)
+ATOL = 2e-4
 PAGE = 4
 POOL_PAGES = 40
 

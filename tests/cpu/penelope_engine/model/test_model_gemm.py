@@ -1,4 +1,5 @@
-"""`gemm.PackedLinear`: oneDNN's packed weight for decode batches, MKL everywhere else."""
+"""`gemm.PackedLinear`: oneDNN's packed weight for every float32 product of 2 rows or more,
+MKL's matrix-vector product for one row."""
 
 from __future__ import annotations
 
@@ -18,20 +19,43 @@ def _weight(out: int = 96, inp: int = 64) -> torch.Tensor:
     return torch.randn(out, inp, generator=torch.Generator().manual_seed(0))
 
 
-def test_a_decode_batch_matches_mkl_to_float32_rounding() -> None:
+def test_decode_and_prefill_rows_match_mkl_to_float32_rounding() -> None:
     w, lin = _weight(), PackedLinear()
-    for rows in (2, 8, gemm.SMALL_ROWS):
+    for rows, decode in ((2, True), (8, True), (40, True), (8, False), (300, False)):
         x = torch.randn(rows, 64)
-        torch.testing.assert_close(lin(x, w, decode=True), F.linear(x, w), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lin(x, w, decode), F.linear(x, w), atol=1e-5, rtol=1e-5)
     assert lin._packed is not None  # the packed path ran
 
 
-def test_prefill_one_row_and_large_batches_are_mkl_bit_for_bit() -> None:
+def test_a_row_is_the_same_whatever_the_rows_beside_it() -> None:
+    """A recomputed hole and the full prefill round alike: from 2 rows, a row's value does not
+    depend on how many rows share its product."""
+    w, lin = _weight(160, 96), PackedLinear()
+    x = torch.randn(4500, 96)  # more than two `MAX_ROWS` slices
+    whole = lin(x, w, decode=False)
+    torch.testing.assert_close(whole, F.linear(x, w), atol=1e-5, rtol=1e-5)
+    for start, rows in ((0, 2), (3, 5), (9, 8), (20, 33), (100, 256), (199, 501), (7, 2100)):
+        assert torch.equal(lin(x[start : start + rows], w, False), whole[start : start + rows])
+
+
+def test_onednn_sees_a_bounded_set_of_row_counts() -> None:
+    """oneDNN keeps a primitive per row count: every length maps onto 47 of them, and the
+    slices cover the rows exactly once."""
+    seen: set[int] = set()
+    for rows in range(2, 3 * gemm.MAX_ROWS + 5):
+        plan = gemm.packed_rows(rows)
+        seen.update(plan)
+        assert sum(min(p, rows - gemm.MAX_ROWS * i) for i, p in enumerate(plan)) == rows
+        assert all(p <= gemm.MAX_ROWS for p in plan)
+    assert len(seen) == gemm.EXACT_ROWS - 1 + gemm.MAX_ROWS // gemm.ROW_BUCKET
+
+
+def test_one_row_is_mkl_bit_for_bit_and_packs_nothing() -> None:
     w, lin = _weight(), PackedLinear()
-    for rows, decode in ((8, False), (1, True), (gemm.SMALL_ROWS + 1, True)):
-        x = torch.randn(rows, 64)
+    for decode in (True, False):
+        x = torch.randn(1, 64)
         assert torch.equal(lin(x, w, decode), F.linear(x, w))
-    assert lin._packed is None  # none of them packed the weight
+    assert lin._packed is None
 
 
 def test_the_packed_copy_follows_the_weight() -> None:
