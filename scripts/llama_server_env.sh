@@ -100,11 +100,14 @@ server_args() {
   esac
   local model=$MODELS/smollm2-135m-$weights.gguf
   [[ -e $model ]] || { echo "llama_server_env: $model missing; run \`$0 models\`" >&2; exit 1; }
-  local threads=${LLAMA_THREADS:-1} kvu=()
+  local threads=${LLAMA_THREADS:-1} extra=()
   # One KV pool shared by all slots, as Penelope's paged cache is (the flag exists since ~b6700).
-  "$BIN/llama-server" --help 2>&1 | grep -q -- '--kv-unified' && kvu=(--kv-unified)
+  "$BIN/llama-server" --help 2>&1 | grep -q -- '--kv-unified' && extra=(--kv-unified)
+  # Log verbosity 4 prints the KV pool's size in cells ("llama_kv_cache: size = ... (N cells"),
+  # which `bench versus` reads back as the capacity the server really got.
+  "$BIN/llama-server" --help 2>&1 | grep -q -- '--log-verbosity' && extra+=(-lv 4)
   ARGS=(-m "$model" --alias smollm2-135m --host 127.0.0.1 --port "$port"
-    -t "$threads" -tb "$threads" -c "${LLAMA_CTX:-12416}" -np "${LLAMA_SLOTS:-4}" "${kvu[@]}"
+    -t "$threads" -tb "$threads" -c "${LLAMA_CTX:-12416}" -np "${LLAMA_SLOTS:-4}" "${extra[@]}"
     --cache-ram "${LLAMA_CACHE_RAM:-0}" --no-webui)
 }
 

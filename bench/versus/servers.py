@@ -11,6 +11,11 @@ it, else from its log:
 * vLLM: `/metrics`' `vllm:cache_config_info` labels (`num_gpu_blocks` x
   `block_size`; on the CPU build `num_gpu_blocks` counts the CPU KV blocks),
   else its log's "KV cache size: N tokens" line.
+* llama-server: its log's ``llama_kv_cache: size = ... (N cells, ...)`` line
+  (printed at log verbosity 4, which `scripts/llama_server_env.sh` sets): with
+  ``--kv-unified`` the slots share those N cells. Its `/props` and `/slots`
+  give only each slot's cap (``n_ctx`` per slot, itself capped at the model's
+  training context), not the pool.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ _VLLM_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.M)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 _LOG_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _LOG_BLOCKS = re.compile(r"#\s*(?:cpu|gpu) blocks:\s*(\d+)", re.I)
+_LLAMA_CELLS = re.compile(r"llama_kv_cache: size =[^(]*\(\s*(\d+) cells")
 
 
 def _answers(url: str) -> bool:
@@ -113,4 +119,7 @@ def log_capacity(log: Path | None) -> dict[str, Any]:
             "blocks": int(blocks[-1]) if blocks else None,
             "source": "log: KV cache size",
         }
+    cells = _LLAMA_CELLS.findall(text)
+    if cells:
+        return {"tokens": int(cells[-1]), "blocks": None, "source": "log: llama_kv_cache cells"}
     return {"tokens": None, "source": "not reported"}

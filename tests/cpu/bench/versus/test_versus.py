@@ -112,9 +112,15 @@ def test_capacity_is_read_from_vllm_metrics_or_its_log(tmp_path: Path) -> None:
     log.write_text("INFO ... GPU KV cache size: 12,288 tokens\n")
     assert log_capacity(log)["tokens"] == 12288
     assert log_capacity(None)["tokens"] is None
+    log.write_text(
+        "0.00.264 I llama_kv_cache: size =  275.62 MiB ( 12544 cells,  30 layers,  4/1 seqs), "
+        "K (f16):  137.81 MiB, V (f16):  137.81 MiB\n"
+    )
+    assert log_capacity(log) == {
+        "tokens": 12544, "blocks": None, "source": "log: llama_kv_cache cells"
+    }  # fmt: skip
 
 
-@pytest.mark.timeout(300)
 def tiny_workload(tmp_path: Path, window: int, raw_tokens: int) -> list[str]:
     """Two 2-turn sessions, 2 output tokens, starts and gaps well under a second."""
     return [
@@ -125,6 +131,7 @@ def tiny_workload(tmp_path: Path, window: int, raw_tokens: int) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.timeout(300)
 def test_a_replay_against_two_penelope_servers_writes_every_figure(tmp_path: Path) -> None:
     ports = [free_port(), free_port()]
     plan = make_plan(SMALL, 0)
