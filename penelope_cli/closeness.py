@@ -33,7 +33,7 @@ def passes(diff: float, tolerance: float) -> bool:
 
 
 # The bound a path that rounds activations to 16 bits is held to instead of `passes`: a
-# bfloat16 or float16 model everywhere, an int8-weight model in its decode rows (their
+# bfloat16 or float16 model everywhere, an int8- or int4-weight model in its decode rows (their
 # inputs go to the kernel as bfloat16). Attention over a full prefill and over a fused
 # pass's pieces differ in the last float32 bits (each kernel's own reduction order), and a
 # 16-bit rounding can turn that into one bfloat16 step, which later layers carry on: the

@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--weights",
         default="float",
         choices=WEIGHT_NAMES,
-        help="linear-layer weights: float (in --dtype) or int8 (with --dtype bfloat16)",
+        help="linear-layer weights: float (in --dtype), int8 or int4 (decode rows quantized)",
     )
     ap.add_argument(
         "--text",

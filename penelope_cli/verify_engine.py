@@ -132,7 +132,7 @@ def run_engine(
                 turns_out.append((list(prompt) + list(out.token_ids), len(prompt), rows))
                 history[s] = list(prompt) + list(out.token_ids) + new[s][t]
         stats = engine.stats()
-    # exact to `tolerance` in float32; int8 decode rows and 16-bit models: the stated bound
+    # exact to `tolerance` in float32; int8 and int4 decode rows and 16-bit models: the stated bound
     exact = lm.model.dtype == torch.float32 and lm.model.weights == "float"
     judged = verdict(exact, worst(diffs), tolerance, agree, rows_seen, worst(kls))
     formed = all(counts.values())

@@ -171,7 +171,7 @@ def run_fused(
         )
         diffs.append(diff)
         agree, rows, kls = agree + case_agree, rows + case_rows, [*kls, kl]
-    # A float32 model recomputes to `tol` whatever its weights (int8 ones prefill in float32)
+    # A float32 model recomputes to `tol` whatever its weights (int8 and int4 prefill in float32)
     exact = DTYPES[dtype] == torch.float32
     failed = (
         sum(not passes(d, tol) for d in diffs)

@@ -236,8 +236,9 @@ class EngineConfig:
     )
     weights: Weights = with_help(
         "float",
-        "linear-layer weights: float (in the model dtype) or int8 (one scale per output "
-        "channel; decode steps read int8, prefill runs the model dtype; CPU only)",
+        "linear-layer weights: float (in the model dtype), int8 (one scale per output "
+        "channel) or int4 (groups of 32 inputs, GGUF Q4_1's levels): decode steps read "
+        "them, prefill runs the model dtype over the values they stand for; CPU only",
     )
 
     def __post_init__(self) -> None:
@@ -247,8 +248,8 @@ class EngineConfig:
         )
         one_of(WEIGHT_NAMES, self.weights, "weights")
         require(
-            self.weights != "int8" or self.device == "cpu",
-            f"weights int8 runs on the CPU only, got device {self.device!r}",
+            self.weights == "float" or self.device == "cpu",
+            f"weights {self.weights} runs on the CPU only, got device {self.device!r}",
         )
         require(
             self.device == "cpu" or self.device.startswith("cuda"),

@@ -20,9 +20,10 @@ RetentionMode = Literal["none", "ttl", "return_aware"]
 # The model and KV dtypes (`tiers.kv_pool.DTYPES` maps them to torch's).
 DType = Literal["float32", "float16", "bfloat16"]
 DTYPE_NAMES: tuple[str, ...] = get_args(DType)
-# How the linear layers hold their weights (`model.gemm.WEIGHT_FORMATS` says what each runs):
-# in the model dtype, or int8 per output channel for decode steps.
-Weights = Literal["float", "int8"]
+# How the linear layers hold their weights (`model.weight_formats.WEIGHT_FORMATS` says what
+# each runs): in the model dtype, or int8 per output channel / int4 per group of 32 inputs
+# for decode steps.
+Weights = Literal["float", "int8", "int4"]
 WEIGHT_NAMES: tuple[Weights, ...] = get_args(Weights)
 # The decoder architectures (`model.hf_checkpoint.ARCHITECTURES` maps them to HF's classes).
 Arch = Literal["llama", "qwen3"]

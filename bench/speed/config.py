@@ -17,7 +17,7 @@ class SpeedConfig:
     )
     dtype: DType = field(default="float32", metadata={"help": "our server's model and KV dtype"})
     weights: Weights = field(
-        default="float", metadata={"help": "our server's linear-layer weights (float or int8)"}
+        default="float", metadata={"help": "our server's linear-layer weights: float, int8, int4"}
     )
     prompt_tokens: int = field(
         default=2048,

@@ -12,9 +12,8 @@ Modules:
     decoder           Paged-KV decoder for the Llama and Qwen3 architectures
     flex_paged        Attention straight over the pool through the page table, by
                       FlexAttention
-    gemm              Linear layers on CPU: oneDNN over a pre-packed copy for decode
-                      batches, and bf16 prefill products widened to float32 where the CPU
-                      has no bf16 arithmetic (`widen`)
+    gemm              The float product of a linear layer: oneDNN over a pre-packed copy
+                      (row counts bucketed), bf16 prefill widened where the CPU emulates it
     gguf_loader       Load a llama.cpp GGUF file (Llama or Qwen3) by converting it once to a
                       checkpoint directory
     gguf_tokenizer    Byte-level BPE tokenizer rebuilt from GGUF metadata
@@ -33,6 +32,8 @@ Modules:
     tiny              Tiny seeded random-weight models for tests and CPU benchmarks
     tokenizer         Tokenizer: a `tokenizers.Tokenizer` plus the chat template and end-of-
                       sequence ids
+    weight_formats    Weight-only int8 / int4 linear layers: decode rows read the packed
+                      copy, prefill the float values it stands for (`WEIGHT_FORMATS`)
     widen             Multi-row bf16 / fp16 products on a CPU without bf16 / fp16
                       arithmetic, in float32
 """

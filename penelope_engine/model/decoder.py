@@ -11,7 +11,7 @@ writes this step's K/V into the pool before it attends (see
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -19,10 +19,11 @@ from torch import nn
 from penelope_engine.config import ModelConfig, Weights
 from penelope_engine.model import cpu_kernels
 from penelope_engine.model.attention import AttentionMetadata
-from penelope_engine.model.gemm import WEIGHT_FORMATS, Int8Linear, PackedLinear, int8_vectorized
+from penelope_engine.model.gemm import PackedLinear
 from penelope_engine.model.layers import MLP, Embedding, Gemm, Linear, RMSNorm, fuse_rows
 from penelope_engine.model.paged_attention import AttentionPlan, paged_attention
 from penelope_engine.model.rope import RotaryCache, apply_rope
+from penelope_engine.model.weight_formats import WEIGHT_FORMATS, QuantizedLinear, vectorized
 from penelope_engine.tiers.kv_pool import KVPool
 
 log = logging.getLogger(__name__)
@@ -157,25 +158,28 @@ class Decoder(nn.Module):
 
     @property
     def weights(self) -> Weights:
-        """The weight format the products run (`gemm.WEIGHT_FORMATS`'s name)."""
-        return "int8" if isinstance(self.lm_head.gemm, Int8Linear) else "float"
+        """The weight format the products run (`weight_formats.WEIGHT_FORMATS`'s name)."""
+        gemm = self.lm_head.gemm
+        return cast(Weights, gemm.name) if isinstance(gemm, QuantizedLinear) else "float"
 
     def use_weights(self, name: str) -> Decoder:
-        """Give every product the strategy `name` (`gemm.WEIGHT_FORMATS`), once the weights
-        are loaded and placed: ``int8`` rounds them to int8 per output channel in place
-        (`gemm.Int8Linear.quantize`; a tied embedding takes the rounded values too)."""
-        strategy = WEIGHT_FORMATS.get(name)
-        if strategy is Int8Linear and self.device.type != "cpu":
-            raise ValueError("int8 weights run on the CPU only")
-        if strategy is Int8Linear and not int8_vectorized():
+        """Give every product the strategy `name` (`weight_formats.WEIGHT_FORMATS`), once
+        the weights are loaded and placed: ``int8`` / ``int4`` round them in place
+        (`QuantizedLinear.quantize`; a tied embedding takes the rounded values too)."""
+        make = WEIGHT_FORMATS.get(name)
+        if name != "float" and self.device.type != "cpu":
+            raise ValueError(f"{name} weights run on the CPU only")
+        if name != "float" and not vectorized():
             log.warning(
-                "int8 weights: torch's int8 kernel has no vectorized loop on this CPU (%s): "
+                "%s weights: torch's %s kernel has no vectorized loop on this CPU (%s): "
                 "decode runs its scalar loop, slower than float32 weights",
+                name,
+                name,
                 torch.backends.cpu.get_cpu_capability(),
             )
         for module in self.products():
-            gemm = strategy()
-            if isinstance(gemm, Int8Linear):
+            gemm = make()
+            if isinstance(gemm, QuantizedLinear):
                 gemm.quantize(module.product_weight)
             module.gemm = gemm
         return self

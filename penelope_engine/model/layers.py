@@ -12,9 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from penelope_engine.model.gemm import Int8Linear, PackedLinear
-
-Gemm = PackedLinear | Int8Linear  # a linear layer's product strategy (`gemm.WEIGHT_FORMATS`)
+from penelope_engine.model.gemm import PackedLinear
+from penelope_engine.model.weight_formats import Gemm
 
 
 class Linear(nn.Module):

@@ -19,7 +19,6 @@ import torch
 from penelope_engine.config import ModelConfig
 from penelope_engine.errors import ConfigError, UnknownNameError
 from penelope_engine.model.decoder import Decoder
-from penelope_engine.model.gemm import WEIGHT_FORMATS
 from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
 from penelope_engine.model.hf_checkpoint import load_safetensors_dir
 from penelope_engine.model.tiny import (
@@ -29,6 +28,7 @@ from penelope_engine.model.tiny import (
     tiny_qwen3_config,
 )
 from penelope_engine.model.tokenizer import Tokenizer
+from penelope_engine.model.weight_formats import WEIGHT_FORMATS
 from penelope_engine.model.widen import compute_dtype
 from penelope_engine.registry import Registry
 from penelope_engine.tiers.kv_pool import DTYPES
