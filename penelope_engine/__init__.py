@@ -10,7 +10,7 @@ Modules:
     cache/        the cache room: tree with holes, pages, placement, eviction policies
     sched/        the scheduling room: scheduler, admission, agent levers, sequences
     tiers/        the tiers room: KV pools, copies, load-or-recompute planner, handover
-    model/        paged Qwen3 / Llama decoders, loaders (safetensors, GGUF), tokenizers
+    model/        paged Qwen3 / Llama decoders, loaders (safetensors, GGUF), the GGUF tokenizer
     core          `build_core`: cache + scheduler + tiers from configs and `CoreHooks`
     engine        `Engine`: the synchronous step loop over the core and the model runner
     engine_store  the engine's store face: records fetched, the drain, writes flushed
@@ -21,6 +21,7 @@ Modules:
     runner        `ModelRunner`: one forward over a batch, then sampling
     grammar       structured outputs: a request's llguidance grammar masks its own logits row
     protocol      the engine interface: requests, outputs, digests and their limits
+    tokenizer     `Tokenizer`: a `tokenizers.Tokenizer`, the chat template, end-of-sequence ids
     stats         `TokenUsage` (the one token-counter type), `EngineStats`, their series metadata
     hints         a harness's session hints (retain, expected gap, end, parent) and grants
     config        frozen, validated configs: model, scheduler, engine (re-exports the two below)

@@ -11,13 +11,14 @@ from typing import Annotated
 
 from cache_store.health import StoreTuning
 from cache_store.location import StoreLocation
-from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.errors import ConfigError
 from penelope_engine.options import (
     CHECKED_IN_POST_INIT,
+    EVICTION_NAMES,
     EvictionPolicyName,
     WritePolicy,
     as_write_policy,
+    known,
     with_help,
 )
 from penelope_engine.util import require
@@ -163,7 +164,7 @@ class CacheConfig:
             location is not None or not (self.store_endpoint or self.store_region),
             "store_endpoint and store_region need a store_uri (s3://bucket/prefix)",
         )
-        EVICTION_POLICIES.check(self.policy)  # UnknownNameError lists the valid ones
+        known(EVICTION_NAMES, self.policy, "eviction policy")
 
     @property
     def active_host_pages(self) -> int:

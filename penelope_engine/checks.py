@@ -16,9 +16,9 @@ from collections.abc import Container
 
 from penelope_engine.config import CacheConfig
 from penelope_engine.errors import CapacityError, InvalidRequestError
-from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import GenerateRequest
 from penelope_engine.sched.sequence import Sequence
+from penelope_engine.tokenizer import Tokenizer
 from penelope_engine.util import cdiv
 
 

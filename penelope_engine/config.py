@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from penelope_engine.cache_config import CacheConfig
-from penelope_engine.model.backends import ATTENTION_BACKENDS
 from penelope_engine.options import (
     ADMISSION_ORDERS,
     ARCH_NAMES,
+    ATTENTION_NAMES,
     CHECKED_IN_POST_INIT,
     DTYPE_NAMES,
     RETENTIONS,
@@ -33,6 +33,7 @@ from penelope_engine.options import (
     as_arch,
     as_retention,
     as_write_policy,
+    known,
     one_of,
     with_help,
 )
@@ -255,7 +256,7 @@ class EngineConfig:
             self.device == "cpu" or self.device.startswith("cuda"),
             f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}",
         )
-        ATTENTION_BACKENDS.check(self.attention)  # UnknownNameError lists the valid ones
+        known(ATTENTION_NAMES, self.attention, "attention backend")
         require(
             self.cache.device_memory_fraction == 0 or self.device.startswith("cuda"),
             "cache.device_memory_fraction sizes a CUDA device's pool: on a CPU set "

@@ -35,8 +35,8 @@ import torch
 from penelope_engine.errors import InvalidRequestError
 
 if TYPE_CHECKING:
-    from penelope_engine.model.tokenizer import Tokenizer
     from penelope_engine.sched.sequence import Sequence
+    from penelope_engine.tokenizer import Tokenizer
 
 
 class GrammarMasks:

@@ -2,8 +2,11 @@
 
 Each option is a `Literal` (mypy checks it) whose values (`get_args`) feed the
 validation of configs read from YAML or the command line, the CLI's choices and
-the error that names the valid ones. Eviction policies are strategies: their
-names are `cache.eviction.EVICTION_POLICIES`'s, checked there.
+the error that names the valid ones. Eviction policies and attention backends are
+strategies in registries (`cache.eviction.EVICTION_POLICIES`,
+`model.backends.ATTENTION_BACKENDS`); their names are listed here too, so that a
+config checks them without importing the cache or the model (the tests hold the
+lists equal).
 """
 
 from __future__ import annotations
@@ -11,9 +14,13 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any, Literal, TypeVar, get_args
 
-from penelope_engine.errors import ConfigError
+from penelope_engine.errors import ConfigError, UnknownNameError
 
 EvictionPolicyName = str
+EVICTION_NAMES: tuple[str, ...] = ("lru", "penelope", "greedydual", "return_aware")
+# How a step's attention runs (`model.backends.ATTENTION_BACKENDS` describes each).
+Attention = Literal["auto", "pieces", "sdpa", "flex"]
+ATTENTION_NAMES: tuple[Attention, ...] = get_args(Attention)
 WritePolicy = Literal["off", "write_through", "write_back"]
 AdmissionOrder = Literal["fcfs", "program", "aged", "shortest"]
 RetentionMode = Literal["none", "ttl", "return_aware"]
@@ -60,6 +67,12 @@ def one_of(allowed: tuple[_Option, ...], value: str, what: str) -> _Option:
         if value == option:
             return option
     raise ConfigError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def known(names: tuple[str, ...], value: str, kind: str) -> None:
+    """`UnknownNameError` listing `names` unless `value` is one (as a registry says it)."""
+    if value not in names:
+        raise UnknownNameError(f"unknown {kind} {value!r}; valid: {', '.join(names)}")
 
 
 def as_write_policy(value: str) -> WritePolicy:

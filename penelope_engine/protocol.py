@@ -27,7 +27,7 @@ __all__ = ["MISS_CAUSES", "EngineStats", "MissTokens", "TokenUsage"]  # re-expor
 
 if TYPE_CHECKING:  # (this module stays light: no tokenizers, no pyarrow)
     from cache_store import StoreStats
-    from penelope_engine.model.tokenizer import Tokenizer
+    from penelope_engine.tokenizer import Tokenizer
 
 
 # Below this temperature sampling is greedy: near zero, softmax(logits / t) is argmax,

@@ -16,7 +16,7 @@ from penelope_engine.errors import StepMemoryError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.model.attention import AttentionMetadata, build_metadata
 from penelope_engine.model.backends import resolve_backend
-from penelope_engine.model.decode_graphs import DecodeGraphs
+from penelope_engine.model.decode_graphs import DecodeGraphs, DecodeRow
 from penelope_engine.protocol import GREEDY_BELOW_TEMPERATURE
 from penelope_engine.sched.sequence import BatchItem
 from penelope_engine.tiers.kv_pool import KVPool
@@ -178,8 +178,9 @@ class ModelRunner:
     def _run(self, items: list[BatchItem]) -> list[int | None]:
         if self.attention == "flex":  # it reads whole pages
             self.kv.zero_slots(torch.from_numpy(unwritten_tails(items, self.kv.page_size)))
-        if self.graphs is not None and self.graphs.fits(items):
-            logits = self.graphs.run(items)
+        rows = decode_rows(items) if self.graphs is not None else None
+        if self.graphs is not None and rows is not None and self.graphs.fits(rows):
+            logits = self.graphs.run(rows)
         else:
             ids, meta = step_inputs(items, self.kv.page_size, self.device, self.attention)
             logits = self.model(ids, meta, self.kv)  # one row per item that wants a token
@@ -192,3 +193,15 @@ class ModelRunner:
         if self.on_logits is not None:
             self.on_logits(items, logits, tokens)
         return tokens
+
+
+def decode_rows(items: list[BatchItem]) -> list[DecodeRow] | None:
+    """The step as decode rows (one query each, each wanting a token), or None if it is not
+    a plain decode step."""
+    if not all(len(it.positions) == 1 and it.wants_token for it in items):
+        return None
+    rows = []
+    for it in items:
+        p = int(it.positions[0])
+        rows.append(DecodeRow(it.seq.tokens[p], p, it.seq.page_table))
+    return rows

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.errors import InvalidRequestError
 from penelope_engine.hints import HintGrant, SessionHints, refused
-from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import (
     DIGEST_LIMITS,
     DrainReport,
@@ -43,6 +42,7 @@ from penelope_engine.protocol import (
     SessionDigest,
     TokenUsage,
 )
+from penelope_engine.tokenizer import Tokenizer
 from penelope_sglang import require_sglang
 
 require_sglang("penelope_sglang.engine (the `sglang` engine)")

@@ -61,7 +61,7 @@ from bench.net import free_port
 from bench.tokens import shared_prefixes as common_prefixes
 
 if TYPE_CHECKING:
-    from penelope_engine.model.tokenizer import Tokenizer
+    from penelope_engine.tokenizer import Tokenizer
 
 CLAUDE_CODE_VERSION = "2.1.332"
 INSTALL_DIR = Path(__file__).resolve().parents[2] / ".claude-code"

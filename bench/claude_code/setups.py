@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 from penelope_engine.registry import Registry
 
 if TYPE_CHECKING:
-    from penelope_engine.model.tokenizer import Tokenizer
+    from penelope_engine.tokenizer import Tokenizer
 
 
 def _smollm2_tokenizer() -> Tokenizer:
     from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
-    from penelope_engine.model.tokenizer import Tokenizer
+    from penelope_engine.tokenizer import Tokenizer
 
     return Tokenizer.from_dir(converted_dir(find_smollm2_gguf()))
 

@@ -232,7 +232,7 @@ def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
     from deployments.api.prepare import render_chat
     from deployments.api.settings import ApiSettings
     from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
-    from penelope_engine.model.tokenizer import Tokenizer
+    from penelope_engine.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_dir(converted_dir(find_smollm2_gguf()))
 

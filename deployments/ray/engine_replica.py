@@ -40,13 +40,13 @@ from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.config import EngineConfig
 from penelope_engine.hints import HintGrant, SessionHints
-from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.protocol import (
     DIGEST_LIMITS,
     EngineProtocol,
     EngineStats,
     GenerateRequest,
 )
+from penelope_engine.tokenizer import Tokenizer
 from penelope_sglang.config import SGLangEngineConfig
 from router.digest import build_digest
 

@@ -30,8 +30,6 @@ Modules:
     rope              Rotary position embedding with the Hugging Face `rotate_half`
                       convention
     tiny              Tiny seeded random-weight models for tests and CPU benchmarks
-    tokenizer         Tokenizer: a `tokenizers.Tokenizer` plus the chat template and end-of-
-                      sequence ids
     weight_formats    Weight-only int8 / int4 linear layers: decode rows read the packed
                       copy, prefill the float values it stands for (`WEIGHT_FORMATS`)
     widen             Multi-row bf16 / fp16 products on a CPU without bf16 / fp16

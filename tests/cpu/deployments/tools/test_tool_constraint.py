@@ -99,7 +99,7 @@ def test_parallel_calls_are_allowed_when_asked(lltok: llguidance.LLTokenizer) ->
 def test_a_tag_that_is_no_token_is_matched_as_text() -> None:
     """SmolLM2 has no <tool_call> token: its letters are matched, over its own vocabulary."""
     from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
-    from penelope_engine.model.tokenizer import Tokenizer
+    from penelope_engine.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(converted_dir(find_smollm2_gguf()))
     assert "<tool_call>" not in tok.added_tokens

@@ -10,7 +10,7 @@ from deployments.api.tools.parsers import HermesParser
 from deployments.api.tools.render import fallback_messages, render_prompt, template_reads_tools
 from deployments.api.tools.types import ToolDef
 from penelope_engine.model.registry import qwen3_tokenizer
-from penelope_engine.model.tokenizer import Tokenizer
+from penelope_engine.tokenizer import Tokenizer
 
 # SmolLM2-135M-Instruct's template: it never mentions tools.
 PLAIN_TEMPLATE = (

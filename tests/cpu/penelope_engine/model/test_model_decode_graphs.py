@@ -11,7 +11,7 @@ import torch
 from penelope_engine.model.decode_graphs import DecodeGraphs, buckets_up_to
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.protocol import GenerateRequest
-from penelope_engine.runner import ModelRunner
+from penelope_engine.runner import ModelRunner, decode_rows
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.tiers.kv_pool import KVPool
 
@@ -79,4 +79,9 @@ def test_fixed_buffer_decode_steps_equal_the_eager_flex_steps(tiny_qwen3: Loaded
         got, want = static.kv.k[layer][:held], eager.kv.k[layer][:held]
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     assert not torch.equal(static.kv.k[1][held:], static.pad)
-    assert not static.runner.graphs.fits([BatchItem(static.seqs[0], np.array([3, 4]), True)])
+    # a step that is not plain decode (two queries, or no token wanted) never takes the graphs
+    assert decode_rows([BatchItem(static.seqs[0], np.array([3, 4]), True)]) is None
+    assert decode_rows([BatchItem(static.seqs[0], np.array([3]), False)]) is None
+    rows = decode_rows([BatchItem(static.seqs[0], np.array([3]), True)])
+    assert rows is not None and static.runner.graphs.fits(rows)
+    assert not static.runner.graphs.fits(rows * (static.runner.graphs.max_batch + 1))

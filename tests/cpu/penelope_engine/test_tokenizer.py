@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from penelope_engine.errors import ConfigError, InvalidRequestError
 from penelope_engine.model.registry import qwen3_tokenizer
-from penelope_engine.model.tokenizer import Tokenizer
+from penelope_engine.tokenizer import Tokenizer
 
 TEXTS = [
     "Hello, world!",
