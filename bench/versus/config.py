@@ -7,29 +7,52 @@ from pathlib import Path
 
 from bench.traces import DEFAULT_TRACE
 
+MAX_POSITIONS = 8192  # the bundled model's trained context: `{max_len}`'s ceiling
+
 
 @dataclass(frozen=True)
 class ServerSpec:
     """One server: a name, its base URL, and optionally the shell command that starts it.
 
     The command may name `{port}` (the URL's), `{kv_tokens}` and `{kv_blocks}`
-    (`kv_tokens // block_tokens`): the run's KV capacity."""
+    (`kv_tokens // block_tokens`): the run's KV capacity times `kv_factor` (the tokens
+    this server gets per token of the run's capacity: 2 for a bf16 KV at a float32
+    server's bytes), `{block_tokens}`, and `{max_len}` (that capacity less one block, which
+    vLLM keeps back, at most `MAX_POSITIONS`). `about` and `version_file` go into the report."""
 
     name: str
     url: str
     start: str = ""
+    kv_factor: float = 1.0
+    about: str = ""
+    version_file: str = ""
+    block_multiple: int = 1  # the server's KV blocks must be a multiple of this many tokens
 
     def __post_init__(self) -> None:
         if not self.name or not self.url.startswith(("http://", "https://")):
             raise ValueError(f"a server needs a name and an http(s) URL, got {self}")
+        if self.kv_factor <= 0:
+            raise ValueError(f"kv_factor must be positive, got {self.kv_factor}")
 
     def command(self, kv_tokens: int, block_tokens: int) -> str:
         from urllib.parse import urlparse
 
         port = urlparse(self.url).port or 80
+        tokens = int(kv_tokens * self.kv_factor)
         return self.start.format(
-            port=port, kv_tokens=kv_tokens, kv_blocks=kv_tokens // block_tokens
+            port=port,
+            kv_tokens=tokens,
+            kv_blocks=tokens // block_tokens,
+            block_tokens=block_tokens,
+            max_len=min(tokens - block_tokens, MAX_POSITIONS),
         )
+
+    def version(self) -> str:
+        """The first line of `version_file` (what the peer's install wrote), or ""."""
+        path = Path(self.version_file)
+        if self.version_file and path.is_file():
+            return path.read_text().splitlines()[0]
+        return ""
 
 
 # The regimes an operator sizes a fleet in (issue 47; docs/results.md 1.7): 16 sessions
@@ -93,6 +116,10 @@ class VersusConfig:
             raise ValueError("sessions, window_tokens and max_turns must be positive")
         if self.max_output_tokens < 1 or self.block_tokens < 1 or self.raw_prompt_tokens < 2:
             raise ValueError("max_output_tokens, block_tokens, raw_prompt_tokens too small")
+        for s in self.servers:
+            if self.block_tokens % s.block_multiple:
+                raise ValueError(f"{s.name} takes KV blocks of a multiple of {s.block_multiple} "
+                                 f"tokens, got --block-tokens {self.block_tokens}")  # fmt: skip
         if any(x <= 0 for x in self.loads) or self.service_tok_s < 0:
             raise ValueError("loads must be positive and service_tok_s >= 0")
         if not 0 <= self.vocab_low < self.vocab_high:

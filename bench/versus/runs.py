@@ -37,6 +37,7 @@ def run_one(
         startup_s = time.monotonic() - t_start
         model = first_model(spec.url)
         capacity = servers.kv_capacity(spec.url, got)
+        version = servers.version(spec)
         warm = client.raw_prefill(
             spec.url, model, 32, 1, plan.seed + 101, cfg.vocab_low, cfg.vocab_high, 120.0
         )
@@ -52,6 +53,9 @@ def run_one(
         "seed": plan.seed,
         "kv_tokens": kv,
         "cold_start": bool(spec.start),
+        "about": spec.about,
+        "version": version,
+        "command": spec.command(kv or 0, cfg.block_tokens) if spec.start else "",
         "startup_s": startup_s,
         "load_avg": {"before": load_before, "after": os.getloadavg()},  # 1, 5, 15 min
         "model": model,

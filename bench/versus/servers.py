@@ -71,6 +71,21 @@ def running(
         yield log
 
 
+def version(spec: ServerSpec) -> str:
+    """What the server says it is: its install's version file, vLLM's `/version`, or
+    llama-server's `/props` build; "" when none answers."""
+    if found := spec.version():
+        return found
+    for path, key in (("/version", "version"), ("/props", "build_info")):
+        try:
+            r = httpx.get(f"{spec.url}{path}", timeout=5)
+            if r.status_code == 200 and isinstance(r.json(), dict) and r.json().get(key):
+                return str(r.json()[key])
+        except (httpx.HTTPError, ValueError):
+            continue
+    return ""
+
+
 def kv_capacity(url: str, log: Path | None) -> dict[str, Any]:
     """The KV capacity the server really got: tokens, blocks, block size, and where from."""
     try:
