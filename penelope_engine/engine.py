@@ -86,7 +86,8 @@ class Engine(EngineStoreFace):
             turn_stop=self.turn_stop,
         )
         self._cache, self._scheduler = self._core.cache, self._core.scheduler
-        self._handover = session_handover(cc, self._store, self._tiers, self._cache, writes)
+        book = self._sessions = self._core.sessions
+        self._handover = session_handover(cc, self._store, self._tiers, self._cache, book, writes)
         self._grammars = GrammarMasks(self.tokenizer, self.vocab_size)
         self._runner = ModelRunner(
             self._loaded.model,
@@ -282,11 +283,11 @@ class Engine(EngineStoreFace):
         }
 
     def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
-        return self._cache.session_digests(limit)
+        return self._sessions.digests(self._cache.page_size, limit)
 
     def clock(self) -> float:
-        """Now, in the cache's clock (the one `SessionDigest.last_access` uses)."""
-        return self._cache.now
+        """Now, in the sessions' clock (the one `SessionDigest.last_access` uses)."""
+        return self._sessions.now
 
     def check_integrity(self) -> None:
         self._cache.check_integrity(request_pages=self._scheduler.request_pages())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from cache_store import ArrowSegmentStore, PathRecord, StoreStats
 from penelope_engine.cache.pages import PublicPrefixes
-from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.protocol import UNDRAINED_NO_STORE, DrainReport, GenerateRequest
 from penelope_engine.tiers.copies import TorchTiers
 from penelope_engine.tiers.handover import SessionHandover
@@ -23,7 +23,7 @@ class EngineStoreFace:
     _store: ArrowSegmentStore | None
     _handover: SessionHandover | None
     _public: PublicPrefixes
-    _cache: PrefixCache
+    _sessions: Sessions
     _tiers: TorchTiers
 
     @property
@@ -57,7 +57,7 @@ class EngineStoreFace:
         """
         if self._handover is None:
             return DrainReport(undrained=tuple(
-                (sid, UNDRAINED_NO_STORE) for sid in self._cache.session_ids()
+                (sid, UNDRAINED_NO_STORE) for sid in self._sessions.ids()
             ))  # fmt: skip
         return self._handover.drain(deadline_s)
 

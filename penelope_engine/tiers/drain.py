@@ -13,6 +13,7 @@ import logging
 import time
 
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
 from penelope_engine.protocol import (
@@ -34,6 +35,7 @@ class SessionDrain:
 
     tiers: TorchTiers
     cache: PrefixCache
+    sessions: Sessions
     records: PathRecords
     tenants: dict[str, str]  # session id -> tenant, for its record
     last_drain: DrainReport | None
@@ -60,11 +62,11 @@ class SessionDrain:
         if not flushed:
             log.warning("drain: store writes behind still running after %g s", deadline_s)
         pages, touched, refused, late = self._drain_pages(end)
-        unstored = {id(node) for node, *_ in self.cache.unstored_by_tier()}
+        unstored = {id(node) for node, *_ in self.cache.store_pages.unstored_by_tier()}
         records = stale = 0
         undrained: dict[str, str] = {}  # session id -> why (the first reason found)
         for sid, tenant in list(self.tenants.items()):
-            info = self.cache.session_info(sid)
+            info = self.sessions.get(sid)
             if info is None or not len(info.seen_hashes):
                 continue
             path = {id(node) for node in info.leaf.path_up()} if info.leaf is not None else set()
@@ -102,17 +104,17 @@ class SessionDrain:
         tiers, written, touched, refused = self.tiers, 0, set[int](), set[int]()
         pools = {Tier.HOST: tiers.host, Tier.DEVICE: tiers.device}
         last: Node | None = None
-        for node, tier, slots, idx in self.cache.unstored_by_tier():
+        store = self.cache.store_pages
+        for node, tier, slots, idx in store.unstored_by_tier():
             if node is not last and time.monotonic() > end:
                 return written, touched, refused, True
             last, pool = node, pools[tier]
             if pool is None:
                 continue
             if tiers.write_segments(pool, slots, node, idx):
-                self.cache.mark_stored(node, idx)
+                store.mark_stored(node, idx)
                 written += len(idx)
                 touched.add(id(node))
             else:
                 refused.add(id(node))
         return written, touched, refused, False
-

@@ -37,6 +37,7 @@ import numpy as np
 from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PUBLIC
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.tree import Node
 from penelope_engine.protocol import DrainReport, GenerateRequest
 from penelope_engine.tiers.budget import ReadBudget
@@ -59,16 +60,18 @@ class SessionHandover(SessionDrain):
         store: ArrowSegmentStore,
         tiers: TorchTiers,
         cache: PrefixCache,
+        sessions: Sessions,
         writes: SegmentWriter | None,
         record_budget: ReadBudget | None = None,
     ) -> None:
         self.store = store
         self.tiers = tiers
         self.cache = cache
+        self.sessions = sessions
         self.writes = writes
         self.writer = writes.writer if writes is not None else None
         self.records = PathRecords(
-            store, tiers, cache, queued=self.writer is not None, budget=record_budget
+            store, tiers, sessions, queued=self.writer is not None, budget=record_budget
         )
         self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
         self.deferred_pages = 0  # pages not written behind for want of room (offered again)
@@ -133,7 +136,8 @@ class SessionHandover(SessionDrain):
         """A request of the session is queued: what the fleet held of it counts as seen."""
         self.tenants[session_id] = tenant
         if record is not None:
-            self.cache.session(session_id).held_elsewhere(np.array(record.page_hashes, np.uint64))
+            seen = np.array(record.page_hashes, np.uint64)
+            self.sessions.open(session_id).held_elsewhere(seen)  # it arrives: opened here
 
     def forget(self, sids: list[str]) -> None:
         """The sessions' records in the cache were dropped (`sched.records`)."""
@@ -156,8 +160,9 @@ class SessionHandover(SessionDrain):
         self.tenants[session_id] = tenant
         if self.writer is None or self.records.writer is None:
             return None
-        info = self.cache.session(session_id)
-        pages = self.records.owned(tenant, info.seen_hashes)
+        info = self.sessions.get(session_id)  # None: its record was just swept
+        seen = info.seen_hashes if info is not None else np.empty(0, np.uint64)
+        pages = self.records.owned(tenant, seen)
         recorded = self.records.first(tenant, session_id, pages)
         self._queue_pages(tenant, session_id, pages)
         return recorded
@@ -169,7 +174,7 @@ class SessionHandover(SessionDrain):
         room = self.writer.room() // self.tiers.device.bytes_per_page
         if self.store.writes.degraded:  # no copies for a store that refuses: offered later
             room = 0
-        for node, idx in self.cache.unstored(session_id):
+        for node, idx in self.cache.store_pages.unstored(session_id):
             self.deferred_pages += max(0, len(idx) - room)
             if room > 0 and len(idx):
                 taken.append((node, idx[:room]))
@@ -185,7 +190,7 @@ class SessionHandover(SessionDrain):
             self._recorded.pop(session_id, None)  # pages unstored, record stale: a drain writes
             return
         for node, idx in taken:
-            self.cache.mark_stored(node, idx)
+            self.cache.store_pages.mark_stored(node, idx)
 
     def _snapshot(self, node: Node, idx: np.ndarray) -> list[PageSnapshot]:
         """Copies of pages `idx` of `node`, read from the host where it has them."""

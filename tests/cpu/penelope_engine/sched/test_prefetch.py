@@ -65,7 +65,7 @@ def back(first: RequestOutput) -> tuple[int, ...]:
 
 def tiers_of(e: Engine, sid: str) -> dict[Tier, int]:
     """Pages of the session's own path per location."""
-    info = e.core.cache.session_info(sid)
+    info = e.core.sessions.get(sid)
     assert info is not None and info.leaf is not None
     where = np.concatenate([n.where() for n in _path(info.leaf)])
     return {t: int((where == t).sum()) for t in (Tier.DEVICE, Tier.HOST, Tier.STORE)}

@@ -116,7 +116,9 @@ def test_pages_past_the_write_behind_bound_wait_and_a_drain_writes_them(
     assert a.flush_store_writes(FLUSH_S)
     assert a._handover is not None and a._handover.deferred_pages > 0
     assert a._store is not None and a._store.stats().puts >= 1
-    assert a.drain_to_store().pages == a._handover.deferred_pages  # nothing was lost, only deferred
+    assert (
+        a.drain_to_store().pages == a._handover.deferred_pages
+    )  # nothing was lost, only deferred
     b = _engine(tiny_qwen3, StoreLocation(str(tmp_path)))
     prompt2 = TURN1 + (1, 2, 3) + TURN2_NEW
     usage = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent")).usage
@@ -205,7 +207,7 @@ def test_the_last_record_written_names_what_a_slow_write_behind_stored(
         one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
         prompt2 = TURN1 + one.token_ids + TURN2_NEW
         a.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
-        seen = a.core.cache.session_info("agent")
+        seen = a.core.sessions.get("agent")
         assert seen is not None and len(jobs) == 2
         record_when(lambda r: r is not None and len(r.page_hashes) == len(seen.seen_hashes))
         gates[0].set()  # turn 1's pages land; turn 2's never do (its replica dies)
@@ -273,6 +275,6 @@ def test_a_record_write_stuck_in_the_store_holds_up_no_page_write(
     assert a.flush_store_writes(FLUSH_S)
     assert calls == ["agent", "agent"]  # written once more when the stuck write ended
     record = b._store.get_record("default", "agent")
-    seen = a.core.cache.session_info("agent")
+    seen = a.core.sessions.get("agent")
     assert record is not None and seen is not None and record.segments
     assert len(record.page_hashes) == len(seen.seen_hashes)
