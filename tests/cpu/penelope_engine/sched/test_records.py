@@ -122,11 +122,11 @@ def test_the_tree_forgets_idle_leaves_only_the_store_holds(tiny_qwen3, tmp_path)
     e.core.scheduler._records.sweep_every = 1
     first = list(range(600, 664))  # no shared prefix: its nodes hang from the root
     turn(e, "old-0", first, "old", clock)
-    assert e.flush_store_writes(10.0)  # its pages are written behind to the store
+    assert e.store.flush_store_writes(10.0)  # its pages are written behind to the store
     rng = np.random.default_rng(2)
     for i in range(3):  # other sessions take the device: old's pages are store-only now
         turn(e, f"n{i}-0", PREFIX + rng.integers(0, 500, 40).tolist(), f"n{i}", clock)
-    assert e.flush_store_writes(10.0)
+    assert e.store.flush_store_writes(10.0)
     size = e.core.cache._tree.size
     clock.t += 100.0
     turn(e, "n2-1", PREFIX + [1] * 8, "n2", clock)
