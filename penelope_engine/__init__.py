@@ -13,7 +13,7 @@ Modules:
     model/        paged Qwen3 / Llama decoders, loaders (safetensors, GGUF), the GGUF tokenizer
     core          `build_core`: cache + scheduler + tiers from configs and `CoreHooks`
     engine        `Engine`: the synchronous step loop over the core and the model runner
-    engine_store  the engine's store face: records fetched, the drain, writes flushed
+    engine_store  `EngineStore`, the engine's store face (`Engine.store`): records, drain, flush
     parts         the engine's parts from its config: KV pools, store, page identity, tiers
     device_memory the device pool sized to the GPU: what the weights and a warm-up step leave
     checks        a request checked before it is queued; how a turn ended (tool-call regex)

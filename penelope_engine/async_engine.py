@@ -203,8 +203,8 @@ class AsyncEngine:
         accepted: asyncio.Future[None] = loop.create_future()
         finished = False
         record = None
-        if self.engine.has_store:
-            record = await asyncio.to_thread(self.engine.fetch_record, request)
+        if self.engine.store.has_store:
+            record = await asyncio.to_thread(self.engine.store.fetch_record, request)
         if request.grammar is not None:  # the first grammar builds llguidance's vocabulary
             await asyncio.to_thread(self.engine.warm_grammars)
         self._post(_Add(request, listener, accepted, record))
@@ -251,7 +251,7 @@ class AsyncEngine:
         return self._recent
 
     def store_stats(self) -> StoreStats | None:
-        return self.engine.store_stats()  # the store has its own lock
+        return self.engine.store.store_stats()  # the store has its own lock
 
     def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
         with self._reading():
@@ -266,7 +266,7 @@ class AsyncEngine:
 
     def drain_to_store(self) -> DrainReport:
         with self._reading():
-            return self.engine.drain_to_store()
+            return self.engine.store.drain_to_store()
 
     def check_integrity(self) -> None:
         with self._reading():
@@ -282,7 +282,7 @@ class AsyncEngine:
         self._closed = True
         self._wake.set()
         await asyncio.to_thread(self._thread.join, timeout_s)
-        await asyncio.to_thread(self.engine.close, timeout_s)
+        await asyncio.to_thread(self.engine.store.close, timeout_s)
         if self._thread.is_alive():
             frame = sys._current_frames().get(self._thread.ident or -1)  # noqa: SLF001 - Python: the stuck step thread's stack
             where = "".join(traceback.format_stack(frame)[-6:]) if frame else "(no frame)\n"

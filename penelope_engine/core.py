@@ -1,7 +1,8 @@
-"""The one place that assembles the scheduling core: cache, scheduler and their tiers.
+"""The one place that assembles the scheduling core: sessions, cache, scheduler, tiers.
 
-`build_core` wires a `PrefixCache` and a `Scheduler` over the given tiers from
-the configs plus everything the caller injects, as one `CoreHooks`: the clock,
+`build_core` wires a `Sessions` book, a `PrefixCache` over it and a `Scheduler`
+over both and the given tiers, from the configs plus everything the caller
+injects, as one `CoreHooks`: the clock,
 a wrapper around the tiers (the simulator times every copy), a fixed cost
 model and a policy object in place of the configured name. Both costs the core
 reads, the planner's and the page cost the cost-aware policies rank by, come
@@ -24,6 +25,7 @@ from penelope_engine.cache.eviction import EvictionPolicy, make_eviction_policy
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.placement import TierIO
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, SchedulerConfig
 from penelope_engine.sched.hinted import HintQuotas
@@ -75,6 +77,7 @@ class CoreHooks:
 @dataclass(frozen=True)
 class Core:
     cache: PrefixCache
+    sessions: Sessions
     scheduler: Scheduler
     tiers: CoreTiers
     hooks: CoreHooks
@@ -94,7 +97,8 @@ def build_core(
     on_forget: Sequence[Callable[[list[str]], None]] = (),
     turn_stop: Callable[[Request], str | None] | None = None,
 ) -> Core:
-    """The cache and scheduler of one replica over `tiers` (wrapped by `hooks.wrap_tiers`).
+    """The sessions book, cache and scheduler of one replica over `tiers` (wrapped by
+    `hooks.wrap_tiers`).
 
     `calibrated()` is the engine's current cost model, used when `hooks.cost` is None;
     `on_forget` are called with the session ids whose records were dropped;
@@ -105,6 +109,7 @@ def build_core(
     host_pages = cache.active_host_pages
     core_tiers = hooks.wrap_tiers(tiers) if hooks.wrap_tiers is not None else tiers
     cost, page_cost = core_costs(hooks.cost, calibrated, ps)
+    sessions = Sessions(hooks.clock, cache.session_ttl_s, cache.max_session_records)
     prefix = PrefixCache(
         ps,
         cache.device_pages,
@@ -112,14 +117,13 @@ def build_core(
         hooks.policy if hooks.policy is not None else make_eviction_policy(cache.policy),
         io=core_tiers,
         has_store=has_store,
-        time_fn=hooks.clock,
+        sessions=sessions,
         page_cost=page_cost,
-        session_ttl_s=cache.session_ttl_s,
-        max_session_records=cache.max_session_records,
     )
     sched = Scheduler(
         scheduler,
         prefix,
+        sessions,
         hasher,
         core_tiers,
         cost,
@@ -131,7 +135,7 @@ def build_core(
         turn_stop=turn_stop,
         on_forget=on_forget,
     )
-    return Core(prefix, sched, core_tiers, hooks)
+    return Core(prefix, sessions, sched, core_tiers, hooks)
 
 
 def core_costs(

@@ -17,7 +17,7 @@ from penelope_engine.checks import check_request, turn_stop
 from penelope_engine.config import EngineConfig, ModelConfig
 from penelope_engine.core import Core, CoreHooks, build_core
 from penelope_engine.device_memory import sized_for_device
-from penelope_engine.engine_store import EngineStoreFace
+from penelope_engine.engine_store import EngineStore
 from penelope_engine.errors import ConfigError, EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.hints import HintGrant, SessionHints
@@ -46,7 +46,7 @@ from penelope_engine.sched.sequence import BatchItem, Sequence, output_of
 log = logging.getLogger(__name__)
 
 
-class Engine(EngineStoreFace):
+class Engine:
     def __init__(
         self,
         config: EngineConfig,
@@ -82,11 +82,13 @@ class Engine(EngineStoreFace):
             has_store=self._store is not None,
             max_model_len=self.max_model_len,
             eos_token_ids=tuple(self.tokenizer.eos_token_ids),
-            on_forget=(self._forget,),
+            on_forget=(lambda sids: self.store.forget(sids),),
             turn_stop=self.turn_stop,
         )
         self._cache, self._scheduler = self._core.cache, self._core.scheduler
-        self._handover = session_handover(cc, self._store, self._tiers, self._cache, writes)
+        book = self._sessions = self._core.sessions
+        self._handover = session_handover(cc, self._store, self._tiers, self._cache, book, writes)
+        self.store = EngineStore(self._store, self._handover, self._public, book, self._tiers)
         self._grammars = GrammarMasks(self.tokenizer, self.vocab_size)
         self._runner = ModelRunner(
             self._loaded.model,
@@ -245,7 +247,7 @@ class Engine(EngineStoreFace):
 
     def generate_sync(self, req: GenerateRequest) -> RequestOutput:
         """Run one request to completion on the calling thread (tools, tests)."""
-        seq = self.add_request(req, self.fetch_record(req))
+        seq = self.add_request(req, self.store.fetch_record(req))
         while seq.finish_reason is None:
             self.step()
             if seq.error is not None:
@@ -282,11 +284,11 @@ class Engine(EngineStoreFace):
         }
 
     def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
-        return self._cache.session_digests(limit)
+        return self._sessions.digests(self._cache.page_size, limit)
 
     def clock(self) -> float:
-        """Now, in the cache's clock (the one `SessionDigest.last_access` uses)."""
-        return self._cache.now
+        """Now, in the sessions' clock (the one `SessionDigest.last_access` uses)."""
+        return self._sessions.now
 
     def check_integrity(self) -> None:
         self._cache.check_integrity(request_pages=self._scheduler.request_pages())

@@ -1,15 +1,15 @@
 """The engine's store face: what a replica's shared store is asked through the engine.
 
-`EngineStoreFace` is `Engine`'s (a mixin over the engine's own parts, typed
-here): a session's record fetched off the step thread, the store's counters,
-the drain when a replica leaves, the writes behind flushed or closed.
+`EngineStore` is a part `Engine` holds (`Engine.store`), built over the parts the
+engine hands it: a session's record fetched off the step thread, the store's
+counters, the drain when a replica leaves, the writes behind flushed or closed.
 """
 
 from __future__ import annotations
 
 from cache_store import ArrowSegmentStore, PathRecord, StoreStats
 from penelope_engine.cache.pages import PublicPrefixes
-from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.protocol import UNDRAINED_NO_STORE, DrainReport, GenerateRequest
 from penelope_engine.tiers.copies import TorchTiers
 from penelope_engine.tiers.handover import SessionHandover
@@ -17,28 +17,36 @@ from penelope_engine.tiers.handover import SessionHandover
 DRAIN_DEADLINE_S = 15.0  # within Ray Serve's graceful shutdown (20 s by default)
 
 
-class EngineStoreFace:
-    """The store half of `Engine`'s face; the engine owns every part named below."""
+class EngineStore:
+    """The store half of `Engine`'s face (the module); the engine owns the parts."""
 
-    _store: ArrowSegmentStore | None
-    _handover: SessionHandover | None
-    _public: PublicPrefixes
-    _cache: PrefixCache
-    _tiers: TorchTiers
+    def __init__(
+        self,
+        store: ArrowSegmentStore | None,
+        handover: SessionHandover | None,
+        public: PublicPrefixes,
+        sessions: Sessions,
+        tiers: TorchTiers,
+    ) -> None:
+        self._store = store
+        self._handover = handover
+        self._public = public
+        self._sessions = sessions
+        self._tiers = tiers
 
     @property
     def has_store(self) -> bool:
         """Whether a shared store backs this engine (records and pages are read from it)."""
         return self._handover is not None
 
-    def _forget(self, sids: list[str]) -> None:
+    def forget(self, sids: list[str]) -> None:
         """Dropped session records: the handover forgets them too."""
         if self._handover is not None:
             self._handover.forget(sids)
 
     def fetch_record(self, req: GenerateRequest) -> PathRecord | None:
         """What the fleet stored of the request's session (store I/O: call it off the step
-        thread, and pass the result to `add_request`)."""
+        thread, and pass the result to `Engine.add_request`)."""
         if self._handover is None:
             return None
         return self._handover.fetch(req, self._public.tail(req.prompt_token_ids))
@@ -57,7 +65,7 @@ class EngineStoreFace:
         """
         if self._handover is None:
             return DrainReport(undrained=tuple(
-                (sid, UNDRAINED_NO_STORE) for sid in self._cache.session_ids()
+                (sid, UNDRAINED_NO_STORE) for sid in self._sessions.ids()
             ))  # fmt: skip
         return self._handover.drain(deadline_s)
 

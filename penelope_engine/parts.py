@@ -16,6 +16,7 @@ from collections.abc import Callable
 from cache_store import ArrowSegmentStore
 from penelope_engine.cache.pages import PageHasher, PageNaming, PublicPrefixes
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, EngineConfig, ModelConfig
 from penelope_engine.model.backends import resolve_backend
@@ -126,6 +127,7 @@ def session_handover(
     store: ArrowSegmentStore | None,
     tiers: TorchTiers,
     cache: PrefixCache,
+    sessions: Sessions,
     writes: SegmentWriter | None,
 ) -> SessionHandover | None:
     """Sessions' pages and records to and from the shared store (None without a store);
@@ -133,7 +135,7 @@ def session_handover(
     if store is None:
         return None
     budget = ReadBudget(cc.store_record_budget_s, cool_down=False, miss=RECORD_MISS)
-    return SessionHandover(store, tiers, cache, writes, budget)
+    return SessionHandover(store, tiers, cache, sessions, writes, budget)
 
 
 def served_window(config: EngineConfig, mc: ModelConfig) -> int:

@@ -187,11 +187,11 @@ class EngineReplay:
         self._turn_over(p.session_id, p.turn, ended)
 
     def _turn_over(self, sid: str, k: int, now: float) -> None:
-        s = self.sessions[sid]
+        s, core = self.sessions[sid], self.engine.core
         if k + 1 < len(s.turns):
             due = now + s.turns[k + 1].think_time_s
-            tell_next_arrival(self.engine.core.cache, sid, self.t0 + due)
+            tell_next_arrival(core.cache, core.sessions, sid, self.t0 + due)
             self._push(due, sid, k + 1)
             return
-        tell_next_arrival(self.engine.core.cache, sid, math.inf)
+        tell_next_arrival(core.cache, core.sessions, sid, math.inf)
         self.session_records.append(SessionRecord(sid, self._starts[sid], now, s.tool_time_s))

@@ -153,7 +153,7 @@ def run_engine(
     assert engine is not None  # a replica over a real engine
     sim.run()
     engine.check_integrity()
-    engine.close()  # its store writes behind end before the caller removes the store
+    engine.store.close()  # its store writes behind end before the caller removes the store
     return sim.requests, sim.failed, copies(sim)
 
 

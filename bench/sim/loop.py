@@ -184,7 +184,7 @@ class Simulator:
             self._digest_at = self.now
             for i, rep in enumerate(self.replicas):
                 wire = build_digest(
-                    rep.cache.session_digests(DIGEST_LIMITS.sessions),
+                    rep.sessions.digests(rep.page_size, DIGEST_LIMITS.sessions),
                     rep.cache.shared_prefix_hashes(DIGEST_LIMITS.prefix_pages),
                     queue_len=rep.queue_len,
                     now=self.now,
@@ -259,7 +259,7 @@ class Simulator:
             assert st.raw is not None
             st.last = (st.raw, req.seq.token_array(len(req.seq.tokens)))
             due = self.now + next_gap(st.session, req.turn)
-            tell_next_arrival(rep.cache, req.session_id, due)
+            tell_next_arrival(rep.cache, rep.sessions, req.session_id, due)
             hints = self.hints.after_turn(st.session, req.turn) if self.hints else None
             if hints is not None:  # the harness, once the reply is in (the session endpoint)
                 grants = rep.scheduler.session_hints(req.session_id, req.seq.req.tenant, hints)

@@ -1,8 +1,8 @@
 """The offline oracle eviction policy: it reads the future, so only the simulator runs it.
 
 The simulator tells the oracle, at the end of each turn, when that session's
-next request arrives (`tell_next_arrival`: the oracle's own table, then the cache
-ranks the session's pages again); the oracle evicts the session that returns last.
+next request arrives (`tell_next_arrival`: the oracle's own table, then the sessions
+book has the session's pages ranked again); the oracle evicts the session that returns last.
 It bounds what any deployable victim choice can reach (DESIGN.md section 1).
 `SIM_EVICTION_POLICIES` is the product's registry plus the oracle: what
 `bench simulate --policies` accepts.
@@ -20,6 +20,7 @@ from penelope_engine.cache.eviction import (
     SessionInfo,
 )
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.config import EvictionPolicyName
 from penelope_engine.registry import Registry
 
@@ -38,7 +39,7 @@ class OraclePolicy(ReturnAwarePolicy):
         return self.arrivals.get(sid, math.inf)
 
 
-def tell_next_arrival(cache: PrefixCache, sid: str, t: float) -> None:
+def tell_next_arrival(cache: PrefixCache, sessions: Sessions, sid: str, t: float) -> None:
     """When the session's next request arrives (inf: never), for the cache's policy if it
     is the oracle (no other policy reads the future). The session's pages are ranked
     again whatever the policy, as the simulator always has: its results stay comparable
@@ -46,7 +47,7 @@ def tell_next_arrival(cache: PrefixCache, sid: str, t: float) -> None:
     policy = cache.policy
     if isinstance(policy, OraclePolicy):
         policy.arrivals[sid] = t
-    cache.rerank_session(sid)
+    sessions.rerank(sid)
 
 
 SIM_EVICTION_POLICIES: Registry[type[EvictionPolicy]] = EVICTION_POLICIES.extended(

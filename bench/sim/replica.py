@@ -83,7 +83,7 @@ class Replica:
         if not isinstance(core.tiers, TimedTiers):
             raise TypeError("the core's tiers are not timed (Replica.engine_hooks)")
         self.index, self.scheduler, self.tiers, self.cost = index, core.scheduler, core.tiers, cost
-        self.cache = core.cache
+        self.cache, self.sessions = core.cache, core.sessions
         self.page_size = self.cache.page_size
         self.runner = runner  # None: the trace's tokens
         self.engine = engine  # the real engine whose core this is (`over_engine`), or None

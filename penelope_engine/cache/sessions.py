@@ -1,10 +1,10 @@
 """What the cache knows of each session's timing, and how its events update it. No torch.
 
-`PrefixCache` keeps one `SessionInfo` per session id and forwards the
-scheduler's events (arrival, start, turn end, abort, next-arrival hint) to it;
-the return-aware and oracle policies read these fields to rank sessions. The
-methods here only update the record: re-keying the session's path for
-eviction is the cache's part.
+The sessions book (`session_book.Sessions`) keeps one `SessionInfo` per
+session id and forwards the scheduler's events (arrival, start, turn end,
+abort, next-arrival hint) to it; the return-aware and oracle policies read
+these fields to rank sessions. The methods here only update the record:
+re-keying the session's path for eviction is the cache's part.
 
 Records are bounded (`expired`): a record goes once its session holds no
 cached page and has been idle past a TTL, and past a cap the least recently

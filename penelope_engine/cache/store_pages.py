@@ -1,13 +1,14 @@
 """Pages between the cache and the store, the cache's side: reads ahead, writes behind.
 
 The prefetcher (`sched.prefetch`) and the handover (`tiers.handover`) decide
-*when* pages move; this module answers which pages, and installs what a read
-found:
+*when* pages move; `StorePages` (the cache's `store_pages`, built over its
+parts) answers which pages, and installs what a read found:
 
     store_only   a session's pages only the store holds (its tenant's), root first
     host_room    free host pages, plus host pages of other idle sessions due back later
     install      read pages still only in the store go into host pages, as room allows
     unstored     cached pages the store lacks: on a session's path, or tier by tier
+    mark_stored  the store now holds pages of a node (spilled or drained)
 
 The tree changes only in `install`, with the session's path locked while
 host room is made, so the free + cached == total invariant holds here. No torch.
@@ -24,23 +25,10 @@ from penelope_engine.cache.allocator import PageAllocator
 from penelope_engine.cache.evict_heap import EvictionHeaps
 from penelope_engine.cache.eviction import owner
 from penelope_engine.cache.placement import Placement
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.sessions import SessionInfo, expected_return
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node, PageTree
-
-
-@dataclass(frozen=True)
-class CacheParts:
-    """The parts of a `prefix_cache.PrefixCache` these functions use (its own, handed
-    over by the cache: nothing outside the cache room holds them)."""
-
-    tree: PageTree
-    host: PageAllocator
-    heaps: EvictionHeaps
-    placement: Placement
-    session_info: Callable[[str], SessionInfo | None]
-    allocate_host: Callable[[int], np.ndarray | None]
-
 
 # Copies read pages (indices into the read) into host slots; False: they were not copied.
 CopyIn = Callable[[np.ndarray, np.ndarray], bool]
@@ -64,6 +52,104 @@ class Installed:
     no_room: int  # the host had no room short of sooner sessions' pages
 
 
+class StorePages:
+    """The cache's pages against the store (`PrefixCache.store_pages`). The parts are the
+    cache's own, handed over when it is built; the sessions book is the cache's too."""
+
+    def __init__(
+        self,
+        tree: PageTree,
+        host: PageAllocator,
+        heaps: EvictionHeaps,
+        placement: Placement,
+        sessions: Sessions,
+    ) -> None:
+        self.tree = tree
+        self.host = host
+        self.heaps = heaps
+        self.placement = placement
+        self.sessions = sessions
+
+    def mark_stored(self, node: Node, idx: np.ndarray) -> None:
+        """The store now holds pages `idx` of `node` (spilled or drained)."""
+        self.placement.mark_stored(node, idx)
+
+    def unstored(self, sid: str) -> list[tuple[Node, np.ndarray]]:
+        """Cached pages on the session's path the store lacks (`unstored`)."""
+        info = self.sessions.get(sid)
+        return unstored(info.leaf if info is not None else None)
+
+    def unstored_by_tier(self) -> Iterator[tuple[Node, Tier, np.ndarray, np.ndarray]]:
+        """Every node's pages the store lacks, tier by tier (`unstored_by_tier`)."""
+        return unstored_by_tier(self.tree)
+
+    def store_only(self, sid: str, cap: int) -> StoreRun:
+        """The first `cap` pages of the session's path only the store holds."""
+        return store_only(self.sessions.record(sid), cap)
+
+    def host_room(self, sid: str, due: float, now: float) -> int:
+        """Free host pages plus those on unlocked private nodes of other idle sessions
+        expected back later than `due` (or with no record): what may go to make room.
+        Does not mutate."""
+        n = self.host.num_free
+        for node in self.heaps.holders(Tier.HOST):
+            if node.lock or node.shared:
+                continue
+            other = owner(node)
+            if other == sid:
+                continue
+            info = self.sessions.get(other) if other is not None else None
+            later = info is None or expected_return(info, now) > due
+            if later and (info is None or info.queued_since is None):
+                n += node.n_host
+        return n
+
+    def install_read(
+        self,
+        sid: str,
+        read: tuple[np.ndarray, np.ndarray],
+        due: float,
+        now: float,
+        copy_in: CopyIn,
+    ) -> Installed:
+        """Put the read pages (hashes, those found) that are still only in the store on
+        `sid`'s path into host pages, as far as `host_room` allows (mutates)."""
+        hashes, found = read
+        read_at = {int(h): i for i, h in enumerate(hashes) if i < len(found) and found[i]}
+        info = self.sessions.get(sid)
+        groups: list[tuple[Node, np.ndarray, np.ndarray]] = []  # node, its pages, read index
+        if info is not None and info.leaf is not None:
+            for node, idx in _store_only_pages(info.leaf):
+                at = np.array([read_at.pop(int(h), -1) for h in node.hashes[idx]], np.int64)
+                keep = at >= 0
+                if keep.any():
+                    groups.append((node, idx[keep], at[keep]))
+        stale, no_room, installed = len(read_at), 0, 0
+        want = sum(len(g[1]) for g in groups)
+        room = self.host_room(sid, due, now)
+        if want > room:
+            no_room += want - room
+            groups, want = _first(groups, room), room
+        if want <= 0 or info is None or info.leaf is None:
+            return Installed(installed, stale, no_room)
+        leaf = info.leaf
+        self.tree.lock(leaf, +1)  # the path must not lose pages while room is made
+        try:
+            slots = self.placement.allocate_host(want)
+        finally:
+            self.tree.lock(leaf, -1)
+        if slots is None:
+            return Installed(installed, stale, no_room + want)
+        for node, idx, at in groups:
+            mine, slots = slots[: len(idx)], slots[len(idx) :]
+            if not copy_in(at, mine):
+                self.host.free(mine)
+                continue
+            self.placement.set_host(node, idx, mine)
+            installed += len(idx)
+        return Installed(installed, stale, no_room)
+
+
 def store_only(info: SessionInfo, cap: int) -> StoreRun:
     """The first `cap` store-only pages of the session's path of its own tenant
     (another's pages are not its to read). The session must hold a path."""
@@ -75,69 +161,6 @@ def store_only(info: SessionInfo, cap: int) -> StoreRun:
     hashes = np.concatenate([n.hashes[i] for n, i in parts])[:cap]
     tokens = np.concatenate([n.tokens[i] for n, i in parts])[:cap]  # type: ignore[index]
     return StoreRun(hashes, tokens, tenant)
-
-
-def host_room(cache: CacheParts, sid: str, due: float, now: float) -> int:
-    """Free host pages plus those on unlocked private nodes of other idle sessions
-    expected back later than `due` (or with no record): what may go to make room."""
-    n = cache.host.num_free
-    for node in cache.heaps.holders(Tier.HOST):
-        if node.lock or node.shared:
-            continue
-        other = owner(node)
-        if other == sid:
-            continue
-        info = cache.session_info(other) if other is not None else None
-        later = info is None or expected_return(info, now) > due
-        if later and (info is None or info.queued_since is None):
-            n += node.n_host
-    return n
-
-
-def install(
-    cache: CacheParts,
-    sid: str,
-    hashes: np.ndarray,
-    found: np.ndarray,
-    due: float,
-    now: float,
-    copy_in: CopyIn,
-) -> Installed:
-    """Put the read pages (`hashes`, those `found`) that are still only in the store on
-    `sid`'s path into host pages, as far as `host_room` allows (mutates)."""
-    read_at = {int(h): i for i, h in enumerate(hashes) if i < len(found) and found[i]}
-    info = cache.session_info(sid)
-    groups: list[tuple[Node, np.ndarray, np.ndarray]] = []  # node, its pages, read index
-    if info is not None and info.leaf is not None:
-        for node, idx in _store_only_pages(info.leaf):
-            at = np.array([read_at.pop(int(h), -1) for h in node.hashes[idx]], dtype=np.int64)
-            keep = at >= 0
-            if keep.any():
-                groups.append((node, idx[keep], at[keep]))
-    stale, no_room, installed = len(read_at), 0, 0
-    want = sum(len(g[1]) for g in groups)
-    room = host_room(cache, sid, due, now)
-    if want > room:
-        no_room += want - room
-        groups, want = _first(groups, room), room
-    if want <= 0 or info is None or info.leaf is None:
-        return Installed(installed, stale, no_room)
-    leaf = info.leaf
-    cache.tree.lock(leaf, +1)  # the path must not lose pages while room is made
-    try:
-        slots = cache.allocate_host(want)
-    finally:
-        cache.tree.lock(leaf, -1)
-    if slots is None:
-        return Installed(installed, stale, no_room + want)
-    for node, idx, at in groups:
-        mine, slots = slots[: len(idx)], slots[len(idx) :]
-        if not copy_in(at, mine):
-            cache.host.free(mine)
-            continue
-        cache.placement.set_host(node, idx, mine)
-        installed += len(idx)
-    return Installed(installed, stale, no_room)
 
 
 def unstored(leaf: Node | None) -> list[tuple[Node, np.ndarray]]:

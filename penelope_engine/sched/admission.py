@@ -13,8 +13,9 @@ in that tier: load it, or recompute it, whichever the planner finds cheaper.
 Pages that fail to load are recomputed. Device pages are allocated only when
 all of them can be had, so a request that does not fit evicts nothing.
 
-A request's life against the cache is three of its calls, each keeping free +
-cached == total itself: `PrefixCache.begin_request` (match, pin, allocate: all or
+A request's life against the cache is three calls (`RequestLife`, over the cache
+and the sessions book), each keeping free + cached == total itself:
+`begin_request` (match, pin, allocate: all or
 nothing), `cache_computed` after the prefill (`insert_path`: the computed pages
 join the tree and the lock moves to their leaf), and `release_request` at the end
 (`release`: the lock, the path written through to the host when asked, the pages
@@ -33,7 +34,7 @@ from dataclasses import replace
 import numpy as np
 
 from penelope_engine.cache.pages import PageHasher
-from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.request_life import RequestLife
 from penelope_engine.cache.tier import Tier
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sched.ledger import miss_tokens
@@ -44,15 +45,16 @@ from penelope_engine.util import cdiv
 
 
 def admit(
-    seq: Sequence, cache: PrefixCache, tiers: SchedulerTiers, cost: PlannerCost, now: float
+    seq: Sequence, life: RequestLife, tiers: SchedulerTiers, cost: PlannerCost, now: float
 ) -> TokenUsage | None:
     """Admit `seq` (its page table, lock, todo and ready time); None when it does not fit now."""
+    cache, sessions = life.cache, life.sessions
     ps = cache.page_size
     n_ctx = len(seq.tokens)  # the prompt, plus generated tokens after a preemption
     n_pages = cdiv(n_ctx, ps)
     usable = (n_ctx - 1) // ps  # always leave the last token to compute
     tiers.begin()
-    claim = cache.begin_request(seq.req.session, seq.hashes[:usable], n_pages)
+    claim = life.begin_request(seq.req.session, seq.hashes[:usable], n_pages)
     if claim is None:
         return None
     match, lock, fresh = claim.match, claim.lock, claim.fresh
@@ -79,9 +81,10 @@ def admit(
     seq.ready_at = tiers.ready_at(now)
     if seq.admitted_at is None:
         seq.admitted_at = now
-    usage = _usage(seq, cache, ps, int(device.sum()), loaded)
-    misses = miss_tokens(seq, cache, where, chosen, usable)
-    cache.set_tenant(seq.req.session, seq.req.tenant)  # the ledger read the last one
+    info = sessions.record(seq.req.session)
+    usage = _usage(seq, info.seen_hashes, ps, int(device.sum()), loaded)
+    misses = miss_tokens(seq, cache, info, where, chosen, usable)
+    sessions.set_tenant(seq.req.session, seq.req.tenant)  # the ledger read the last one
     return replace(usage, misses=misses)
 
 
@@ -117,9 +120,8 @@ def _load(
 
 
 def _usage(
-    seq: Sequence, cache: PrefixCache, ps: int, device_pages: int, loaded: dict[Tier, int]
+    seq: Sequence, seen: np.ndarray, ps: int, device_pages: int, loaded: dict[Tier, int]
 ) -> TokenUsage:
-    seen = cache.session(seq.req.session).seen_hashes
     n = min(len(seen), len(seq.hashes))
     was_cached = np.zeros(len(seq.page_table), dtype=bool)
     was_cached[:n] = seen[:n] == seq.hashes[:n]
@@ -134,9 +136,9 @@ def _usage(
     )
 
 
-def insert_path(seq: Sequence, cache: PrefixCache, hasher: PageHasher, computed: int) -> None:
+def insert_path(seq: Sequence, life: RequestLife, hasher: PageHasher, computed: int) -> None:
     """Insert the request's first `computed` tokens' full pages; lock its new leaf."""
-    ps = cache.page_size
+    ps = life.cache.page_size
     n = computed // ps
     if n == 0:
         return
@@ -146,16 +148,16 @@ def insert_path(seq: Sequence, cache: PrefixCache, hasher: PageHasher, computed:
         if n <= len(seq.hashes)
         else hasher.hashes(tokens, seq.req.tenant, seq.public_pages)
     )
-    seq.page_table[:n], seq.lock = cache.cache_computed(
+    seq.page_table[:n], seq.lock = life.cache_computed(
         hashes, seq.page_table[:n], seq.req.session, seq.req.tenant, tokens.reshape(n, ps),
         seq.lock,
     )  # fmt: skip
     seq.owned[:n] = False
 
 
-def release(seq: Sequence, cache: PrefixCache, write_through: bool) -> None:
+def release(seq: Sequence, life: RequestLife, write_through: bool) -> None:
     """The request lets go of its lock and of the device pages it still owns
-    (`PrefixCache.release_request`)."""
-    cache.release_request(seq.lock, seq.page_table[seq.owned], write_through)
+    (`RequestLife.release_request`)."""
+    life.release_request(seq.lock, seq.page_table[seq.owned], write_through)
     seq.lock = None
     seq.owned[:] = False

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from penelope_engine.cache.prefix_cache import LockHandle, PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import AgentConfig
 from penelope_engine.sched.sequence import Sequence
@@ -124,9 +125,10 @@ class Pin:
 class Retention:
     """Pins sessions' paths during tool calls; the scheduler asks it when turns end."""
 
-    def __init__(self, cfg: AgentConfig, cache: PrefixCache) -> None:
+    def __init__(self, cfg: AgentConfig, cache: PrefixCache, sessions: Sessions) -> None:
         self.cfg = cfg
         self.cache = cache
+        self.sessions = sessions
         self.pins: dict[str, Pin] = {}
         self.pinned_pages = 0
         self.fleet: deque[float] = deque(maxlen=FLEET_SAMPLES)
@@ -170,7 +172,7 @@ class Retention:
         `expected_gap_s` (a harness's hint) replaces the learned tool times."""
         if not self.enabled or (stop != "tool_use" and expected_gap_s is None):
             return
-        info = self.cache.session(sid)
+        info = self.sessions.record(sid)
         device = self.cache.capacity(Tier.DEVICE)
         pages = context // self.cache.page_size
         if info.leaf is None or pages == 0 or device <= 0:
@@ -185,7 +187,7 @@ class Retention:
         self, sid: str, pages: int, expires: float, tenant: str = "", hinted: bool = False
     ) -> None:
         """Pin the path of `sid`'s last turn (`pages` long) until `expires`."""
-        info = self.cache.session(sid)
+        info = self.sessions.record(sid)
         self.release(sid)
         self.pins[sid] = Pin(self.cache.lock(info.leaf), pages, expires, tenant, hinted)
         self.pinned_pages += pages

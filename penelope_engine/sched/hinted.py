@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.sessions import SessionInfo
 from penelope_engine.cache.tier import Tier
 from penelope_engine.hints import ClipReason, HintGrant, SessionHints, refused
@@ -68,9 +69,12 @@ class HintQuotas:
 
 
 class HintedSessions:
-    def __init__(self, quotas: HintQuotas, cache: PrefixCache, retention: Retention) -> None:
+    def __init__(
+        self, quotas: HintQuotas, cache: PrefixCache, sessions: Sessions, retention: Retention
+    ) -> None:
         self.quotas = quotas
         self.cache = cache
+        self.sessions = sessions
         self.retention = retention
         self.gapped: dict[str, str] = {}  # session -> tenant: a granted `expected_gap_s`
 
@@ -88,12 +92,12 @@ class HintedSessions:
             self.gapped.pop(sid, None)
 
     def _adopt(self, seq: Sequence, parent: str) -> HintGrant:
-        info = self.cache.session_info(parent)
+        info = self.sessions.get(parent)
         if info is None or info.tenant is None or parent == seq.req.session:  # never admitted
             return HintGrant("parent_session", parent, None, "unknown_parent")
         if info.tenant != seq.req.tenant:
             return HintGrant("parent_session", parent, None, "tenant")
-        self.cache.session(seq.req.session).held_elsewhere(info.seen_hashes)
+        self.sessions.record(seq.req.session).held_elsewhere(info.seen_hashes)
         return HintGrant("parent_session", parent, parent)
 
     def turn_ended(
@@ -115,7 +119,7 @@ class HintedSessions:
         """Hints a harness sent after the session's turn ended (the session endpoint):
         applied as if that turn had carried them. Refused (`no_session`) unless the session
         is between turns here with a cached path, and (`tenant`) unless it is `tenant`'s."""
-        info = self.cache.session_info(sid)
+        info = self.sessions.get(sid)
         if info is None or info.turn_end is None or info.leaf is None:
             return refused(hints, "no_session"), None
         if info.tenant != tenant:
@@ -136,10 +140,10 @@ class HintedSessions:
         grants: list[HintGrant] = []
         gap = None
         if h.expected_gap_s is not None:
-            clipped = self._unfair(sid, tenant, self._pages(self.cache.session(sid)))
+            clipped = self._unfair(sid, tenant, self._pages(self.sessions.record(sid)))
             if clipped is None:
                 gap = h.expected_gap_s
-                self.cache.set_expected_gap(sid, gap)
+                self.sessions.set_expected_gap(sid, gap)
                 self.gapped[sid] = tenant
             grants.append(HintGrant("expected_gap_s", h.expected_gap_s, gap, clipped))
         if self.retention.enabled:  # cost() only when a learned pin may be set
@@ -170,7 +174,7 @@ class HintedSessions:
     def _refusal(self, sid: str, tenant: str, context: int) -> ClipReason | None:
         """Why the session's path cannot be pinned now (None: it can)."""
         pages = context // self.cache.page_size
-        if self.cache.session(sid).leaf is None or pages == 0:
+        if self.sessions.record(sid).leaf is None or pages == 0:
             return "no_cached_pages"
         unfair = self._unfair(sid, tenant, pages)
         if unfair is not None:
@@ -197,7 +201,7 @@ class HintedSessions:
         `expected_gap_s` (its private path) or a hinted pin (its pinned pages)."""
         n = 0
         for sid, t in self.gapped.items():
-            info = self.cache.session_info(sid)
+            info = self.sessions.get(sid)
             if t == tenant and sid != but and info is not None and info.expected_gap is not None:
                 if sid not in self.retention.pins:
                     n += self._pages(info)
@@ -208,7 +212,7 @@ class HintedSessions:
         """Why `pages` more hinted pages of `tenant` (for `sid`) are past its quota or its
         fair share of the device (None: they are not)."""
         tenants = {tenant}
-        for info in self.cache.session_records():
+        for info in self.sessions.records():
             if info.tenant is not None and info.tenant not in tenants and self._pages(info):
                 tenants.add(info.tenant)
         quota = self.quotas.pin_tokens

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.request_life import RequestLife
 from penelope_engine.config import AgentConfig
 from penelope_engine.protocol import TokenUsage
 from penelope_engine.sched.admission import admit
@@ -33,14 +33,15 @@ class Intake:
     def __init__(
         self,
         agent: AgentConfig,
-        cache: PrefixCache,
+        life: RequestLife,
         tiers: SchedulerTiers,
         cost: Callable[[], PlannerCost],
         retention: Retention,
         hinted: HintedSessions,
     ) -> None:
         self.agent = agent
-        self.cache = cache
+        self.life = life
+        self.cache, self.sessions = life.cache, life.sessions
         self.tiers = tiers
         self.cost = cost
         self.retention = retention
@@ -55,11 +56,13 @@ class Intake:
 
     def add(self, seq: Sequence) -> None:
         sid = seq.req.session
-        info = self.cache.session(sid)
-        gap = None if info.turn_end is None else max(0.0, seq.arrival - info.turn_end)
-        if self.retention.on_arrival(sid, gap, info.last_stop == "tool_use"):
+        last = self.sessions.get(sid)  # None: its first request (or its record expired)
+        ended = last.turn_end if last is not None else None
+        gap = None if ended is None else max(0.0, seq.arrival - ended)
+        tool = last is not None and last.last_stop == "tool_use"
+        if self.retention.on_arrival(sid, gap, tool):
             self.note_release()
-        self.cache.on_arrival(sid, seq.arrival)
+        info = self.sessions.arrive(sid, seq.arrival)
         self.hinted.arrived(seq)
         start = info.first_arrival if info.first_arrival is not None else seq.arrival
         sized = self.agent.admission == "shortest" or self.agent.size_weight
@@ -92,7 +95,7 @@ class Intake:
     def _admit(self, seq: Sequence, now: float) -> bool:
         if seq.blocked_at == self.releases:  # nothing was freed since it last failed
             return False
-        usage = admit(seq, self.cache, self.tiers, self.cost(), now)
+        usage = admit(seq, self.life, self.tiers, self.cost(), now)
         if usage is None:
             seq.blocked_at = self.releases
             return False

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.sessions import SessionInfo
 from penelope_engine.cache.tier import Tier
 from penelope_engine.protocol import MISS_CAUSES, MissTokens
 from penelope_engine.sched.sequence import Sequence
@@ -44,12 +45,14 @@ CODE = {cause: i for i, cause in enumerate(MISS_CAUSES)}
 def miss_tokens(
     seq: Sequence,
     cache: PrefixCache,
+    info: SessionInfo,
     where: np.ndarray,
     recompute_chosen: set[Tier],
     usable: int,
 ) -> MissTokens:
     """The computed tokens of `seq`'s admission by cause; sets `seq.prompt_edit_at`.
 
+    `info`: the session's record, as it was before this admission;
     `where`: each found page's tier (the tree's match, then the store's run);
     `recompute_chosen`: tiers whose span the planner chose to recompute;
     `usable`: full pages the match looked at (the last token is always computed).
@@ -57,7 +60,6 @@ def miss_tokens(
     ps = cache.page_size
     n_pages = len(seq.page_table)
     per_page = np.bincount(seq.todo // ps, minlength=n_pages)
-    info = cache.session(seq.req.session)
     seen = info.seen_hashes
     hashes = seq.hashes[:usable]
     hole = CODE["dropped_host"] if cache.has_host else CODE["evicted_device"]

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.tier import Tier
 from penelope_engine.tiers.contract import ReadAhead, SchedulerTiers
 from penelope_engine.tiers.planner import PlannerCost
@@ -74,10 +75,12 @@ class Prefetcher:
         self,
         lead_s: float,
         cache: PrefixCache,
+        sessions: Sessions,
         tiers: SchedulerTiers,
         cost: Callable[[], PlannerCost],
     ) -> None:
         self.lead_s, self.cache, self.tiers, self.cost = lead_s, cache, tiers, cost
+        self.sessions = sessions
         self.stats = PrefetchStats()
         self.flight: _Flight | None = None
         self._next_plan = -np.inf
@@ -129,7 +132,7 @@ class Prefetcher:
 
     def check(self) -> None:
         """Its state stays bounded: only sessions with a record are remembered."""
-        known = self.cache.session_ids()
+        known = self.sessions.ids()
         assert not (self._tried.keys() - known), "a forgotten session's reads"
         assert not (self._due.keys() - known), "a forgotten session is due"
         assert all(sid in known for _, sid, _ in self._later), "a forgotten session waits"
@@ -151,13 +154,14 @@ class Prefetcher:
         )
         cap = self.read_cap()
         for t, sid in due:
-            run = self.cache.store_only(sid, min(cap, self.cache.host_room(sid, t, now)))
+            store = self.cache.store_pages
+            run = store.store_only(sid, min(cap, store.host_room(sid, t, now)))
             if not len(run.hashes):
                 continue  # nothing only in the store, or no room: looked at again later
             read = self.tiers.read_ahead(run.hashes, run.tokens, run.tenant)
             if read is None:
                 return
-            info = self.cache.session_info(sid)
+            info = self.sessions.get(sid)
             ended = info.turn_end if info is not None else None
             assert ended is not None
             self._tried[sid] = (ended, self._reads(sid, ended) + 1)
@@ -179,7 +183,7 @@ class Prefetcher:
 
     def _current(self, sid: str, turn_end: float) -> bool:
         """`sid` is still in the gap after the turn that ended at `turn_end`."""
-        info = self.cache.session_info(sid)
+        info = self.sessions.get(sid)
         return info is not None and info.turn_end == turn_end and info.leaf is not None
 
     def _reads(self, sid: str, turn_end: float) -> int:
@@ -189,7 +193,7 @@ class Prefetcher:
 
     # -- installing what it found -------------------------------------------------------
     def _install(self, f: _Flight, now: float) -> None:
-        done = self.cache.install_read(
+        done = self.cache.store_pages.install_read(
             f.sid, (f.hashes, f.read.found()), f.expected, now, f.read.install
         )
         self.stats.pages_stale += done.stale

@@ -1,6 +1,6 @@
 """Session records stay bounded: sessionless requests keep none, idle ones expire.
 
-The cache keeps a record per session (`cache.session_ids`), retention keeps its
+The sessions book keeps a record per session (`Sessions.ids`), retention keeps its
 tool gaps, the engine's handover its tenant and last record length. A request
 without a session id drops its record when it finishes; every `SWEEP_EVERY`
 finished requests the records of idle sessions that hold no page past
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.sched.agent import Retention
 from penelope_engine.sched.sequence import Sequence
 
@@ -21,8 +22,9 @@ SWEEP_EVERY = 256  # finished requests between sweeps of idle session records
 
 
 class SessionRecords:
-    def __init__(self, cache: PrefixCache, retention: Retention) -> None:
+    def __init__(self, cache: PrefixCache, sessions: Sessions, retention: Retention) -> None:
         self.cache = cache
+        self.sessions = sessions
         self.retention = retention
         self.finished_requests = 0
         self.sweep_every = SWEEP_EVERY
@@ -41,25 +43,26 @@ class SessionRecords:
             self.forget([seq.req.session])
         if self.finished_requests % self.sweep_every == 0:
             keep = live()
-            self.forget(self.cache.idle_sessions(keep))
+            self.forget(self.sessions.idle(keep))
             self.cache.prune_stored(keep)
 
     def check(self) -> None:
         """Records stay within the cap plus one sweep's worth of new sessions; retention
-        and the cache agree on which sessions exist."""
-        cache = self.cache
-        known = cache.session_ids()
-        assert len(known) <= cache.max_session_records + self.sweep_every, (
-            f"{len(known)} session records, cap {cache.max_session_records}"
+        and the book agree on which sessions exist; each record is well formed."""
+        book = self.sessions
+        known = book.ids()
+        assert len(known) <= book.max_records + self.sweep_every, (
+            f"{len(known)} session records, cap {book.max_records}"
         )
+        book.check()
         assert not (self.retention.own.keys() - known), "gaps of a forgotten session"
         assert not (self.retention.pins.keys() - known), "a pin of a forgotten session"
 
     def forget(self, sids: list[str]) -> None:
-        """Drop the sessions' records everywhere: the cache, retention, the listeners."""
+        """Drop the sessions' records everywhere: the book, retention, the listeners."""
         if not sids:
             return
-        self.cache.forget_sessions(sids)
+        self.sessions.forget(sids)
         self.retention.forget(sids)
         for listener in self._listeners:
             listener(sids)

@@ -30,6 +30,8 @@ import numpy as np
 
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.request_life import RequestLife
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import CapacityError
 from penelope_engine.hints import HintGrant, SessionHints
@@ -50,6 +52,7 @@ class Scheduler:
         self,
         config: SchedulerConfig,
         cache: PrefixCache,
+        sessions: Sessions,
         hasher: PageHasher,
         tiers: SchedulerTiers,
         cost: Callable[[], PlannerCost],
@@ -61,13 +64,15 @@ class Scheduler:
         turn_stop: Callable[[Sequence], str | None] | None = None,
         on_forget: Iterable[Callable[[list[str]], None]] = (),
     ) -> None:
-        """`on_forget`: told the ids of sessions whose records are dropped (after the
-        scheduler's own parts)."""
+        """`sessions`: the book `cache` was built over; `on_forget`: told the ids of
+        sessions whose records are dropped (after the scheduler's own parts)."""
         self.config = config
         # How a finished request's turn ended ("tool_use", "end_turn" or None): the
         # request's hint by default; the engine also reads the reply (`Engine.turn_stop`).
         self._turn_stop = turn_stop or (lambda seq: seq.req.stop_reason_hint)
         self._cache = cache
+        self._sessions = sessions
+        self._life = RequestLife(cache, sessions)
         self.hasher = hasher  # page ids (the simulator names a fleet's pages with it)
         self._tiers = tiers
         self._cost = cost  # the planner's current cost model (the engine refines its own)
@@ -78,11 +83,12 @@ class Scheduler:
         self.page_size = cache.page_size
         self.agent = config.agent
         self.running: list[Sequence] = []
-        self._retention = Retention(config.agent, cache)
-        self._records = SessionRecords(cache, self._retention)
-        self._hinted = HintedSessions(hint_quotas or HintQuotas(), cache, self._retention)
-        self._intake = Intake(config.agent, cache, tiers, cost, self._retention, self._hinted)
-        self._prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, tiers, cost)
+        self._retention = Retention(config.agent, cache, sessions)
+        self._records = SessionRecords(cache, sessions, self._retention)
+        quotas = hint_quotas or HintQuotas()
+        self._hinted = HintedSessions(quotas, cache, sessions, self._retention)
+        self._intake = Intake(config.agent, self._life, tiers, cost, self._retention, self._hinted)
+        self._prefetch = Prefetcher(config.agent.prefetch_lead_s, cache, sessions, tiers, cost)
         for forget in (self._prefetch.forget, self._hinted.forget, *on_forget):
             self._records.listen(forget)
 
@@ -191,8 +197,8 @@ class Scheduler:
         """
         self.running.remove(seq)
         if not seq.in_prefill:
-            insert_path(seq, self._cache, self.hasher, len(seq.tokens) - 1)
-        release(seq, self._cache, self._write_through and self.agent.park_on_preempt)
+            insert_path(seq, self._life, self.hasher, len(seq.tokens) - 1)
+        release(seq, self._life, self._write_through and self.agent.park_on_preempt)
         seq.page_table = np.empty(0, np.int32)
         seq.owned = np.empty(0, bool)
         seq.todo = np.empty(0, np.int64)
@@ -202,7 +208,7 @@ class Scheduler:
         )
         seq.preemptions += 1
         self._intake.note_release()
-        self._cache.on_arrival(seq.req.session)
+        self._sessions.arrive(seq.req.session)
         self.waiting.appendleft(seq)
 
     def ensure_page(self, seq: Sequence, position: int) -> bool:
@@ -224,7 +230,7 @@ class Scheduler:
             if seq.in_prefill:
                 seq.cursor += len(it.positions)
                 if not seq.in_prefill:
-                    insert_path(seq, self._cache, self.hasher, len(seq.tokens))
+                    insert_path(seq, self._life, self.hasher, len(seq.tokens))
             if tok is None:
                 continue
             seq.tokens.append(tok)
@@ -241,17 +247,17 @@ class Scheduler:
         now = self._clock()
         if seq in self.waiting:
             self.waiting.remove(seq)
-            self._cache.on_abort(seq.req.session)
+            self._sessions.on_abort(seq.req.session)
             self._intake.note_release()  # the head of the queue may have changed
             self._records.finished(seq, self._live_sessions)
             return
         self.running.remove(seq)
         self._intake.note_release()
         if not aborted and not seq.in_prefill:
-            insert_path(seq, self._cache, self.hasher, len(seq.tokens) - 1)
-        release(seq, self._cache, self._write_through)
-        info = self._cache.session(seq.req.session)
-        self._cache.on_turn_end(seq.req.session, stop_reason)
+            insert_path(seq, self._life, self.hasher, len(seq.tokens) - 1)
+        release(seq, self._life, self._write_through)
+        info = self._sessions.record(seq.req.session)
+        self._sessions.on_turn_end(seq.req.session, stop_reason)
         if not aborted:  # pins (learned and hinted), the harness's hints within its quotas
             gap = self._hinted.turn_ended(seq, stop_reason, self._cost, now)
             self._prefetch.turn_ended(seq.req.session, info.turn_end, gap)
@@ -262,7 +268,7 @@ class Scheduler:
         to its record as if that turn had carried them, within the tenant's quotas."""
         grants, gap = self._hinted.between_turns(sid, tenant, hints, self._cost)
         if gap is not None:
-            self._prefetch.turn_ended(sid, self._cache.session(sid).turn_end, gap)
+            self._prefetch.turn_ended(sid, self._sessions.record(sid).turn_end, gap)
         if hints.end_session or hints.retain_s is not None:
             self._intake.note_release()  # a pin or pages may have gone: the queue may fit now
         return grants

@@ -37,11 +37,12 @@ import numpy as np
 from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PUBLIC
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.tree import Node
 from penelope_engine.protocol import DrainReport, GenerateRequest
 from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import PageSnapshot, TorchTiers
-from penelope_engine.tiers.drain import SessionDrain
+from penelope_engine.tiers.drain import Recorded, SessionDrain
 from penelope_engine.tiers.path_records import PathRecords
 from penelope_engine.tiers.segment_writer import SegmentWriter
 from penelope_engine.tiers.write_behind import WriteBehind
@@ -49,32 +50,45 @@ from penelope_engine.tiers.write_behind import WriteBehind
 log = logging.getLogger(__name__)
 
 
-class SessionHandover(SessionDrain):
-    """Write-behind of sessions' pages and records; reading records for arriving sessions.
-    `writes`: the segment writer the tiers spill through (None: pages and records are
-    written only by a drain)."""
+class SessionHandover:
+    """Write-behind of sessions' pages and records; reading records for arriving sessions;
+    the drain (`SessionDrain`, held). `writes`: the segment writer the tiers spill through
+    (None: pages and records are written only by a drain)."""
 
     def __init__(
         self,
         store: ArrowSegmentStore,
         tiers: TorchTiers,
         cache: PrefixCache,
+        sessions: Sessions,
         writes: SegmentWriter | None,
         record_budget: ReadBudget | None = None,
     ) -> None:
         self.store = store
         self.tiers = tiers
         self.cache = cache
+        self.sessions = sessions
         self.writes = writes
         self.writer = writes.writer if writes is not None else None
         self.records = PathRecords(
-            store, tiers, cache, queued=self.writer is not None, budget=record_budget
+            store, tiers, sessions, queued=self.writer is not None, budget=record_budget
         )
-        self.tenants: dict[str, str] = {}  # session id -> tenant, for its record
+        self.known = Recorded()  # tenants, record lengths, refused writes: shared with the drain
         self.deferred_pages = 0  # pages not written behind for want of room (offered again)
-        self._recorded: dict[str, int] = {}  # session id -> pages in its last record
-        self._refused: set[str] = set()  # sessions some of whose pages written behind failed
-        self.last_drain: DrainReport | None = None
+        self._drain = SessionDrain(tiers, cache, sessions, self.records, self.known, self.flush)
+
+    @property
+    def tenants(self) -> dict[str, str]:
+        """Session id -> tenant, for its record (sessions this replica served)."""
+        return self.known.tenants
+
+    @property
+    def last_drain(self) -> DrainReport | None:
+        return self._drain.last
+
+    def drain(self, deadline_s: float) -> DrainReport:
+        """Write what the store lacks, within `deadline_s` (`SessionDrain.drain`)."""
+        return self._drain.drain(deadline_s)
 
     @property
     def lost_pages(self) -> int:
@@ -133,13 +147,14 @@ class SessionHandover(SessionDrain):
         """A request of the session is queued: what the fleet held of it counts as seen."""
         self.tenants[session_id] = tenant
         if record is not None:
-            self.cache.session(session_id).held_elsewhere(np.array(record.page_hashes, np.uint64))
+            seen = np.array(record.page_hashes, np.uint64)
+            self.sessions.open(session_id).held_elsewhere(seen)  # it arrives: opened here
 
     def forget(self, sids: list[str]) -> None:
         """The sessions' records in the cache were dropped (`sched.records`)."""
         for sid in sids:
             self.tenants.pop(sid, None)
-            self._recorded.pop(sid, None)
+            self.known.pages.pop(sid, None)
 
     def turn_ended(self, tenant: str, session_id: str) -> Future[bool] | None:
         """Queue the session's record now, then its unstored pages and the record again.
@@ -156,8 +171,9 @@ class SessionHandover(SessionDrain):
         self.tenants[session_id] = tenant
         if self.writer is None or self.records.writer is None:
             return None
-        info = self.cache.session(session_id)
-        pages = self.records.owned(tenant, info.seen_hashes)
+        info = self.sessions.get(session_id)  # None: its record was just swept
+        seen = info.seen_hashes if info is not None else np.empty(0, np.uint64)
+        pages = self.records.owned(tenant, seen)
         recorded = self.records.first(tenant, session_id, pages)
         self._queue_pages(tenant, session_id, pages)
         return recorded
@@ -169,23 +185,23 @@ class SessionHandover(SessionDrain):
         room = self.writer.room() // self.tiers.device.bytes_per_page
         if self.store.writes.degraded:  # no copies for a store that refuses: offered later
             room = 0
-        for node, idx in self.cache.unstored(session_id):
+        for node, idx in self.cache.store_pages.unstored(session_id):
             self.deferred_pages += max(0, len(idx) - room)
             if room > 0 and len(idx):
                 taken.append((node, idx[:room]))
                 room -= len(taken[-1][1])
-        if not taken and self._recorded.get(session_id) == len(pages):
+        if not taken and self.known.pages.get(session_id) == len(pages):
             return
         snaps = [snap for node, idx in taken for snap in self._snapshot(node, idx)]
         public = any(s.owner == PUBLIC for s in snaps)
         job = lambda: self._write(snaps, tenant, session_id, pages, public)  # noqa: E731
-        self._recorded[session_id] = len(pages)  # before the job runs: a failed one undoes it
+        self.known.pages[session_id] = len(pages)  # before the job runs: a failed one undoes it
         assert self.writes is not None
         if not self.writes.submit(snaps, job):
-            self._recorded.pop(session_id, None)  # pages unstored, record stale: a drain writes
+            self.known.pages.pop(session_id, None)  # pages unstored, record stale: a drain writes
             return
         for node, idx in taken:
-            self.cache.mark_stored(node, idx)
+            self.cache.store_pages.mark_stored(node, idx)
 
     def _snapshot(self, node: Node, idx: np.ndarray) -> list[PageSnapshot]:
         """Copies of pages `idx` of `node`, read from the host where it has them."""
@@ -209,7 +225,7 @@ class SessionHandover(SessionDrain):
         session's, and the public prefix's when its pages were among them."""
         assert self.writes is not None  # jobs are queued only with a writer
         if not self.writes.put(snaps):
-            self._refused.add(session_id)  # marked stored when copied: a drain names it
+            self.known.refused.add(session_id)  # marked stored when copied: a drain names it
         if pages:
             self.records.put(tenant, session_id, pages, then=lambda ok: self._told(session_id, ok))
         if public:
@@ -219,4 +235,4 @@ class SessionHandover(SessionDrain):
         """(A writer thread.) A record this replica queued was written, or not: then a
         drain writes it."""
         if not written:
-            self._recorded.pop(session_id, None)
+            self.known.pages.pop(session_id, None)

@@ -31,7 +31,7 @@ import numpy as np
 
 from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PUBLIC
-from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.protocol import GenerateRequest
 from penelope_engine.tiers.budget import ReadBudget
 from penelope_engine.tiers.copies import TorchTiers
@@ -60,13 +60,13 @@ class PathRecords:
         self,
         store: ArrowSegmentStore,
         tiers: TorchTiers,
-        cache: PrefixCache,
+        sessions: Sessions,
         queued: bool,
         budget: ReadBudget | None = None,
     ) -> None:
         self.store = store
         self.tiers = tiers
-        self.cache = cache
+        self.sessions = sessions
         self.budget = budget  # bounds `fetch` (None: unbounded)
         self.writer = WriteBehind(RECORD_QUEUE_BYTES, name="penelope-records") if queued else None
         self._lock = threading.Lock()  # `_writing`
@@ -136,7 +136,7 @@ class PathRecords:
                 writing.again, told, writing.then = False, writing.then, []
 
     def _write(self, tenant: str, session_id: str, pages: list[tuple[str, int]]) -> bool:
-        info = self.cache.session_info(session_id)  # an attribute read: thread-safe
+        info = self.sessions.get(session_id)  # a dict read: thread-safe
         seen = info.seen_hashes if info is not None else None
         if seen is not None and len(seen) > len(pages):
             pages = self.owned(tenant, seen)

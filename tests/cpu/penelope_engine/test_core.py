@@ -58,9 +58,10 @@ def test_build_core_wires_the_injected_clock_policy_tiers_and_cost() -> None:
         max_model_len=1024,
     )
     assert core.cache.policy is policy  # the object, not the configured name
-    assert core.cache.io is tiers and core.scheduler._tiers is tiers and core.tiers is tiers
+    assert core.cache._placement.io is tiers and core.scheduler._tiers is tiers
+    assert core.tiers is tiers and core.scheduler._sessions is core.sessions
     assert core.scheduler._cache is core.cache and core.scheduler._cost() is cost
-    assert core.cache._time_fn() == 100.0 and core.scheduler._clock() == 100.0
+    assert core.sessions.now == 100.0 and core.scheduler._clock() == 100.0
     assert core.scheduler._write_through  # host pages and write_through
     assert core.cache.page_cost(3) == cost.recompute_s(12, 4)
 

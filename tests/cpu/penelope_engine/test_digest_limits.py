@@ -12,6 +12,7 @@ import pytest
 from penelope_engine.async_engine import AsyncEngine
 from penelope_engine.cache import digests
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.engine import Engine
 from penelope_engine.errors import ConfigError
 from penelope_engine.protocol import DIGEST_LIMITS, DigestLimits, EngineProtocol
@@ -22,10 +23,12 @@ def default(fn: Callable[..., Any], name: str) -> object:
     return inspect.signature(fn).parameters[name].default
 
 
-@pytest.mark.parametrize("owner", [EngineProtocol, Engine, AsyncEngine, PrefixCache])
+@pytest.mark.parametrize("owner", [EngineProtocol, Engine, AsyncEngine])
 def test_every_engine_and_cache_default_is_the_one_limit(owner: type) -> None:
     assert default(owner.session_digests, "limit") == DIGEST_LIMITS.sessions
     assert default(owner.shared_prefix_hashes, "limit") == DIGEST_LIMITS.prefix_pages
+    assert default(Sessions.digests, "limit") == DIGEST_LIMITS.sessions
+    assert default(PrefixCache.shared_prefix_hashes, "limit") == DIGEST_LIMITS.prefix_pages
 
 
 def test_the_cache_walks_and_the_published_digest_take_the_same_limits() -> None:

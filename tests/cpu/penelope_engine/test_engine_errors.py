@@ -37,7 +37,7 @@ def state(engine: Engine) -> tuple:
         nodes,
         cache._device.num_used,
         cache._host.num_used,
-        sorted(cache._sessions),
+        sorted(engine.core.sessions.ids()),
         len(sched.waiting),
         len(sched.running),
         engine.stats(),
@@ -182,4 +182,4 @@ def test_aborting_a_waiting_request_ends_its_session_queue_entry(
     engine.add_request(request("wait", tuple(range(50, 60)), session_id="w"))
     engine.step()
     assert engine.abort("wait")
-    assert engine.core.cache.session("w").queued_since is None
+    assert engine.core.sessions.record("w").queued_since is None

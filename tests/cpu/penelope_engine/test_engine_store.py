@@ -31,9 +31,9 @@ def test_a_session_moved_to_a_fresh_replica_loads_its_kv_from_the_store(tiny_qwe
     reference, _ = _turns(_engine(tiny_qwen3, None))
     leaving = _engine(tiny_qwen3, tmp_path)
     first = leaving.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
-    written = leaving.drain_to_store().pages
+    written = leaving.store.drain_to_store().pages
     assert written == leaving.core.cache._device.num_used  # every cached page, once
-    assert leaving.drain_to_store().pages == 0
+    assert leaving.store.drain_to_store().pages == 0
     arriving = _engine(tiny_qwen3, tmp_path)  # a new replica: empty tree, same store
     prompt2 = TURN1 + first.token_ids + TURN2_NEW
     second = arriving.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
@@ -47,7 +47,7 @@ def test_a_corrupt_store_file_is_recomputed_not_trusted(tiny_qwen3, tmp_path):
     reference, _ = _turns(_engine(tiny_qwen3, None))
     leaving = _engine(tiny_qwen3, tmp_path)
     first = leaving.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
-    assert leaving.drain_to_store().pages > 0
+    assert leaving.store.drain_to_store().pages > 0
     for f in tmp_path.rglob("*.arrow"):
         data = bytearray(f.read_bytes())
         data[len(data) // 2] ^= 0xFF

@@ -21,6 +21,7 @@ from bench.sim.oracle import make_sim_policy  # the product's policies and the o
 from penelope_engine.cache.eviction import EvictionPolicy, owner
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.prefix_cache import LockHandle, PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import ModelConfig
 from penelope_engine.tiers.copies import TorchTiers
@@ -40,7 +41,7 @@ KV_MODEL = ModelConfig(
 
 
 class Clock:
-    """A controllable `time_fn`; every operation of `CacheWorld` advances it."""
+    """A controllable clock (the sessions book's); every operation of `CacheWorld` advances it."""
 
     def __init__(self) -> None:
         self.t = 0.0
@@ -135,13 +136,14 @@ class CacheWorld:
         self.device_kv = KVPool(KV_MODEL, self.device_pages, PS, torch.float32)
         host_kv = KVPool(KV_MODEL, self.host_pages, PS, torch.float32) if self.host_pages else None
         self.host_kv = host_kv
+        self.sessions = Sessions(self.clock)
         self.cache = PrefixCache(
             PS,
             self.device_pages,
             self.host_pages,
             make_sim_policy(self.policy) if isinstance(self.policy, str) else self.policy,
             io=TorchTiers(self.device_kv, host_kv),
-            time_fn=self.clock,
+            sessions=self.sessions,
         )
 
     # -- sessions ------------------------------------------------------------------
@@ -164,7 +166,7 @@ class CacheWorld:
         self.clock.tick()
         self.grow(sid, new_pages)
         hs = self.hashes(sid)
-        self.cache.on_arrival(sid)
+        self.sessions.arrive(sid)
         m = self.cache.match(hs)
         lock = self.cache.lock(m.nodes[-1] if m.num_pages else None)
         on_device = np.zeros(len(hs), bool)
@@ -176,13 +178,13 @@ class CacheWorld:
         table = np.empty(len(hs), np.int32)
         table[: m.num_pages][on_device[: m.num_pages]] = m.device[on_device[: m.num_pages]]
         table[~on_device] = self.allocate(need)
-        self.cache.on_start(sid)
+        self.sessions.on_start(sid)
         self._compute(hs[~on_device], table[~on_device])
         res = self.cache.insert(hs, table, sid)
         self.cache.unlock(lock)
         if write_through:
             self.cache.write_through(res.leaf)
-        self.cache.on_turn_end(sid, stop)
+        self.sessions.on_turn_end(sid, stop)
         return True
 
     def _compute(self, hashes: np.ndarray, pages: np.ndarray) -> None:

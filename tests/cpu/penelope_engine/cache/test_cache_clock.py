@@ -17,6 +17,7 @@ import pytest
 from penelope_engine.cache.eviction import CacheView, ReturnAwarePolicy, owner
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.tier import Tier
 from penelope_engine.cache.tree import Node
 
@@ -43,13 +44,14 @@ def two_sessions_under_a_ticking_clock() -> tuple[PrefixCache, Victims]:
     """Sessions a then b, 4 private pages each, both ended with `end_turn`; the clock
     moves 100 s on every read, so both are overdue by the time anything is evicted."""
     ticks = itertools.count()
-    cache = PrefixCache(PS, 8, policy="return_aware", time_fn=lambda: 100.0 * next(ticks))
+    book = Sessions(lambda: 100.0 * next(ticks))
+    cache = PrefixCache(PS, 8, policy="return_aware", sessions=book)
     for sid in ("a", "b"):
         hashes = HASHER.hashes(np.arange(16) + (0 if sid == "a" else 1000))
-        cache.on_arrival(sid)
-        cache.on_start(sid)
+        book.arrive(sid)
+        book.on_start(sid)
         cache.insert(hashes, cache.allocate(4), sid)
-        cache.on_turn_end(sid, "end_turn")  # overdue soon: keys move with the clock
+        book.on_turn_end(sid, "end_turn")  # overdue soon: keys move with the clock
     return cache, record_victims(cache)
 
 
@@ -68,14 +70,15 @@ def test_return_aware_evicts_under_a_clock_that_moves_on_every_read() -> None:
 
 def three_sessions_at(now: list[float]) -> tuple[PrefixCache, Victims]:
     """A and C stop for a tool (expected back 10 s later), B ends its turn (200 s later)."""
-    cache = PrefixCache(PS, 6, policy="return_aware", time_fn=lambda: now[0])
+    book = Sessions(lambda: now[0])
+    cache = PrefixCache(PS, 6, policy="return_aware", sessions=book)
     for t, (sid, stop) in enumerate((("A", "tool_use"), ("B", "end_turn"), ("C", "tool_use"))):
         now[0] = float(t)
         hashes = HASHER.hashes(np.arange(8) + 1000 * t)
-        cache.on_arrival(sid)
-        cache.on_start(sid)
+        book.arrive(sid)
+        book.on_start(sid)
         cache.insert(hashes, cache.allocate(2), sid)
-        cache.on_turn_end(sid, stop)
+        book.on_turn_end(sid, stop)
     return cache, record_victims(cache)
 
 

@@ -64,7 +64,9 @@ def run(world: CacheWorld, program: list[tuple], after_op: Checker | None = None
         elif kind == "unlock":
             world.unlock_session(args[0])
         else:
-            tell_next_arrival(world.cache, args[0], math.inf if args[1] is None else args[1])
+            tell_next_arrival(
+                world.cache, world.sessions, args[0], math.inf if args[1] is None else args[1]
+            )
         world.check()
         if after_op is not None:
             after_op(before, Snapshot.of(world.cache), world.cache)
@@ -95,7 +97,8 @@ def penelope_order(before: Snapshot, after: Snapshot, cache: PrefixCache) -> Non
     """Coldest session first; within it, the lowest private positions; its suffix last."""
     shared_last(before, after, cache)
     gone, kept = before.evicted(after), before.kept(after)
-    last_access = {s: info.last_access for s, info in cache._sessions.items()}
+    book = cache._sessions
+    last_access = {s: book.record(s).last_access for s in book.ids()}
     for victim in {r.owner for r in unlocked_private(gone)}:
         colder = {
             r.owner

@@ -13,6 +13,7 @@ from cache_testkit import CacheWorld
 from bench.sim.oracle import tell_next_arrival
 from penelope_engine.cache.eviction import EVICTION_POLICIES, GreedyDualPolicy
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.cache.tier import Tier
 from penelope_engine.errors import CapacityError, UnknownNameError
 
@@ -114,8 +115,8 @@ def test_return_aware_evicts_the_session_expected_back_last() -> None:
 
 def test_return_aware_keeps_the_queue_head_longest() -> None:
     world = tool_loop_and_user_turn()
-    world.cache.on_arrival("B", 67.0)  # B came back first, then C: both wait in the queue
-    world.cache.on_arrival("C", 68.0)
+    world.sessions.arrive("B", 67.0)  # B came back first, then C: both wait in the queue
+    world.sessions.arrive("C", 68.0)
     world.clock.t = 69
     assert world.hold(2)
     assert world.segments("A") == [PREFIX]  # idle A goes before anyone queued
@@ -130,7 +131,7 @@ def test_oracle_evicts_the_session_that_returns_last() -> None:
         world.turn(name, 2)
     hints = {"A": 500.0, "B": 100.0, "C": None}  # C never returns
     for name, t in hints.items():
-        tell_next_arrival(world.cache, name, math.inf if t is None else t)
+        tell_next_arrival(world.cache, world.sessions, name, math.inf if t is None else t)
     order = []
     for _ in range(3):
         assert world.hold(2)
@@ -159,6 +160,6 @@ def test_greedydual_takes_cheap_fronts_first_and_stale_sessions_whole() -> None:
 
 def test_unknown_policy_name_lists_the_valid_ones() -> None:
     with pytest.raises(UnknownNameError) as err:
-        PrefixCache(4, 8, policy="fifo")
+        PrefixCache(4, 8, policy="fifo", sessions=Sessions())
     for name in EVICTION_POLICIES:
         assert name in str(err.value)

@@ -8,6 +8,7 @@ import pytest
 from bench.sim.tiers import NullTiers
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.config import AgentConfig, SchedulerConfig
 from penelope_engine.errors import ConfigError
 from penelope_engine.protocol import GenerateRequest, SamplingParams
@@ -31,7 +32,8 @@ def make(
     device_pages: int, host_pages: int = 0, max_running: int = 8, max_prefills: int = 0, **agent
 ) -> Scheduler:
     clock = Clock()
-    cache = PrefixCache(PS, device_pages, host_pages, "lru", io=NullTiers(), time_fn=clock)
+    book = Sessions(clock)
+    cache = PrefixCache(PS, device_pages, host_pages, "lru", io=NullTiers(), sessions=book)
     cfg = SchedulerConfig(
         max_batch_tokens=4096,
         max_running=max_running,
@@ -42,6 +44,7 @@ def make(
     return Scheduler(
         cfg,
         cache,
+        book,
         PageHasher(PS, "t"),
         NullTiers(),
         CalibratedCost,

@@ -53,7 +53,7 @@ def turn(
 
 
 def private_device_pages(e: Engine, sid: str) -> int:
-    info = e.core.cache.session_info(sid)
+    info = e.core.sessions.get(sid)
     node, n = (info.leaf if info is not None else None), 0
     while node is not None and node.parent is not None:
         n += 0 if node.shared else node.n_device
@@ -86,7 +86,7 @@ def test_retain_s_is_clipped_to_the_tenant_pin_seconds(tiny_qwen3: LoadedModel) 
     out = turn(e, "a1", prompt(1), "a", SessionHints(retain_s=3600.0))
     assert out.hints == (HintGrant("retain_s", 3600.0, 5.0, "tenant_pin_seconds"),)
     pin = e.core.scheduler._retention.pins["a"]
-    assert pin.hinted and pin.expires - e.core.cache.now <= 5.0
+    assert pin.hinted and pin.expires - e.core.sessions.now <= 5.0
 
 
 def test_pinned_tokens_are_bounded_per_tenant(tiny_qwen3: LoadedModel) -> None:
@@ -139,7 +139,7 @@ def test_expected_gap_s_sizes_a_learned_retention_pin(tiny_qwen3: LoadedModel) -
     e = Engine(EngineConfig(cache=cc, scheduler=sched), loaded=tiny_qwen3)
     turn(e, "a1", prompt(1), "a", SessionHints(expected_gap_s=2.0))
     pin = e.core.scheduler._retention.pins["a"]
-    assert not pin.hinted and pin.expires - e.core.cache.now == pytest.approx(3.0, abs=0.5)
+    assert not pin.hinted and pin.expires - e.core.sessions.now == pytest.approx(3.0, abs=0.5)
 
 
 def test_parent_session_counts_the_parents_history_as_the_sub_agents(

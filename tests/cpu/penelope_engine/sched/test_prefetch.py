@@ -65,7 +65,7 @@ def back(first: RequestOutput) -> tuple[int, ...]:
 
 def tiers_of(e: Engine, sid: str) -> dict[Tier, int]:
     """Pages of the session's own path per location."""
-    info = e.core.cache.session_info(sid)
+    info = e.core.sessions.get(sid)
     assert info is not None and info.leaf is not None
     where = np.concatenate([n.where() for n in _path(info.leaf)])
     return {t: int((where == t).sum()) for t in (Tier.DEVICE, Tier.HOST, Tier.STORE)}
@@ -123,7 +123,7 @@ def test_a_hinted_session_finds_its_store_pages_in_the_host_when_it_returns(
     assert second.usage.host_tokens == 40
     assert second.usage.recomputed_tokens == 0
     assert (first.token_ids, second.token_ids) == (ref_first.token_ids, ref_second.token_ids)
-    e.close()
+    e.store.close()
 
 
 def test_without_a_lead_the_same_return_reads_the_store_on_its_own_path(

@@ -47,7 +47,7 @@ def test_requests_without_a_session_keep_no_record(tiny_qwen3) -> None:
     rng = np.random.default_rng(0)
     for i in range(40):
         turn(e, f"r{i}", PREFIX + rng.integers(0, 500, 8).tolist(), None, clock)
-    assert e.core.cache._sessions == {}
+    assert len(e.core.sessions) == 0
     assert e.core.scheduler._retention.own == {}
     # the prefix is still shared: the last request found it on the device
     assert e.core.scheduler.totals.device_tokens >= 39 * len(PREFIX)
@@ -65,14 +65,15 @@ def test_an_idle_session_without_pages_expires_after_the_ttl(tiny_qwen3) -> None
     prompts = {f"s{i}": rng.integers(0, 500, 36).tolist() for i in range(4)}
     for sid, p in prompts.items():
         turn(e, f"{sid}-0", p, sid, clock)
-    assert set(e.core.cache._sessions) == set(prompts)  # idle, but within the TTL
+    assert set(e.core.sessions.ids()) == set(prompts)  # idle, but within the TTL
     clock.t += 200.0
     turn(e, "s3-1", prompts["s3"], "s3", clock)
     # s0 and s1 lost their pages to later sessions and idled past the TTL; s3 runs; a
     # record left of the idle ones is one still holding pages
-    assert "s3" in e.core.cache._sessions
-    assert e.core.cache.session_info("s0") is None and e.core.cache.session_info("s1") is None
-    assert all(info.holds_pages() for sid, info in e.core.cache._sessions.items() if sid != "s3")
+    assert "s3" in e.core.sessions.ids()
+    assert e.core.sessions.get("s0") is None and e.core.sessions.get("s1") is None
+    book = e.core.sessions
+    assert all(book.record(sid).holds_pages() for sid in book.ids() if sid != "s3")
 
 
 def test_a_session_holding_pages_outlives_the_ttl(tiny_qwen3) -> None:
@@ -82,7 +83,7 @@ def test_a_session_holding_pages_outlives_the_ttl(tiny_qwen3) -> None:
     turn(e, "a-0", PREFIX + [1, 2, 3, 4], "a", clock)
     clock.t += 100.0
     turn(e, "b-0", PREFIX + [5, 6, 7, 8], "b", clock)
-    assert set(e.core.cache._sessions) == {"a", "b"}  # a's private page is still cached
+    assert set(e.core.sessions.ids()) == {"a", "b"}  # a's private page is still cached
 
 
 def test_past_the_cap_the_least_recently_used_records_go(tiny_qwen3) -> None:
@@ -91,8 +92,8 @@ def test_past_the_cap_the_least_recently_used_records_go(tiny_qwen3) -> None:
     e.core.scheduler._records.sweep_every = 2
     for i in range(10):
         turn(e, f"s{i}-0", PREFIX + [i, i, i, i], f"s{i}", clock)
-    assert len(e.core.cache._sessions) <= 3 + 2
-    assert "s9" in e.core.cache._sessions and "s0" not in e.core.cache._sessions
+    assert len(e.core.sessions.ids()) <= 3 + 2
+    assert "s9" in e.core.sessions.ids() and "s0" not in e.core.sessions.ids()
     # a forgotten session's pages still serve it when it returns, as a stand-in owner
     before = e.core.scheduler.totals.device_tokens
     turn(e, "s0-1", PREFIX + [0, 0, 0, 0, 7, 7, 7, 7], "s0", clock)
@@ -121,15 +122,15 @@ def test_the_tree_forgets_idle_leaves_only_the_store_holds(tiny_qwen3, tmp_path)
     e.core.scheduler._records.sweep_every = 1
     first = list(range(600, 664))  # no shared prefix: its nodes hang from the root
     turn(e, "old-0", first, "old", clock)
-    assert e.flush_store_writes(10.0)  # its pages are written behind to the store
+    assert e.store.flush_store_writes(10.0)  # its pages are written behind to the store
     rng = np.random.default_rng(2)
     for i in range(3):  # other sessions take the device: old's pages are store-only now
         turn(e, f"n{i}-0", PREFIX + rng.integers(0, 500, 40).tolist(), f"n{i}", clock)
-    assert e.flush_store_writes(10.0)
+    assert e.store.flush_store_writes(10.0)
     size = e.core.cache._tree.size
     clock.t += 100.0
     turn(e, "n2-1", PREFIX + [1] * 8, "n2", clock)
-    assert e.core.cache.session_info("old") is None
+    assert e.core.sessions.get("old") is None
     assert e.core.cache._tree.size < size  # old's store-only private leaf left the tree
     # returning, old finds its history in the store past the tree's match
     out = e.generate_sync(GenerateRequest("old-1", tuple(first + [9] * 8), SAMPLING, "old"))

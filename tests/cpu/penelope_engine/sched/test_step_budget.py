@@ -15,6 +15,7 @@ import pytest
 from bench.sim.tiers import NullTiers
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.prefix_cache import PrefixCache
+from penelope_engine.cache.session_book import Sessions
 from penelope_engine.config import SchedulerConfig
 from penelope_engine.errors import ConfigError
 from penelope_engine.protocol import GenerateRequest, SamplingParams
@@ -32,7 +33,8 @@ def _scheduler(
     max_running: int = 8,
     max_prefills: int = 0,
 ) -> Scheduler:
-    cache = PrefixCache(PS, 256, 0, "lru", io=NullTiers(), time_fn=lambda: 0.0)
+    book = Sessions(lambda: 0.0)
+    cache = PrefixCache(PS, 256, 0, "lru", io=NullTiers(), sessions=book)
     cfg = SchedulerConfig(
         max_batch_tokens,
         max_running,
@@ -41,7 +43,15 @@ def _scheduler(
         max_prefills=max_prefills,
     )
     return Scheduler(
-        cfg, cache, PageHasher(PS, "t"), NullTiers(), CalibratedCost, (), 1 << 20, clock=lambda: 0.0
+        cfg,
+        cache,
+        book,
+        PageHasher(PS, "t"),
+        NullTiers(),
+        CalibratedCost,
+        (),
+        1 << 20,
+        clock=lambda: 0.0,
     )
 
 

@@ -41,7 +41,7 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> StoreLocation:
 
 def _two_turns(first: Engine, second: Engine, tenant: str = "default"):
     one = first.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent", tenant))
-    assert first.flush_store_writes(FLUSH_S)
+    assert first.store.flush_store_writes(FLUSH_S)
     prompt2 = TURN1 + one.token_ids + TURN2_NEW
     two = second.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent", tenant))
     return one.token_ids + two.token_ids, two.usage
@@ -69,7 +69,7 @@ def test_history_the_fleet_held_counts_as_recomputed_where_the_store_lost_it(
     shared = StoreLocation(str(tmp_path))
     a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
     one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
-    assert a.flush_store_writes(FLUSH_S)
+    assert a.store.flush_store_writes(FLUSH_S)
     for f in tmp_path.rglob("*.arrow"):  # the store's budget (or an operator) dropped it all
         f.unlink()
     prompt2 = TURN1 + one.token_ids + TURN2_NEW
@@ -86,7 +86,7 @@ def test_public_pages_cross_tenants_and_replicas_only_where_declared(
     a, b = _engine(tiny_qwen3, shared, **declared), _engine(tiny_qwen3, shared, **declared)
     alice = SYSTEM + tuple(range(400, 421))
     a.generate_sync(GenerateRequest("a1", alice, SAMPLING, "alice-1", "alice"))
-    assert a.flush_store_writes(FLUSH_S)
+    assert a.store.flush_store_writes(FLUSH_S)
     bob = SYSTEM + tuple(range(500, 521))
     usage = b.generate_sync(GenerateRequest("b1", bob, SAMPLING, "bob-1", "bob")).usage
     assert usage.store_tokens == len(SYSTEM)  # the public prefix, found on another replica
@@ -101,7 +101,7 @@ def test_undeclared_prefixes_never_cross_tenants_through_the_store(
     a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
     prompt = SYSTEM + tuple(range(400, 421))
     a.generate_sync(GenerateRequest("a1", prompt, SAMPLING, "s", "alice"))
-    assert a.flush_store_writes(FLUSH_S)
+    assert a.store.flush_store_writes(FLUSH_S)
     usage = b.generate_sync(GenerateRequest("b1", prompt, SAMPLING, "s", "bob")).usage
     assert usage.store_tokens == 0 and usage.recomputed_tokens == 0
 
@@ -113,10 +113,12 @@ def test_pages_past_the_write_behind_bound_wait_and_a_drain_writes_them(
     page_bytes = probe._device_pool.bytes_per_page
     a = _engine(tiny_qwen3, StoreLocation(str(tmp_path)), write_behind_bytes=3 * page_bytes)
     a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
-    assert a.flush_store_writes(FLUSH_S)
+    assert a.store.flush_store_writes(FLUSH_S)
     assert a._handover is not None and a._handover.deferred_pages > 0
     assert a._store is not None and a._store.stats().puts >= 1
-    assert a.drain_to_store().pages == a._handover.deferred_pages  # nothing was lost, only deferred
+    assert (
+        a.store.drain_to_store().pages == a._handover.deferred_pages
+    )  # nothing was lost, only deferred
     b = _engine(tiny_qwen3, StoreLocation(str(tmp_path)))
     prompt2 = TURN1 + (1, 2, 3) + TURN2_NEW
     usage = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent")).usage
@@ -161,7 +163,7 @@ def test_a_turn_served_elsewhere_before_the_pages_land_counts_them_recomputed(
         two = b.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
     finally:
         release.set()
-        assert a.engine.flush_store_writes(FLUSH_S)
+        assert a.engine.store.flush_store_writes(FLUSH_S)
         after = a.engine.stats()
         asyncio.run(a.shutdown())
     assert after.write_behind_pages == 0 and after.store_written_pages >= 40 // PS
@@ -205,7 +207,7 @@ def test_the_last_record_written_names_what_a_slow_write_behind_stored(
         one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
         prompt2 = TURN1 + one.token_ids + TURN2_NEW
         a.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
-        seen = a.core.cache.session_info("agent")
+        seen = a.core.sessions.get("agent")
         assert seen is not None and len(jobs) == 2
         record_when(lambda r: r is not None and len(r.page_hashes) == len(seen.seen_hashes))
         gates[0].set()  # turn 1's pages land; turn 2's never do (its replica dies)
@@ -213,7 +215,7 @@ def test_the_last_record_written_names_what_a_slow_write_behind_stored(
         assert len(record.page_hashes) == len(seen.seen_hashes)  # turn 2's pages, seen
     finally:
         gates[1].set()
-        assert a.flush_store_writes(FLUSH_S)
+        assert a.store.flush_store_writes(FLUSH_S)
 
 
 def test_a_page_read_that_overran_does_not_cost_the_next_session_its_record(
@@ -227,7 +229,7 @@ def test_a_page_read_that_overran_does_not_cost_the_next_session_its_record(
     shared = StoreLocation(str(tmp_path / "shared"))
     a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
     one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
-    assert a.flush_store_writes(FLUSH_S)
+    assert a.store.flush_store_writes(FLUSH_S)
     pages = b.core.tiers.read_budget
     assert pages is not None
     assert pages.call(lambda: time.sleep(pages.budget_s * 3), None) is None  # an overrun
@@ -270,9 +272,9 @@ def test_a_record_write_stuck_in_the_store_holds_up_no_page_write(
         assert calls == ["agent"] and not release.is_set()
     finally:
         release.set()
-    assert a.flush_store_writes(FLUSH_S)
+    assert a.store.flush_store_writes(FLUSH_S)
     assert calls == ["agent", "agent"]  # written once more when the stuck write ended
     record = b._store.get_record("default", "agent")
-    seen = a.core.cache.session_info("agent")
+    seen = a.core.sessions.get("agent")
     assert record is not None and seen is not None and record.segments
     assert len(record.page_hashes) == len(seen.seen_hashes)

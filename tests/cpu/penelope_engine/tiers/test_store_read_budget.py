@@ -48,7 +48,7 @@ def test_a_slow_store_read_is_cut_at_the_budget_and_recomputed(tiny_qwen3, proxi
 
     leaving = Engine(EngineConfig(cache=cache), loaded=tiny_qwen3)
     first = leaving.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
-    assert leaving.drain_to_store().pages > 0
+    assert leaving.store.drain_to_store().pages > 0
     arriving = Engine(EngineConfig(cache=cache), loaded=tiny_qwen3)  # indexes the store
     proxy.set(Fault(delay_s=2.0))  # every store call now takes 2 s
     t0 = time.monotonic()
