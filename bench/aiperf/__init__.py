@@ -1,0 +1,8 @@
+"""aiperf, the field's own benchmark client, against Penelope and the peers (issue 61).
+
+aiperf runs in its own venv (`make aiperf`); these modules feed it our traces
+and a tokenizer, run it, and read its JSON back (docs/aiperf.md).
+
+Modules:
+    env        aiperf's venv: found (or the command that builds it), called with a deadline
+"""
