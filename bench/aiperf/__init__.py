@@ -5,4 +5,5 @@ and a tokenizer, run it, and read its JSON back (docs/aiperf.md).
 
 Modules:
     env        aiperf's venv: found (or the command that builds it), called with a deadline
+    tokenizer  a Hugging Face tokenizer directory from the bundled GGUF's own tokenizer
 """

@@ -1,0 +1,56 @@
+"""A Hugging Face tokenizer directory written from the bundled GGUF's own tokenizer.
+
+aiperf counts and synthesises prompt tokens with a Hugging Face tokenizer
+(`AutoTokenizer.from_pretrained`); no hub is reachable here, so it gets a
+local directory instead, built from the same GGUF metadata the server reads
+(`penelope_engine.model.gguf_tokenizer`): `tokenizer.json` and a
+`tokenizer_config.json` naming `PreTrainedTokenizerFast`, the BOS/EOS tokens
+and the chat template. Only the metadata is read, not the weights.
+
+    python -m bench.aiperf.tokenizer OUT_DIR      (the bundled SmolLM2-135M)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from penelope_engine.model.gguf_tokenizer import tokenizer_from_gguf
+from penelope_engine.model.tokenizer import Tokenizer
+
+MAX_LENGTH = 8192  # SmolLM2-135M's training context, for tokenizer_config's model_max_length
+
+
+def gguf_tokenizer(gguf: Path | None = None) -> Tokenizer:
+    """The tokenizer of `gguf` (default: the bundled SmolLM2-135M), from its metadata."""
+    from gguf import GGUFReader
+
+    from penelope_engine.model.gguf_loader import find_smollm2_gguf
+
+    reader = GGUFReader(str(gguf or find_smollm2_gguf()))
+    meta = {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.")}
+    return tokenizer_from_gguf(meta)
+
+
+def write_tokenizer_dir(out: Path, gguf: Path | None = None) -> Path:
+    """Write the tokenizer directory `out` (idempotent) and return it."""
+    tok = gguf_tokenizer(gguf)
+    tok.save(out)
+    cfg = out / "tokenizer_config.json"
+    fields = json.loads(cfg.read_text())
+    cfg.write_text(json.dumps({**fields, "model_max_length": MAX_LENGTH}, indent=2))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(write_tokenizer_dir(Path(args[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
