@@ -6,4 +6,6 @@ and a tokenizer, run it, and read its JSON back (docs/aiperf.md).
 Modules:
     env        aiperf's venv: found (or the command that builds it), called with a deadline
     tokenizer  a Hugging Face tokenizer directory from the bundled GGUF's own tokenizer
+    export     our sessions as aiperf Mooncake trace rows (multi-turn and per-request shapes)
+    export_cli `penelope bench export-trace`: the files, our statistics, aiperf analyze-trace's
 """

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,21 +52,28 @@ def aiperf_command() -> Path:
     return python().with_name("aiperf")
 
 
-def run_python(code: str, args: Sequence[str], timeout_s: float) -> str:
+def run_python(
+    code: str, args: Sequence[str], timeout_s: float, extra_env: Mapping[str, str] = {}
+) -> str:
     """Run `code` (with `args` as sys.argv[1:]) in aiperf's venv; its stdout, or an error
-    that carries its stderr's tail."""
-    return _run([str(python()), "-c", code, *args], timeout_s)
+    that carries its stderr's tail. `extra_env`: e.g. `tokenizer.hub_env`."""
+    return _run([str(python()), "-c", code, *args], timeout_s, extra_env)
 
 
-def run_aiperf(args: Sequence[str], timeout_s: float, cwd: Path | None = None) -> str:
+def run_aiperf(
+    args: Sequence[str],
+    timeout_s: float,
+    extra_env: Mapping[str, str] = {},
+    cwd: Path | None = None,
+) -> str:
     """`aiperf ARGS` from its venv, within `timeout_s`; its stdout."""
-    return _run([str(aiperf_command()), *args], timeout_s, cwd)
+    return _run([str(aiperf_command()), *args], timeout_s, extra_env, cwd)
 
 
-def _run(cmd: list[str], timeout_s: float, cwd: Path | None = None) -> str:
-    # No HF_HUB_OFFLINE: aiperf 0.13's offline branch looks a tokenizer up in the hub cache
-    # only and refuses a local directory; a local path (what the bench passes) needs no hub.
-    env = {**os.environ, "PYTHONPATH": ""}
+def _run(
+    cmd: list[str], timeout_s: float, extra_env: Mapping[str, str], cwd: Path | None = None
+) -> str:
+    env = {**os.environ, "PYTHONPATH": "", **extra_env}
     try:
         done = subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=cwd, check=False

@@ -1,11 +1,18 @@
 """A Hugging Face tokenizer directory written from the bundled GGUF's own tokenizer.
 
 aiperf counts and synthesises prompt tokens with a Hugging Face tokenizer
-(`AutoTokenizer.from_pretrained`); no hub is reachable here, so it gets a
-local directory instead, built from the same GGUF metadata the server reads
+(`AutoTokenizer.from_pretrained`); no hub is reachable here, so it gets one
+built from the same GGUF metadata the server reads
 (`penelope_engine.model.gguf_tokenizer`): `tokenizer.json` and a
 `tokenizer_config.json` naming `PreTrainedTokenizerFast`, the BOS/EOS tokens
 and the chat template. Only the metadata is read, not the weights.
+
+A plain directory is enough for `aiperf profile --tokenizer DIR` on synthetic
+prompts, but aiperf 0.13's trace replay decodes hash-id blocks in worker
+processes that force `HF_HUB_OFFLINE=1`, and offline it only looks names up in
+the hub cache (a local path fails there). So `hub_cache` also lays the files
+out as a hub cache entry (`HUB_NAME` under `HF_HOME`): with `hub_env`, every
+aiperf process finds it offline by name.
 
     python -m bench.aiperf.tokenizer OUT_DIR      (the bundled SmolLM2-135M)
 """
@@ -20,6 +27,8 @@ from penelope_engine.model.gguf_tokenizer import tokenizer_from_gguf
 from penelope_engine.model.tokenizer import Tokenizer
 
 MAX_LENGTH = 8192  # SmolLM2-135M's training context, for tokenizer_config's model_max_length
+HUB_NAME = "penelope/smollm2-135m-gguf-tokenizer"
+_REVISION = "0" * 40  # the hub cache's snapshot name; refs/main points at it
 
 
 def gguf_tokenizer(gguf: Path | None = None) -> Tokenizer:
@@ -41,6 +50,20 @@ def write_tokenizer_dir(out: Path, gguf: Path | None = None) -> Path:
     fields = json.loads(cfg.read_text())
     cfg.write_text(json.dumps({**fields, "model_max_length": MAX_LENGTH}, indent=2))
     return out
+
+
+def hub_cache(hf_home: Path, gguf: Path | None = None) -> str:
+    """Write the tokenizer as `HUB_NAME`'s entry in the hub cache under `hf_home`; its name."""
+    entry = hf_home / "hub" / f"models--{HUB_NAME.replace('/', '--')}"
+    write_tokenizer_dir(entry / "snapshots" / _REVISION, gguf)
+    (entry / "refs").mkdir(parents=True, exist_ok=True)
+    (entry / "refs" / "main").write_text(_REVISION)
+    return HUB_NAME
+
+
+def hub_env(hf_home: Path) -> dict[str, str]:
+    """The environment in which aiperf finds `hub_cache`'s entry, offline."""
+    return {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def main(argv: list[str] | None = None) -> int:
