@@ -4,7 +4,7 @@
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           replay | simulate | load | soak | agree | peers | capacity
-                                  | speed | copies | steps | versus | export-trace
+                                  | speed | copies | steps | versus | export-trace | aiperf
                                   | cluster | claude-code | codex | faults
 
 Subcommands import their module only when run, so `penelope verify` does not
@@ -44,6 +44,7 @@ BENCHES = {
     "steps": ("bench.speed.steps", "the engine's steps against the GPU roofline (CUDA)"),
     "versus": ("bench.versus.cli", "agent traces over HTTP against real servers, side by side"),
     "export-trace": ("bench.aiperf.export_cli", "our agent sessions as aiperf trace files"),
+    "aiperf": ("bench.aiperf.cli", "NVIDIA's aiperf client replays agent sessions, per server"),
     "cluster": ("bench.cluster.cli", "the Ray app on two nodes here: faults and autoscaling"),
     "claude-code": ("bench.claude_code.cli", "the Claude Code CLI against penelope serve, twice"),
     "codex": ("bench.codex.cli", "the Codex CLI against penelope serve, twice"),

@@ -30,11 +30,9 @@ _WORKLOAD = ("trace", "sessions", "length_divisor", "time_divisor", "max_gap_s",
 _NO_SERVER = (ServerSpec("export", "http://127.0.0.1:1"),)  # VersusConfig wants one; unused
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
-
+def add_workload_options(ap: argparse.ArgumentParser) -> None:
+    """--regime, bench versus's workload options with its defaults, --seed and --block."""
     d = VersusConfig(_NO_SERVER)
-    ap = parser("penelope bench export-trace", __doc__)
     ap.add_argument(
         "--regime",
         choices=sorted(REGIMES),
@@ -47,33 +45,44 @@ def build_parser() -> argparse.ArgumentParser:
             f"--{name.replace('_', '-')}",
             type=type(default),
             default=default,
-            help=f"as in `penelope bench versus` (default {default})",
+            help="as in `penelope bench versus`",
         )
     ap.add_argument("--seed", type=int, default=0, help="the workload's seed")
-    ap.add_argument(
-        "--block",
-        type=int,
-        default=64,
-        help="tokens per hash block: pass it to aiperf as --isl-block-size",
-    )
+    ap.add_argument("--block", type=int, default=64,
+                    help="tokens per hash block (aiperf's --isl-block-size)")  # fmt: skip
+
+
+def parse_with_regime(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`argv` parsed, a --regime's workload as the defaults of the options it names."""
+    regime = ap.parse_known_args(argv)[0].regime
+    if regime is not None:
+        ap.set_defaults(**REGIMES[regime])
+    return ap.parse_args(argv)
+
+
+def export_config(a: argparse.Namespace, out_dir: Path) -> ExportConfig:
+    workload = VersusConfig(_NO_SERVER, regime=a.regime or "",
+                            **{k: getattr(a, k) for k in _WORKLOAD})  # fmt: skip
+    return ExportConfig(workload, a.seed, a.block, out_dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from penelope_engine.helpformat import parser
+
+    ap = parser("penelope bench export-trace", __doc__)
+    add_workload_options(ap)
     ap.add_argument("--out-dir", type=Path, default=Path("aiperf-trace"), help="files go here")
     ap.add_argument(
         "--analyze",
         action="store_true",
-        help="also run `aiperf analyze-trace` (its venv: make aiperf) on requests.jsonl",
+        help="also run `aiperf analyze-trace` (make aiperf) on requests.jsonl",
     )
     return ap  # fmt: skip
 
 
 def config_from(argv: list[str] | None) -> tuple[ExportConfig, bool]:
-    ap = build_parser()
-    regime = ap.parse_known_args(argv)[0].regime
-    if regime is not None:
-        ap.set_defaults(**REGIMES[regime])
-    a = ap.parse_args(argv)
-    workload = VersusConfig(_NO_SERVER, regime=regime or "",
-                            **{k: getattr(a, k) for k in _WORKLOAD})  # fmt: skip
-    return ExportConfig(workload, a.seed, a.block, a.out_dir), a.analyze
+    a = parse_with_regime(build_parser(), argv)
+    return export_config(a, a.out_dir), a.analyze
 
 
 def export(cfg: ExportConfig) -> dict[str, Any]:
