@@ -14,7 +14,8 @@ the hub cache (a local path fails there). So `hub_cache` also lays the files
 out as a hub cache entry (`HUB_NAME` under `HF_HOME`): with `hub_env`, every
 aiperf process finds it offline by name.
 
-    python -m bench.aiperf.tokenizer OUT_DIR      (the bundled SmolLM2-135M)
+    python -m bench.aiperf.tokenizer OUT_DIR              a plain directory
+    python -m bench.aiperf.tokenizer --hub-home HF_HOME   the hub cache entry (prints its name)
 """
 
 from __future__ import annotations
@@ -68,10 +69,13 @@ def hub_env(hf_home: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
+    if len(args) == 2 and args[0] == "--hub-home":
+        print(hub_cache(Path(args[1])))
+    elif len(args) == 1 and not args[0].startswith("-"):
+        print(write_tokenizer_dir(Path(args[0])))
+    else:
         print(__doc__, file=sys.stderr)
         return 2
-    print(write_tokenizer_dir(Path(args[0])))
     return 0
 
 

@@ -92,3 +92,20 @@ def test_the_synthesis_keeps_aiperfs_shape_at_a_cpus_scale() -> None:
     assert default["block_size"] == 512  # the input is left as it was
     with pytest.raises(ValueError):
         SynthConfig(sessions=0)
+
+
+def test_peers_get_a_free_port_and_their_launchers_command() -> None:
+    from bench.aiperf.cli import build_parser, servers
+
+    args = build_parser().parse_args(["--peer", "penelope", "--peer", "llama-f32",
+                                      "--server", "x=http://127.0.0.1:9"])  # fmt: skip
+    x, pen, llama = servers(args)
+    assert (x.name, x.start) == ("x", "")
+    port = pen.url.rsplit(":", 1)[1]
+    assert f"--port {port}" in pen.command(8192, 16) and "--device-pages 512" in pen.command(
+        8192, 16
+    )
+    assert llama.command(8192, 16).endswith(f"run f32 {llama.url.rsplit(':', 1)[1]}")
+    assert "LLAMA_SLOTS=4" in llama.command(8192, 16)
+    with pytest.raises(SystemExit, match="name a server"):
+        servers(build_parser().parse_args([]))
