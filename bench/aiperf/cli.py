@@ -16,7 +16,7 @@ turn, each started cold by its command and stopped after (`bench.versus.servers`
 A server is `--server NAME=URL` (already up, or started by `--start NAME=CMD`
 over {port}, {kv_tokens}, {kv_blocks}) or `--peer NAME`, started on a free
 port: `penelope` (`penelope serve`, the bundled SmolLM2-135M, {kv_tokens} of KV,
-no host tier) or a `bench speed` peer (`bench.speed.peers`: llama-f32,
+no host tier, no disk store) or a `bench speed` peer (`bench.speed.peers`: llama-f32,
 llama-q8_0, vllm-float32, vllm-bfloat16, built by their scripts). aiperf runs
 in its own venv (`make aiperf`). JSON (OUT_DIR/aiperf.json): every run's figures
 as aiperf reports them, its command line, and the ratios to `--baseline` (default:
@@ -37,9 +37,12 @@ from bench.versus.config import ServerSpec
 
 WORKLOADS = ("exported", "synth")
 ROOT = Path(__file__).resolve().parents[2]
+# No host tier and no disk store: `penelope serve`'s default store
+# (~/.cache/penelope/store) outlives the process, and a "cold" server would read the
+# previous run's pages from it.
 PENELOPE = (f"cd {ROOT} && OMP_NUM_THREADS=1 {sys.executable} -m penelope_cli.cli serve "
             "--model smollm2-135m --port {port} --device-pages {kv_blocks} --host-pages 0 "
-            "--log-level warning")  # fmt: skip
+            "--store-uri none --log-level warning")  # fmt: skip
 
 
 def _pair(text: str) -> tuple[str, str]:

@@ -22,6 +22,8 @@ CI_SIZED = ["--peer", "penelope", "--sessions", "4", "--max-turns", "2", "--leng
             "--startup-timeout-s", "120"]  # fmt: skip
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(360)  # the server's start (120 s) and aiperf's run (150 s) have their own
 @pytest.mark.parametrize("workload", ["exported", "synth"])
 def test_each_workload_completes_against_penelope_with_no_error(
     aiperf_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], workload: str

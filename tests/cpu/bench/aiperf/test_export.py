@@ -61,6 +61,7 @@ def _aiperf_read(path: Path, hf_home: Path, block: int) -> list[dict[str, Any]]:
     return list(json.loads(out))
 
 
+@pytest.mark.slow
 def test_aiperfs_loader_reads_the_sessions_as_exported(aiperf_python: Path, tmp_path: Path) -> None:
     cfg, _ = config_from([*SMALL, "--out-dir", str(tmp_path), "--block", "32"])
     export(cfg)
@@ -80,6 +81,7 @@ def test_aiperfs_loader_reads_the_sessions_as_exported(aiperf_python: Path, tmp_
     assert any(len(c["turns"]) > 1 for c in convs)  # there are returning turns
 
 
+@pytest.mark.slow
 def test_aiperfs_prompts_keep_each_returning_turns_prefix(
     aiperf_python: Path, tmp_path: Path
 ) -> None:
