@@ -4,7 +4,10 @@ aiperf replays a Mooncake trace (`bench.aiperf.export`'s sessions.jsonl, or the
 sessions `bench.aiperf.synth` has aiperf synthesise) on the chat endpoint,
 streamed, on the trace's own schedule (`--fixed-schedule`, shifted to start at
 0): a session's first turn at its timestamp, each later turn its delay after the
-previous answer, the history re-sent with the live answers. `ignore_eos` asks
+previous answer, the history re-sent with the live answers. aiperf's stable
+per-session id goes in `x-session-id` (`--session-header`), the header Ray
+Serve's proxy routes a session by (`make run`); the body's `session_id` from the
+export names the trace's session where no header does. `ignore_eos` asks
 every server for the trace's output lengths (Penelope, vLLM and llama-server all
 take it). The tokenizer is the bundled GGUF's, found offline by name
 (`bench.aiperf.tokenizer`). aiperf writes `profile_export_aiperf.json` in the
@@ -72,7 +75,7 @@ def profile_args(spec: ProfileSpec, tokenizer: str) -> list[str]:
     args = ["profile", "--model", spec.model, "--url", spec.url, "--endpoint-type", spec.endpoint,
             "--tokenizer", tokenizer, "--custom-dataset-type", "mooncake_trace",
             "--input-file", str(spec.input_file), "--isl-block-size", str(spec.block),
-            "--fixed-schedule", "--fixed-schedule-auto-offset",
+            "--fixed-schedule", "--fixed-schedule-auto-offset", "--session-header", "x-session-id",
             "--artifact-dir", str(spec.artifact_dir), "--ui-type", "none"]  # fmt: skip
     if spec.streaming:
         args.append("--streaming")

@@ -36,6 +36,7 @@ def test_each_workload_completes_against_penelope_with_no_error(
     assert r["errors"] == 0 and not r["cancelled"] and r["aiperf_version"] == "0.13.0"
     assert r["requests"] >= 4 and r["ttft_p50_ms"] > 0 and r["output_tok_s"] > 0
     assert "--streaming" in r["command"] and "ignore_eos:true" in r["command"]
+    assert r["command"][r["command"].index("--session-header") + 1] == "x-session-id"
     if workload == "exported":  # every planned turn was sent
         exported = json.loads((tmp_path / "exported" / "export.json").read_text())
         assert r["requests"] == exported["plan"]["requests"]
