@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.penelope-setup
 
-.PHONY: setup test test-sglang test-peers-real test-versus-real run lint typecheck prometheus claude-code codex
+.PHONY: setup test test-sglang test-peers-real test-versus-real run lint typecheck prometheus claude-code codex aiperf
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -25,7 +25,7 @@ lint: setup
 typecheck: setup
 	$(PY) -m mypy penelope_engine penelope_sglang penelope_cli cache_store router deployments bench
 
-test: setup lint typecheck test-sglang test-peers-real test-versus-real claude-code codex
+test: setup lint typecheck test-sglang test-peers-real test-versus-real aiperf claude-code codex
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
 # The real Claude Code CLI for `penelope bench claude-code` and its test, pinned, from npm
@@ -45,6 +45,12 @@ codex:
 	elif [ -x .codex-cli/node_modules/.bin/codex ] && grep -q '"version": "$(CODEX_VERSION)"' .codex-cli/node_modules/@openai/codex/package.json; then :; \
 	else npm install --silent --no-audit --no-fund --prefix .codex-cli @openai/codex@$(CODEX_VERSION) \
 	  || echo "codex: npm install failed; its test skips"; fi
+
+# NVIDIA's aiperf client (pinned in bench/aiperf/requirements.txt) in its own venv
+# (.venv-aiperf, built when missing): `penelope bench export-trace` / `bench aiperf` and
+# their tests (tests/cpu/bench/aiperf) call it there; with CI set, its tests fail without it.
+aiperf:
+	bash scripts/aiperf_env.sh install
 
 # The SGLang backend's tests run on CPU against SGLang's real classes, in their own
 # venv (.venv-sglang, built when missing): SGLang pins packages the engine does not.

@@ -1,6 +1,8 @@
 """Benchmarks: the simulator and its experiments, trace replay, the HTTP benches.
 
 Modules:
+    aiperf/   NVIDIA's aiperf client (its own venv) fed our traces: `penelope bench
+              export-trace`, `penelope bench aiperf`
     child     a spawned child process that returns one result or fails within a deadline;
               a server process started, held while healthy, and stopped
     client    the HTTP benches' client: one streamed completion read and timed, the

@@ -4,8 +4,8 @@
     penelope serve                the OpenAI-compatible server in one process
     penelope verify               exactness: fused recompute, engine turns, a reference
     penelope bench NAME           replay | simulate | load | soak | agree | peers | capacity
-                                  | speed | copies | steps | versus | cluster | claude-code | codex
-                                  | faults
+                                  | speed | copies | steps | versus | export-trace | aiperf
+                                  | cluster | claude-code | codex | faults
 
 Subcommands import their module only when run, so `penelope verify` does not
 pay for FastAPI and `penelope serve` does not import the benchmarks. The
@@ -32,7 +32,7 @@ BENCHES = {
     "replay": ("bench.replay.cli", "agent traces through the real engine, every policy"),
     "simulate": ("bench.sim.simulate", "agent traces on simulated Qwen3 replicas, every lever"),
     "load": ("bench.load.cli", "many concurrent agent sessions against the standalone server"),
-    "soak": ("bench.soak.cli", "100K short requests against the standalone server: flat state"),
+    "soak": ("bench.soak.cli", "100K short requests to the standalone server: flat state"),
     "agree": ("bench.sim.agree", "the real engine and the simulator, request by request"),
     "peers": ("bench.experiments.peers", "Penelope against the best peer set-ups, both lengths"),
     "capacity": (
@@ -43,6 +43,8 @@ BENCHES = {
     "copies": ("bench.speed.copies", "KV copies between the tiers against the simulator's charge"),
     "steps": ("bench.speed.steps", "the engine's steps against the GPU roofline (CUDA)"),
     "versus": ("bench.versus.cli", "agent traces over HTTP against real servers, side by side"),
+    "export-trace": ("bench.aiperf.export_cli", "our agent sessions as aiperf trace files"),
+    "aiperf": ("bench.aiperf.cli", "NVIDIA's aiperf client replays agent sessions, per server"),
     "cluster": ("bench.cluster.cli", "the Ray app on two nodes here: faults and autoscaling"),
     "claude-code": ("bench.claude_code.cli", "the Claude Code CLI against penelope serve, twice"),
     "codex": ("bench.codex.cli", "the Codex CLI against penelope serve, twice"),
