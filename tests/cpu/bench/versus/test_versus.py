@@ -36,7 +36,7 @@ def serve_cmd(policy: str) -> str:
     return (
         f"cd {ROOT} && PYTHONPATH={ROOT} OMP_NUM_THREADS=1 {sys.executable} -m penelope_cli.cli "
         f"serve --model tiny-qwen3 --port {{port}} --device-pages {{kv_blocks}} --host-pages 0 "
-        f"--page-size 16 --policy {policy} --log-level warning"
+        f"--page-size 16 --policy {policy} --store-uri none --log-level warning"
     )
 
 
