@@ -72,11 +72,15 @@ def running(
 
 
 def version(spec: ServerSpec) -> str:
-    """What the server says it is: its install's version file, vLLM's `/version`, or
-    llama-server's `/props` build; "" when none answers."""
+    """What the server says it is: its install's version file, vLLM's `/version`,
+    llama-server's `/props` build, or Penelope's `/server_info`; "" when none answers."""
     if found := spec.version():
         return found
-    for path, key in (("/version", "version"), ("/props", "build_info")):
+    for path, key in (
+        ("/version", "version"),
+        ("/props", "build_info"),
+        ("/server_info", "version"),
+    ):
         try:
             r = httpx.get(f"{spec.url}{path}", timeout=5)
             if r.status_code == 200 and isinstance(r.json(), dict) and r.json().get(key):
