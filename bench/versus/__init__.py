@@ -11,6 +11,7 @@ Modules:
     runs     one run per server and seed, cold and alone, the order alternated
     report   summary, table, plot
     turns    per returning turn: warm or not on each server, and why Penelope missed
+    targets  issue 58's targets per capacity and load, against the best peer there
     predict  the simulator on the same workload, with the CPU cost model fitted here
     cli      `penelope bench versus`
 """

@@ -200,6 +200,7 @@ def document(
     failed: list[dict[str, Any]] | None = None,
 ) -> dict:
     from bench.sampler import cpu_info
+    from bench.versus import targets
     from bench.versus.report import grouped, ratios
     from bench.versus.turns import versus_turns
 
@@ -220,12 +221,14 @@ def document(
         "rows": grouped(runs, rats),
         "ratios": rats,
         "turns": versus_turns(runs, baseline),
+        "targets": targets.check(grouped(runs, rats)),
         "runs": runs,
         "failed": failed or [],
     }
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.versus import targets
     from bench.versus.report import plot, table
     from bench.versus.runs import run_all
     from bench.versus.turns import turns_table
@@ -242,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = document(cfg, baseline, runs, plans, failed)
     print(table(doc["rows"], doc["raw_prefill_ttft_s"]))
     print(turns_table(runs, doc["turns"]))
+    if doc["targets"]:
+        print(targets.table(doc["targets"]))
     out = args.json or cfg.out_dir / "versus.json"
     title = f"{cfg.sessions} sessions, seeds {list(cfg.seeds)}, S={cfg.length_divisor:g}"
     png = plot(args.plot or cfg.out_dir / "versus.png", runs, title)

@@ -60,3 +60,33 @@ def test_a_given_penelope_server_replaces_the_started_one_and_names_are_checked(
     with pytest.raises(ValueError, match="kv_factor must be positive"):
         ServerSpec("x", "http://x", kv_factor=0)
     assert set(VERSUS_PEERS) >= {"penelope", "vllm", "llama", "llama-default", "llama-q8_0"}
+
+
+def _row(server: str, load: float, ttft: float, p90: float, jct: float, hit: float) -> dict:
+    figures = {"mean_ttft_s": ttft, "p90_ttft_s": p90, "mean_jct_s": jct, "hit_ratio": hit}
+    return {"kv_tokens": 12416, "load": load, "server": server, "seeds": 3, "errors": 0.0,
+            **figures}  # fmt: skip
+
+
+def test_targets_are_held_against_the_best_peer_at_each_load() -> None:
+    from bench.versus import targets
+
+    rows = [
+        _row("penelope", 0.5, 4.0, 9.0, 100.0, 0.6),
+        _row("vllm", 0.5, 9.0, 16.0, 200.0, 0.2),
+        _row("llama", 0.5, 8.0, 30.0, 130.0, 0.3),  # the best mean TTFT and JCT, not p90
+        _row("penelope", 1.2, 9.5, 20.0, 300.0, 0.5),
+        _row("vllm", 1.2, 10.0, 30.0, 300.0, 0.55),
+    ]
+    half, over = targets.check(rows)
+    assert [(f["figure"], f["best_peer"]) for f in half["figures"]] == [
+        ("mean_ttft_s", "llama"), ("p90_ttft_s", "vllm"), ("mean_jct_s", "llama")
+    ]  # fmt: skip
+    assert [f["ratio"] for f in half["figures"]] == pytest.approx([0.5, 9 / 16, 100 / 130])
+    assert half["met"] and half["cached_share_met"]
+    assert over["figures"][0]["ratio"] == pytest.approx(0.95) and not over["figures"][0]["met"]
+    assert not over["cached_share_met"] and not over["met"]  # 0.5 < vLLM's 0.55
+    table = targets.table([half, over])
+    assert "met" in table.splitlines()[1] and table.splitlines()[2].endswith("MISSED")
+    errored = [dict(r, errors=1.0) if r["server"] == "vllm" else r for r in rows[:3]]
+    assert not targets.check(errored)[0]["met"]  # an error anywhere fails the cell
