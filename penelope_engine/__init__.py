@@ -27,7 +27,6 @@ Modules:
     config        frozen, validated configs: model, scheduler, engine (re-exports the two below)
     cache_config  `CacheConfig`: page size, tier budgets, eviction policy, the store's tuning
     options       the named string options, each once: `DType`, `Arch`, write policy, ...
-    helpformat    one help style for every `penelope` parser (the CLI's and the benches')
     shipped       what ships and is measured: policy, agent levers, prefill chunk share
     costs         the default prefill cost constants (c_lin, c_attn)
     registry      `Registry`: strategies chosen by name

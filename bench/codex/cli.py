@@ -247,7 +247,7 @@ def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     ap = parser("penelope bench codex", __doc__)
     ap.add_argument("--json", metavar="OUT", default=None, help="write the report here")

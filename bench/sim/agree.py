@@ -44,6 +44,7 @@ from bench.sim.loop import Simulator
 from bench.sim.metrics import RequestRecord
 from bench.traces import DEFAULT_TRACE, load_trace
 from bench.workload import Workload, WorkloadConfig, clip_workload, sample_workload
+from penelope_cli.helpformat import parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.config import (
     CacheConfig,
@@ -52,7 +53,6 @@ from penelope_engine.config import (
     SchedulerConfig,
 )
 from penelope_engine.costs import C_ATTN, C_LIN
-from penelope_engine.helpformat import parser
 
 SOURCES = ("device_tokens", "host_tokens", "store_tokens", "recomputed_tokens", "new_tokens")
 TIMES = ("admitted_at", "first_token_at", "finished_at")

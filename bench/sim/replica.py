@@ -29,6 +29,7 @@ import numpy as np
 
 from bench.peers.base import CachedRun
 from bench.sim.costmodel import CostModel, StepLoad, decode_run, num_layers, step_load
+from bench.sim.fastpath import commit_decoded, extend_decodes
 from bench.sim.oracle import make_sim_policy
 from bench.sim.tiers import NullTiers, TimedTiers
 from bench.sim.turns import SimRequest
@@ -36,7 +37,6 @@ from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, SchedulerConfig
 from penelope_engine.core import Core, CoreHooks, build_core
-from penelope_engine.sched.fastpath import commit_decoded, extend_decodes
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.util import cdiv
 

@@ -209,7 +209,7 @@ def report(result: dict, out: Path | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     ap = parser("penelope bench copies", __doc__)
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(QWEN3), help="KV shape (CUDA)")

@@ -210,7 +210,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     ap = parser("penelope bench steps", __doc__)
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(QWEN3), help="shape (CUDA)")
