@@ -11,7 +11,7 @@ Modules:
     sched/        the scheduling room: scheduler, admission, agent levers, sequences
     tiers/        the tiers room: KV pools, copies, load-or-recompute planner, handover
     model/        paged Qwen3 / Llama decoders, loaders (safetensors, GGUF), the GGUF tokenizer
-    core          `build_core`: cache + scheduler + tiers from configs and `CoreHooks`
+    core          `build_core`: cache + scheduler + tiers from configs, `CoreHooks`, `BenchHooks`
     engine        `Engine`: the synchronous step loop over the core and the model runner
     engine_store  `EngineStore`, the engine's store face (`Engine.store`): records, drain, flush
     parts         the engine's parts from its config: KV pools, store, page identity, tiers

@@ -15,7 +15,7 @@ from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.checks import check_request, turn_stop
 from penelope_engine.config import EngineConfig, ModelConfig
-from penelope_engine.core import Core, CoreHooks, build_core
+from penelope_engine.core import BenchHooks, Core, CoreHooks, build_core
 from penelope_engine.device_memory import sized_for_device
 from penelope_engine.engine_store import EngineStore
 from penelope_engine.errors import ConfigError, EngineError, InvalidRequestError
@@ -53,8 +53,10 @@ class Engine:
         loaded: LoadedModel | None = None,
         store: ArrowSegmentStore | None = None,
         hooks: CoreHooks | None = None,
+        bench: BenchHooks | None = None,
     ) -> None:
-        """`hooks`: what a benchmark injects into the core (`CoreHooks`); None: serving."""
+        """`hooks`: the core's clock (None: `time.monotonic`); `bench`: what a bench or
+        `penelope verify` injects (`BenchHooks`); None: serving."""
         self._load(config, loaded)
         # on CUDA with a memory fraction: device_pages from what the weights and a step leave
         config, self.memory_plan = sized_for_device(config, self._loaded, self.max_model_len)
@@ -65,19 +67,20 @@ class Engine:
         fingerprint = kv_fingerprint(config, self.model_name)
         self._store = store if store is not None else open_store(cc, fingerprint)
         self._page_naming, self._hasher, self._public = page_identity(cc, fingerprint)
-        hooks = hooks or CoreHooks()
+        bench = bench or BenchHooks()
         writes = segment_writer(config, self._store)
-        spill = writes.spill if writes is not None and hooks.spills_behind else None
+        spill = writes.spill if writes is not None and bench.spills_behind else None
         self._calibrator, self._tiers = torch_tiers(
             config, mc, self._device_pool, self._host_pool, self._store, self._public, spill,
-            hooks.on_copy,
+            bench.on_copy,
         )  # fmt: skip
         self._core = build_core(
             config.cache,
             config.scheduler,
             self._tiers,
             self._hasher,
-            hooks,
+            hooks or CoreHooks(),
+            bench,
             calibrated=lambda: self._calibrator.cost,
             has_store=self._store is not None,
             max_model_len=self.max_model_len,
@@ -95,7 +98,7 @@ class Engine:
             self._device_pool,
             config.seed,
             self._grammars,
-            hooks.on_logits,
+            bench.on_logits,
             attention=config.attention,
             graphs=decode_graphs(config, self._loaded.model, self._device_pool, self.max_model_len),
         )
@@ -192,8 +195,8 @@ class Engine:
                 self._seqs.pop(failed.request_id, None)
             return [failed] if failed is not None else []
         t0 = time.perf_counter()
-        if self._core.hooks.step_observer is not None:
-            self._core.hooks.step_observer(items)
+        if self._core.bench.step_observer is not None:
+            self._core.bench.step_observer(items)
         try:
             tokens = self._runner.run(items)
         except PartialStep as partial:  # out of device memory: only the items that did not fit

@@ -41,7 +41,7 @@ from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_
 from bench.sim.oracle import tell_next_arrival
 from bench.tokens import TokenMap, repeat_answer
 from bench.workload import Workload
-from penelope_engine.core import CoreHooks
+from penelope_engine.core import BenchHooks, CoreHooks
 from penelope_engine.engine import Engine
 from penelope_engine.errors import PenelopeError
 from penelope_engine.protocol import GenerateRequest, SamplingParams
@@ -61,7 +61,10 @@ class EngineReplay:
     """One replay of a workload on one engine (fresh cache); `run()` returns its metrics."""
 
     def __init__(
-        self, make_engine: Callable[[CoreHooks], Engine], workload: Workload, tokens: TokenMap
+        self,
+        make_engine: Callable[[CoreHooks, BenchHooks], Engine],
+        workload: Workload,
+        tokens: TokenMap,
     ) -> None:
         self.timer = StepTimer(make_engine)  # the engine's core on the real clock
         self.engine = engine = self.timer.engine

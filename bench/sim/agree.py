@@ -147,7 +147,7 @@ def run_engine(
     # Spills in line, as the simulator here charges them (`SimConfig.async_spills` off): the
     # engine's write-behind thread runs on the wall clock while this run's clock is virtual,
     # so a spill queued there could still be unwritten when the next arrival reads it.
-    in_line = [lambda h: Engine(config, loaded, hooks=replace(h, spills_behind=False))]
+    in_line = [lambda h, b: Engine(config, loaded, hooks=h, bench=replace(b, spills_behind=False))]
     sim = Simulator(wl, sim_cfg, cost_model(kv), 0, in_line)
     engine = sim.replicas[0].engine
     assert engine is not None  # a replica over a real engine

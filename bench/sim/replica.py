@@ -36,7 +36,7 @@ from bench.sim.turns import SimRequest
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, SchedulerConfig
-from penelope_engine.core import Core, CoreHooks, build_core
+from penelope_engine.core import BenchHooks, Core, CoreHooks, build_core
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.util import cdiv
 
@@ -118,29 +118,31 @@ class Replica:
         ps = cache.page_size
         layers = num_layers(cost) if layerwise_loads else 1
         tiers = TimedTiers(NullTiers(), cost, ps, clock, layers, async_writes, async_spills)
-        hooks = CoreHooks(clock=clock, cost=cost, policy=make_sim_policy(policy))
+        bench = BenchHooks(cost=cost, policy=make_sim_policy(policy))
         core = build_core(
             cache,
             sched,
             tiers,
             PageHasher(ps, SIM_NAMESPACE),
-            hooks,
+            CoreHooks(clock=clock),
+            bench,
             has_store=has_store,
             max_model_len=MAX_MODEL_LEN,
         )
         return cls(index, core, cost, None, fast_decode)
 
     @staticmethod
-    def engine_hooks(cost: CostModel, clock: Callable[[], float], page_size: int) -> CoreHooks:
-        """What a real engine's core needs to run on the simulated clock: its copies
+    def engine_hooks(
+        cost: CostModel, clock: Callable[[], float], page_size: int
+    ) -> tuple[CoreHooks, BenchHooks]:
+        """What a real engine's core needs to run on the simulated clock: the clock, its copies
         charged to `TimedTiers` (the bytes still move through its tiers) and both the
         planner and the policies' page cost asking `cost` itself, exactly as in
         `Replica.simulated`."""
-        return CoreHooks(
-            clock=clock,
-            wrap_tiers=lambda real: TimedTiers(real, cost, page_size, clock),
-            cost=cost,
+        timed = BenchHooks(
+            wrap_tiers=lambda real: TimedTiers(real, cost, page_size, clock), cost=cost
         )
+        return CoreHooks(clock=clock), timed
 
     @classmethod
     def over_engine(cls, index: int, engine: Engine, cost: CostModel) -> Replica:

@@ -78,7 +78,7 @@ class Bench:
             device=self.device, dtype=self.dtype, cache=cache,  # type: ignore[arg-type]
             scheduler=shipped_scheduler(device=self.device), attention=self.attention,
         )  # fmt: skip
-        return StepTimer(lambda hooks: Engine(config, loaded=self.loaded, hooks=hooks))
+        return StepTimer(lambda h, b: Engine(config, self.loaded, hooks=h, bench=b))
 
     def fraction(self, samples: list[tuple[StepLoad, float]]) -> dict[str, Any]:
         """The samples' measured and roofline seconds, summed, and their ratio."""
