@@ -14,6 +14,7 @@ Modules:
     core          `build_core`: cache + scheduler + tiers from configs, `CoreHooks`, `BenchHooks`
     engine        `Engine`: the synchronous step loop over the core and the model runner
     engine_store  `EngineStore`, the engine's store face (`Engine.store`): records, drain, flush
+    inspection    `Inspection` (`Engine.inspect()`): core, forward, bounded counts, for benches
     parts         the engine's parts from its config: KV pools, store, page identity, tiers
     device_memory the device pool sized to the GPU: what the weights and a warm-up step leave
     checks        a request checked before it is queued; how a turn ended (tool-call regex)

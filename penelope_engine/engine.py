@@ -15,12 +15,13 @@ from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.checks import check_request, turn_stop
 from penelope_engine.config import EngineConfig, ModelConfig
-from penelope_engine.core import BenchHooks, Core, CoreHooks, build_core
+from penelope_engine.core import BenchHooks, CoreHooks, build_core
 from penelope_engine.device_memory import sized_for_device
 from penelope_engine.engine_store import EngineStore
 from penelope_engine.errors import ConfigError, EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.hints import HintGrant, SessionHints
+from penelope_engine.inspection import Inspection
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.parts import (
     decode_graphs,
@@ -105,11 +106,11 @@ class Engine:
         self._seqs: dict[str, Sequence] = {}
 
     # -- the face's reads ------------------------------------------------------------
-    @property
-    def core(self) -> Core:
-        """The scheduling core (cache, scheduler, tiers) this engine steps, the one the
-        simulator shares: a bench drives or reads it here, nothing rewires it."""
-        return self._core
+    def inspect(self) -> Inspection:
+        """What a bench, `penelope verify` or a test reads beside serving: the core this
+        engine steps (the one the simulator shares), one forward on the model, the
+        bounded counts (`Inspection`); nothing rewires the engine through it."""
+        return Inspection(self._core, self._runner.run, self._handover)
 
     @property
     def model_config(self) -> ModelConfig:
@@ -125,11 +126,6 @@ class Engine:
         """Build the grammar vocabulary now (seconds, once) instead of at the first request
         with a grammar."""
         self._grammars.warm()
-
-    def run_batch(self, items: list[BatchItem]) -> list[int | None]:
-        """Forward one batch on the model; a sampled token for each item that wants one
-        (the simulator's replicas over a real engine run their batches here)."""
-        return self._runner.run(items)
 
     def _load(self, config: EngineConfig, loaded: LoadedModel | None) -> None:
         """The model, its tokenizer and its limits."""
@@ -275,16 +271,6 @@ class Engine:
             session_records=c.session_records,
             **(self._handover.fault_counts() if self._handover is not None else {}),
         )
-
-    def footprint(self) -> dict[str, int | None]:
-        """Counts of what a long-running engine must keep bounded (the soak bench watches
-        them): requests finished so far, retention gaps held, sessions the handover knows
-        (None without a store). Attribute reads only: safe beside the step thread."""
-        handover = self._handover
-        return {
-            **self._scheduler.footprint(),
-            "handover_sessions": len(handover.tenants) if handover is not None else None,
-        }
 
     def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
         return self._sessions.digests(self._cache.page_size, limit)

@@ -151,7 +151,7 @@ class EngineReplay:
         out = self.timer.step()
         ended = self._now()
         self.step_s += ended - started
-        waiting = set(map(id, self.engine.core.scheduler.waiting))
+        waiting = set(map(id, self.engine.inspect().core.scheduler.waiting))
         for p in self._pending.values():
             if p.admitted_at is None and id(p.seq) not in waiting:
                 p.admitted_at = started
@@ -190,7 +190,7 @@ class EngineReplay:
         self._turn_over(p.session_id, p.turn, ended)
 
     def _turn_over(self, sid: str, k: int, now: float) -> None:
-        s, core = self.sessions[sid], self.engine.core
+        s, core = self.sessions[sid], self.engine.inspect().core
         if k + 1 < len(s.turns):
             due = now + s.turns[k + 1].think_time_s
             tell_next_arrival(core.cache, core.sessions, sid, self.t0 + due)

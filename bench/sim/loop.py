@@ -103,7 +103,7 @@ class Simulator:
         )
         self.tokens = TokenMap(cfg.vocab_size)
         self.hints = TraceHints(cfg.hint_noise, seed) if cfg.hints else None
-        self.hasher = self.replicas[0].scheduler.hasher  # one namespace for the whole fleet
+        self.hasher = self.replicas[0].hasher  # one namespace for the whole fleet
         self.states = {s.id: SessionState(s) for s in workload.all_sessions}
         self._heap: list[tuple[float, int, str, Any]] = []
         self._arrivals: list[float] = []  # times of pending arrivals (decode runs end there)

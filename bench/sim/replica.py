@@ -83,7 +83,7 @@ class Replica:
         if not isinstance(core.tiers, TimedTiers):
             raise TypeError("the core's tiers are not timed (Replica.engine_hooks)")
         self.index, self.scheduler, self.tiers, self.cost = index, core.scheduler, core.tiers, cost
-        self.cache, self.sessions = core.cache, core.sessions
+        self.cache, self.sessions, self.hasher = core.cache, core.sessions, core.hasher
         self.page_size = self.cache.page_size
         self.runner = runner  # None: the trace's tokens
         self.engine = engine  # the real engine whose core this is (`over_engine`), or None
@@ -148,7 +148,8 @@ class Replica:
     def over_engine(cls, index: int, engine: Engine, cost: CostModel) -> Replica:
         """A replica over an engine built with `engine_hooks`: its own scheduler, cache,
         tiers and model runner, as when serving; only the time is the cost model's."""
-        return cls(index, engine.core, cost, engine.run_batch, False, engine)
+        seen = engine.inspect()
+        return cls(index, seen.core, cost, seen.run_batch, False, engine)
 
     @property
     def kv_usage(self) -> float:

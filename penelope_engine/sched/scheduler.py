@@ -73,7 +73,7 @@ class Scheduler:
         self._cache = cache
         self._sessions = sessions
         self._life = RequestLife(cache, sessions)
-        self.hasher = hasher  # page ids (the simulator names a fleet's pages with it)
+        self._hasher = hasher  # page ids
         self._tiers = tiers
         self._cost = cost  # the planner's current cost model (the engine refines its own)
         self.eos = frozenset(eos_token_ids)
@@ -197,13 +197,13 @@ class Scheduler:
         """
         self.running.remove(seq)
         if not seq.in_prefill:
-            insert_path(seq, self._life, self.hasher, len(seq.tokens) - 1)
+            insert_path(seq, self._life, self._hasher, len(seq.tokens) - 1)
         release(seq, self._life, self._write_through and self.agent.park_on_preempt)
         seq.page_table = np.empty(0, np.int32)
         seq.owned = np.empty(0, bool)
         seq.todo = np.empty(0, np.int64)
         seq.cursor = 0
-        seq.hashes = self.hasher.hashes(
+        seq.hashes = self._hasher.hashes(
             seq.token_array(len(seq.tokens)), seq.req.tenant, seq.public_pages
         )
         seq.preemptions += 1
@@ -230,7 +230,7 @@ class Scheduler:
             if seq.in_prefill:
                 seq.cursor += len(it.positions)
                 if not seq.in_prefill:
-                    insert_path(seq, self._life, self.hasher, len(seq.tokens))
+                    insert_path(seq, self._life, self._hasher, len(seq.tokens))
             if tok is None:
                 continue
             seq.tokens.append(tok)
@@ -254,7 +254,7 @@ class Scheduler:
         self.running.remove(seq)
         self._intake.note_release()
         if not aborted and not seq.in_prefill:
-            insert_path(seq, self._life, self.hasher, len(seq.tokens) - 1)
+            insert_path(seq, self._life, self._hasher, len(seq.tokens) - 1)
         release(seq, self._life, self._write_through)
         info = self._sessions.record(seq.req.session)
         self._sessions.on_turn_end(seq.req.session, stop_reason)
@@ -275,7 +275,7 @@ class Scheduler:
 
     # -- observability -------------------------------------------------------------
     def footprint(self) -> dict[str, int]:
-        """Requests finished so far and retention gaps held (`Engine.footprint`)."""
+        """Requests finished so far and retention gaps held (`Inspection.footprint`)."""
         return {
             "requests": self._records.finished_requests,
             "retention_gaps": len(self._retention.own),

@@ -93,7 +93,7 @@ def test_bench_hooks_wrap_the_engines_tiers_and_observe_each_batch(tiny_qwen3: L
     engine = Engine(
         EngineConfig(cache=CacheConfig(page_size=4, device_pages=64)), tiny_qwen3, bench=bench
     )
-    assert wrapped == [engine._tiers] and engine.core.tiers is engine._tiers
+    assert wrapped == [engine._tiers] and engine.inspect().core.tiers is engine._tiers
     engine.add_request(GenerateRequest("r", tuple(range(1, 10)), SamplingParams(max_tokens=2)))
     while engine.has_work():
         engine.step()
