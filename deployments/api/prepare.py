@@ -16,7 +16,7 @@ from deployments.api.backend import Backend, TokenizerLike
 from deployments.api.chat_tools import history_dicts, plan_tools
 from deployments.api.errors import ApiError, invalid
 from deployments.api.hints import has_history, session_hints
-from deployments.api.responses import Kind, ResponseMeta
+from deployments.api.openai_bodies import Kind, ResponseMeta
 from deployments.api.schemas import ChatCompletionRequest, CompletionRequest
 from deployments.api.settings import ApiSettings
 from deployments.api.tools.parsers import ReplyParser
