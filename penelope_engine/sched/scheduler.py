@@ -208,7 +208,7 @@ class Scheduler:
         )
         seq.preemptions += 1
         self._intake.note_release()
-        self._sessions.arrive(seq.req.session)
+        self._sessions.arrive(seq.req.engine_session_id)
         self.waiting.appendleft(seq)
 
     def ensure_page(self, seq: Sequence, position: int) -> bool:
@@ -247,7 +247,7 @@ class Scheduler:
         now = self._clock()
         if seq in self.waiting:
             self.waiting.remove(seq)
-            self._sessions.on_abort(seq.req.session)
+            self._sessions.on_abort(seq.req.engine_session_id)
             self._intake.note_release()  # the head of the queue may have changed
             self._records.finished(seq, self._live_sessions)
             return
@@ -256,19 +256,19 @@ class Scheduler:
         if not aborted and not seq.in_prefill:
             insert_path(seq, self._life, self._hasher, len(seq.tokens) - 1)
         release(seq, self._life, self._write_through)
-        info = self._sessions.record(seq.req.session)
-        self._sessions.on_turn_end(seq.req.session, stop_reason)
+        info = self._sessions.record(seq.req.engine_session_id)
+        self._sessions.on_turn_end(seq.req.engine_session_id, stop_reason)
         if not aborted:  # pins (learned and hinted), the harness's hints within its quotas
             gap = self._hinted.turn_ended(seq, stop_reason, self._cost, now)
-            self._prefetch.turn_ended(seq.req.session, info.turn_end, gap)
+            self._prefetch.turn_ended(seq.req.engine_session_id, info.turn_end, gap)
         self._records.finished(seq, self._live_sessions)
 
-    def session_hints(self, sid: str, tenant: str, hints: SessionHints) -> list[HintGrant]:
-        """A harness's hints for `sid` after its turn ended (the session endpoint): applied
+    def session_hints(self, session_id: str, tenant: str, hints: SessionHints) -> list[HintGrant]:
+        """A harness's hints for `session_id` after its turn ended (the session endpoint): applied
         to its record as if that turn had carried them, within the tenant's quotas."""
-        grants, gap = self._hinted.between_turns(sid, tenant, hints, self._cost)
+        grants, gap = self._hinted.between_turns(session_id, tenant, hints, self._cost)
         if gap is not None:
-            self._prefetch.turn_ended(sid, self._sessions.record(sid).turn_end, gap)
+            self._prefetch.turn_ended(session_id, self._sessions.record(session_id).turn_end, gap)
         if hints.end_session or hints.retain_s is not None:
             self._intake.note_release()  # a pin or pages may have gone: the queue may fit now
         return grants
@@ -293,5 +293,5 @@ class Scheduler:
 
     def _live_sessions(self) -> set[str]:
         """Sessions with a request queued or running, or a pin: their records stay."""
-        live = {s.req.session for s in (*self.waiting, *self.running)}
+        live = {s.req.engine_session_id for s in (*self.waiting, *self.running)}
         return live | self._retention.pins.keys()

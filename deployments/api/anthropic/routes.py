@@ -48,7 +48,7 @@ def add_anthropic_routes(
         backend = ready_backend()
         ids = session_of(body, request.headers)
         translated = to_chat(body, ids)
-        named: Caller = replace(who, session_header=ids.session)
+        named: Caller = replace(who, session_id=ids.session)
         with anthropic_params():
             prepared = await prepare_chat(
                 translated.chat, named, backend, settings, "msg", max_tokens_is_ceiling=True

@@ -57,7 +57,7 @@ def add_responses_routes(
         session = session_of(body, request.headers, chain.session if chain else None)
         with responses_params(body):
             chat = to_chat(body, chain_items, session)
-            named = replace(who, session_header=session)
+            named = replace(who, session_id=session)
             prepared = await prepare_chat(chat, named, backend, settings, "resp")
         draft = Draft(public_id(prepared), body, int(time.time()))
         items = [*(chain.items if chain else []), *map(as_stored, _dumped(body.items()))]
