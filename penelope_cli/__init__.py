@@ -2,12 +2,15 @@
 
 `penelope_cli.cli` dispatches to each tool's module (`penelope_cli.demo`,
 `penelope_cli.serve`, `penelope_cli.verify`, `bench.*`); nothing below
-this package imports it.
+this package imports it but `helpformat`, the one help style the benches' parsers
+share too (it imports only the standard library).
 
 Modules:
     cli            The `penelope` command: one entry point that dispatches to each tool
     closeness      How close two results are, as `penelope verify` judges them: NaN always
                    fails
+    helpformat     One help style for every `penelope` parser (the CLI's and the benches'):
+                   options from config fields and their help metadata
     demo           `penelope demo`: a short agent session on the embedded engine, with a
                    tight cache
     serve          `penelope serve`: the OpenAI-compatible server and one engine in one

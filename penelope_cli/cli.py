@@ -20,7 +20,7 @@ import importlib
 import sys
 from types import ModuleType
 
-from penelope_engine.helpformat import parser
+from penelope_cli.helpformat import parser
 
 # name: (module with build_parser() and main(), one-line help)
 COMMANDS = {

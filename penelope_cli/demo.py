@@ -11,9 +11,9 @@ import argparse
 
 import torch
 
+from penelope_cli.helpformat import parser
 from penelope_engine.config import CacheConfig, EngineConfig
 from penelope_engine.engine import Engine
-from penelope_engine.helpformat import parser
 from penelope_engine.protocol import GenerateRequest, SamplingParams
 
 SYSTEM = (

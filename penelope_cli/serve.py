@@ -22,9 +22,9 @@ import dataclasses
 from deployments.api.settings import ApiSettings, load_api_keys
 from deployments.api.standalone import serve_standalone
 from deployments.api.tools.parsers import PARSER_CHOICES
+from penelope_cli.helpformat import add_field_args, parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.config import AgentConfig, CacheConfig, EngineConfig, SchedulerConfig
-from penelope_engine.helpformat import add_field_args, parser
 from penelope_engine.shipped import (
     SHIPPED_DEVICE_PAGES,
     SHIPPED_HOST_FACTOR,

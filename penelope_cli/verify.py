@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from penelope_cli.closeness import worst
+from penelope_cli.helpformat import parser
 from penelope_cli.verify_engine import run_engine, run_reference
 from penelope_cli.verify_fused import run_fused
 from penelope_engine.config import WEIGHT_NAMES, DType, Weights
-from penelope_engine.helpformat import parser
 from penelope_engine.model.backends import ATTENTION_BACKENDS, resolve_backend
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.tiers.kv_pool import DTYPES

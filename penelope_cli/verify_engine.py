@@ -23,7 +23,7 @@ import torch
 
 from penelope_cli.closeness import agreement, max_abs_diff, passes, verdict, worst
 from penelope_engine.config import CacheConfig, DType, EngineConfig, ModelConfig
-from penelope_engine.core import CoreHooks
+from penelope_engine.core import BenchHooks
 from penelope_engine.engine import Engine
 from penelope_engine.model.attention import build_metadata
 from penelope_engine.model.registry import LoadedModel
@@ -38,7 +38,7 @@ FORMED = ("turns_with_holes", "turns_with_host_loads", "turns_with_store_loads")
 
 class LogitsTap:
     """Records the logits row behind every token an engine's runner samples: the engine's
-    `CoreHooks.on_logits`, given at its construction. The row of item i is the forward's
+    `BenchHooks.on_logits`, given at its construction. The row of item i is the forward's
     row i (one per item), or, if the model returns rows only for items that sample, the
     next such row."""
 
@@ -164,7 +164,7 @@ def _engine(
     tap = LogitsTap()
     config = EngineConfig(model=model, device=device, dtype=dtype, cache=cache,
                           attention=attention, weights=lm.model.weights)  # fmt: skip
-    return Engine(config, lm, hooks=CoreHooks(on_logits=tap)), tap
+    return Engine(config, lm, bench=BenchHooks(on_logits=tap)), tap
 
 
 def _stack(rows: list[torch.Tensor]) -> torch.Tensor:

@@ -11,9 +11,10 @@ Modules:
     sched/        the scheduling room: scheduler, admission, agent levers, sequences
     tiers/        the tiers room: KV pools, copies, load-or-recompute planner, handover
     model/        paged Qwen3 / Llama decoders, loaders (safetensors, GGUF), the GGUF tokenizer
-    core          `build_core`: cache + scheduler + tiers from configs and `CoreHooks`
+    core          `build_core`: cache + scheduler + tiers from configs, `CoreHooks`, `BenchHooks`
     engine        `Engine`: the synchronous step loop over the core and the model runner
     engine_store  `EngineStore`, the engine's store face (`Engine.store`): records, drain, flush
+    inspection    `Inspection` (`Engine.inspect()`): core, forward, bounded counts, for benches
     parts         the engine's parts from its config: KV pools, store, page identity, tiers
     device_memory the device pool sized to the GPU: what the weights and a warm-up step leave
     checks        a request checked before it is queued; how a turn ended (tool-call regex)
@@ -27,7 +28,6 @@ Modules:
     config        frozen, validated configs: model, scheduler, engine (re-exports the two below)
     cache_config  `CacheConfig`: page size, tier budgets, eviction policy, the store's tuning
     options       the named string options, each once: `DType`, `Arch`, write policy, ...
-    helpformat    one help style for every `penelope` parser (the CLI's and the benches')
     shipped       what ships and is measured: policy, agent levers, prefill chunk share
     costs         the default prefill cost constants (c_lin, c_attn)
     registry      `Registry`: strategies chosen by name

@@ -15,12 +15,13 @@ from cache_store import ArrowSegmentStore, PathRecord
 from penelope_engine.cache.pages import PageNaming
 from penelope_engine.checks import check_request, turn_stop
 from penelope_engine.config import EngineConfig, ModelConfig
-from penelope_engine.core import Core, CoreHooks, build_core
+from penelope_engine.core import BenchHooks, CoreHooks, build_core
 from penelope_engine.device_memory import sized_for_device
 from penelope_engine.engine_store import EngineStore
 from penelope_engine.errors import ConfigError, EngineError, InvalidRequestError
 from penelope_engine.grammar import GrammarMasks
 from penelope_engine.hints import HintGrant, SessionHints
+from penelope_engine.inspection import Inspection
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.parts import (
     decode_graphs,
@@ -53,8 +54,10 @@ class Engine:
         loaded: LoadedModel | None = None,
         store: ArrowSegmentStore | None = None,
         hooks: CoreHooks | None = None,
+        bench: BenchHooks | None = None,
     ) -> None:
-        """`hooks`: what a benchmark injects into the core (`CoreHooks`); None: serving."""
+        """`hooks`: the core's clock (None: `time.monotonic`); `bench`: what a bench or
+        `penelope verify` injects (`BenchHooks`); None: serving."""
         self._load(config, loaded)
         # on CUDA with a memory fraction: device_pages from what the weights and a step leave
         config, self.memory_plan = sized_for_device(config, self._loaded, self.max_model_len)
@@ -65,19 +68,20 @@ class Engine:
         fingerprint = kv_fingerprint(config, self.model_name)
         self._store = store if store is not None else open_store(cc, fingerprint)
         self._page_naming, self._hasher, self._public = page_identity(cc, fingerprint)
-        hooks = hooks or CoreHooks()
+        bench = bench or BenchHooks()
         writes = segment_writer(config, self._store)
-        spill = writes.spill if writes is not None and hooks.spills_behind else None
+        spill = writes.spill if writes is not None and bench.spills_behind else None
         self._calibrator, self._tiers = torch_tiers(
             config, mc, self._device_pool, self._host_pool, self._store, self._public, spill,
-            hooks.on_copy,
+            bench.on_copy,
         )  # fmt: skip
         self._core = build_core(
             config.cache,
             config.scheduler,
             self._tiers,
             self._hasher,
-            hooks,
+            hooks or CoreHooks(),
+            bench,
             calibrated=lambda: self._calibrator.cost,
             has_store=self._store is not None,
             max_model_len=self.max_model_len,
@@ -95,18 +99,18 @@ class Engine:
             self._device_pool,
             config.seed,
             self._grammars,
-            hooks.on_logits,
+            bench.on_logits,
             attention=config.attention,
             graphs=decode_graphs(config, self._loaded.model, self._device_pool, self.max_model_len),
         )
         self._seqs: dict[str, Sequence] = {}
 
     # -- the face's reads ------------------------------------------------------------
-    @property
-    def core(self) -> Core:
-        """The scheduling core (cache, scheduler, tiers) this engine steps, the one the
-        simulator shares: a bench drives or reads it here, nothing rewires it."""
-        return self._core
+    def inspect(self) -> Inspection:
+        """What a bench, `penelope verify` or a test reads beside serving: the core this
+        engine steps (the one the simulator shares), one forward on the model, the
+        bounded counts (`Inspection`); nothing rewires the engine through it."""
+        return Inspection(self._core, self._runner.run, self._handover)
 
     @property
     def model_config(self) -> ModelConfig:
@@ -122,11 +126,6 @@ class Engine:
         """Build the grammar vocabulary now (seconds, once) instead of at the first request
         with a grammar."""
         self._grammars.warm()
-
-    def run_batch(self, items: list[BatchItem]) -> list[int | None]:
-        """Forward one batch on the model; a sampled token for each item that wants one
-        (the simulator's replicas over a real engine run their batches here)."""
-        return self._runner.run(items)
 
     def _load(self, config: EngineConfig, loaded: LoadedModel | None) -> None:
         """The model, its tokenizer and its limits."""
@@ -192,8 +191,8 @@ class Engine:
                 self._seqs.pop(failed.request_id, None)
             return [failed] if failed is not None else []
         t0 = time.perf_counter()
-        if self._core.hooks.step_observer is not None:
-            self._core.hooks.step_observer(items)
+        if self._core.bench.step_observer is not None:
+            self._core.bench.step_observer(items)
         try:
             tokens = self._runner.run(items)
         except PartialStep as partial:  # out of device memory: only the items that did not fit
@@ -272,16 +271,6 @@ class Engine:
             session_records=c.session_records,
             **(self._handover.fault_counts() if self._handover is not None else {}),
         )
-
-    def footprint(self) -> dict[str, int | None]:
-        """Counts of what a long-running engine must keep bounded (the soak bench watches
-        them): requests finished so far, retention gaps held, sessions the handover knows
-        (None without a store). Attribute reads only: safe beside the step thread."""
-        handover = self._handover
-        return {
-            **self._scheduler.footprint(),
-            "handover_sessions": len(handover.tenants) if handover is not None else None,
-        }
 
     def session_digests(self, limit: int = DIGEST_LIMITS.sessions) -> list[SessionDigest]:
         return self._sessions.digests(self._cache.page_size, limit)

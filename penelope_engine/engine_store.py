@@ -39,10 +39,10 @@ class EngineStore:
         """Whether a shared store backs this engine (records and pages are read from it)."""
         return self._handover is not None
 
-    def forget(self, sids: list[str]) -> None:
+    def forget(self, session_ids: list[str]) -> None:
         """Dropped session records: the handover forgets them too."""
         if self._handover is not None:
-            self._handover.forget(sids)
+            self._handover.forget(session_ids)
 
     def fetch_record(self, req: GenerateRequest) -> PathRecord | None:
         """What the fleet stored of the request's session (store I/O: call it off the step

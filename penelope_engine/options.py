@@ -44,7 +44,7 @@ _Option = TypeVar("_Option", bound=str)
 
 
 def with_help(default: Any, help: str) -> Any:
-    """A config field with its `--help` text (`penelope_engine.helpformat` builds options
+    """A config field with its `--help` text (`penelope_cli.helpformat` builds options
     from it): `x: int = with_help(3, "what x does")`."""
     return field(default=default, metadata={"help": help})
 

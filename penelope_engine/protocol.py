@@ -85,7 +85,8 @@ class GenerateRequest:
     tool_call_pattern: str | None = None
 
     @property
-    def session(self) -> str:
+    def engine_session_id(self) -> str:
+        """The id the engine keys the session on: `session_id`, or the request's own."""
         return self.session_id if self.session_id is not None else f"req:{self.request_id}"
 
 
@@ -130,7 +131,7 @@ DIGEST_LIMITS = DigestLimits()
 class SessionDigest:
     """What a replica holds of one session, for the router."""
 
-    session: str
+    session_id: str
     device_tokens: int
     host_tokens: int
     store_tokens: int

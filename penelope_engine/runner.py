@@ -141,7 +141,7 @@ class ModelRunner:
         self.kv = kv
         self.seed = seed
         self.grammars = grammars
-        self.on_logits = on_logits  # `CoreHooks.on_logits`
+        self.on_logits = on_logits  # `BenchHooks.on_logits`
         self.device = kv.device
         self.attention = resolve_backend(attention, str(kv.device))  # `ATTENTION_BACKENDS`
         self.graphs = graphs  # decode steps over fixed buffers (CUDA graphs), when given

@@ -90,7 +90,7 @@ def build_digest(
     held = [d for d in digests if d.device_tokens + d.host_tokens + d.store_tokens > 0]
     held.sort(key=lambda d: d.last_access, reverse=True)
     sessions = {
-        d.session: SessionHolding(d.device_tokens, d.host_tokens, d.store_tokens, d.last_access)
+        d.session_id: SessionHolding(d.device_tokens, d.host_tokens, d.store_tokens, d.last_access)
         for d in held[:limit]
     }
     hashes: list[int] = []

@@ -60,7 +60,7 @@ def _workloads(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     s = SynthConfig()
     ap = parser("penelope bench aiperf", __doc__)

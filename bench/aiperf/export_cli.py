@@ -67,7 +67,7 @@ def export_config(a: argparse.Namespace, out_dir: Path) -> ExportConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     ap = parser("penelope bench export-trace", __doc__)
     add_workload_options(ap)

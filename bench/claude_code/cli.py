@@ -252,7 +252,7 @@ def _prompt_tokens(usage: dict[str, Any]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     ap = parser("penelope bench claude-code", __doc__)
     ap.add_argument("--json", metavar="OUT", default=None, help="write the report here")

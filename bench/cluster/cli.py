@@ -31,7 +31,7 @@ from bench.cluster.config import ClusterConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import add_config_args, parser
+    from penelope_cli.helpformat import add_config_args, parser
 
     ap = parser("penelope bench cluster", __doc__)
     add_config_args(ap, ClusterConfig)

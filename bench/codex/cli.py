@@ -11,7 +11,7 @@ temporary `CODEX_HOME` whose `config.toml` names Penelope as the model provider
 `/v1/models`) and turns off, with Codex's own settings, what a small model's
 8K window cannot hold (web search, sub-agents, goals, apps, plugins, image
 generation; `codex_config`). The base instructions are the short ones in the
-server's catalogue entry (`deployments.api.openai_responses.catalogue`).
+server's catalogue entry (`deployments.api.responses_api.catalogue`).
 
 The JSON: `ok`, `requests` (each `/v1/responses` request as the server saw it),
 `exit_codes`, each run's `reply`, and per request `prompt_tokens`,
@@ -227,9 +227,9 @@ def _summary(s: Any) -> dict[str, Any]:
 
 def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
     """Per request: the longest prompt-token prefix shared with an earlier request's prompt."""
-    from deployments.api.openai_responses.schemas import ResponsesRequest
-    from deployments.api.openai_responses.translate import to_chat
     from deployments.api.prepare import render_chat
+    from deployments.api.responses_api.schemas import ResponsesRequest
+    from deployments.api.responses_api.translate import to_chat
     from deployments.api.settings import ApiSettings
     from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
     from penelope_engine.tokenizer import Tokenizer
@@ -247,7 +247,7 @@ def shared_prefixes(bodies: list[dict[str, Any]]) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     ap = parser("penelope bench codex", __doc__)
     ap.add_argument("--json", metavar="OUT", default=None, help="write the report here")

@@ -39,7 +39,7 @@ from bench.experiments.peers_report import describe
 from bench.sim.cliargs import add_fleet_args, comma_list
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.sim.setups import CACHES, Setup, ablations, cross_setup, hinted, penelope_setup, setups
-from penelope_engine.helpformat import parser
+from penelope_cli.helpformat import parser
 
 # Penelope and the grid's strongest set-ups at 96 sessions (`bench peers`): what a run
 # without --setups measures, so that it ends in under 40 minutes here with --jobs 2.

@@ -34,7 +34,7 @@ from bench.sim.metrics import RunMetrics
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.sim.setups import Setup, hinted, setups
 from bench.workload import Workload
-from penelope_engine.helpformat import parser
+from penelope_cli.helpformat import parser
 
 
 def build_parser() -> argparse.ArgumentParser:

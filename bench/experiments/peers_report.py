@@ -20,7 +20,7 @@ import numpy as np
 from bench.report import pyplot, save_figure, spread
 from bench.sim.cliargs import comma_list
 from bench.sim.setups import Setup
-from penelope_engine.helpformat import parser
+from penelope_cli.helpformat import parser
 
 LOWER = ("mean_ttft_s", "p90_ttft_s", "mean_queue_s", "mean_llm_time_s", "mean_jct_s")
 HIGHER = ("turns_per_hour_per_replica",)

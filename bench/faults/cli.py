@@ -42,7 +42,7 @@ def table(r: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import add_config_args, parser
+    from penelope_cli.helpformat import add_config_args, parser
 
     ap = parser("penelope bench faults", __doc__)
     add_config_args(ap, FaultsConfig)

@@ -104,7 +104,7 @@ def timing_sweep(
     times: dict[StepLoad, list[float]] = defaultdict(list)
     config = EngineConfig(cache=CacheConfig(page_size, pages, policy="lru"), scheduler=scheduler)
     for _ in range(cfg.repeats):
-        timer = StepTimer(lambda hooks: Engine(config, loaded=lm, hooks=hooks))
+        timer = StepTimer(lambda hooks, bench: Engine(config, lm, hooks=hooks, bench=bench))
         _one_pass(timer, cfg, lm.config.vocab_size, np.random.default_rng(rng.integers(1 << 31)))
         for load, seconds in timer.samples:
             times[load].append(seconds)

@@ -41,7 +41,7 @@ from bench.sim.config import SimConfig
 from bench.sim.report import plot, row, table, write_json
 from bench.sim.setups import CACHES
 from bench.workload import Workload
-from penelope_engine.helpformat import parser
+from penelope_cli.helpformat import parser
 from penelope_engine.model.registry import LoadedModel, load_model
 from penelope_engine.tiers.kv_pool import DTYPES
 

@@ -41,7 +41,7 @@ from bench.sim.metrics import RequestRecord, RunMetrics, SessionRecord, history_
 from bench.sim.oracle import tell_next_arrival
 from bench.tokens import TokenMap, repeat_answer
 from bench.workload import Workload
-from penelope_engine.core import CoreHooks
+from penelope_engine.core import BenchHooks, CoreHooks
 from penelope_engine.engine import Engine
 from penelope_engine.errors import PenelopeError
 from penelope_engine.protocol import GenerateRequest, SamplingParams
@@ -61,7 +61,10 @@ class EngineReplay:
     """One replay of a workload on one engine (fresh cache); `run()` returns its metrics."""
 
     def __init__(
-        self, make_engine: Callable[[CoreHooks], Engine], workload: Workload, tokens: TokenMap
+        self,
+        make_engine: Callable[[CoreHooks, BenchHooks], Engine],
+        workload: Workload,
+        tokens: TokenMap,
     ) -> None:
         self.timer = StepTimer(make_engine)  # the engine's core on the real clock
         self.engine = engine = self.timer.engine
@@ -148,7 +151,7 @@ class EngineReplay:
         out = self.timer.step()
         ended = self._now()
         self.step_s += ended - started
-        waiting = set(map(id, self.engine.core.scheduler.waiting))
+        waiting = set(map(id, self.engine.inspect().core.scheduler.waiting))
         for p in self._pending.values():
             if p.admitted_at is None and id(p.seq) not in waiting:
                 p.admitted_at = started
@@ -187,7 +190,7 @@ class EngineReplay:
         self._turn_over(p.session_id, p.turn, ended)
 
     def _turn_over(self, sid: str, k: int, now: float) -> None:
-        s, core = self.sessions[sid], self.engine.core
+        s, core = self.sessions[sid], self.engine.inspect().core
         if k + 1 < len(s.turns):
             due = now + s.turns[k + 1].think_time_s
             tell_next_arrival(core.cache, core.sessions, sid, self.t0 + due)

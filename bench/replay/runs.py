@@ -23,7 +23,7 @@ from bench.tokens import TokenMap
 from bench.traces import load_trace
 from bench.workload import Workload, WorkloadConfig, clip_workload, sample_workload
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from penelope_engine.core import CoreHooks
+from penelope_engine.core import BenchHooks, CoreHooks
 from penelope_engine.engine import Engine
 from penelope_engine.model.registry import LoadedModel
 
@@ -75,7 +75,7 @@ def scheduler_config(args: argparse.Namespace, cache: str | None = None) -> Sche
 
 def _engine(
     args: argparse.Namespace, lm: LoadedModel, setup: dict[str, Any]
-) -> Callable[[CoreHooks], Engine]:
+) -> Callable[[CoreHooks, BenchHooks], Engine]:
     ps = args.page_size
     policy, obj = policy_for_config(setup["policy"])
     cache = CacheConfig(
@@ -86,7 +86,9 @@ def _engine(
     )
     sched = scheduler_config(args, setup.get("cache"))
     cfg = EngineConfig(args.model, args.device, args.dtype, cache, sched)
-    return lambda hooks: Engine(cfg, loaded=lm, hooks=dataclasses.replace(hooks, policy=obj))
+    return lambda hooks, bench: Engine(
+        cfg, loaded=lm, hooks=hooks, bench=dataclasses.replace(bench, policy=obj)
+    )
 
 
 def setup_grid(args: argparse.Namespace, budgets: list[int]) -> list[dict[str, Any]]:

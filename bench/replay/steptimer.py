@@ -1,6 +1,6 @@
 """What each step of the real engine computed, and how long it took.
 
-`StepTimer` builds the engine with a step observer (`CoreHooks.step_observer`)
+`StepTimer` builds the engine with a step observer (`BenchHooks.step_observer`)
 that keeps the `StepLoad` of each batch the runner is given, in the
 simulator's terms; `step()` times the whole `Engine.step` (scheduling,
 eviction, copies, the forward, commit) and pairs the two. These pairs are
@@ -9,12 +9,11 @@ what `CpuCostModel.fit` fits.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 
 from bench.sim.costmodel import StepLoad, step_load
-from penelope_engine.core import CoreHooks
+from penelope_engine.core import BenchHooks, CoreHooks
 from penelope_engine.engine import Engine
 from penelope_engine.sched.sequence import BatchItem
 from penelope_engine.sched.sequence import Sequence as EngineSeq
@@ -23,14 +22,10 @@ from penelope_engine.sched.sequence import Sequence as EngineSeq
 class StepTimer:
     """Builds the engine it times; `step()` runs one engine step and records (load, s)."""
 
-    def __init__(
-        self, make_engine: Callable[[CoreHooks], Engine], hooks: CoreHooks | None = None
-    ) -> None:
+    def __init__(self, make_engine: Callable[[CoreHooks, BenchHooks], Engine]) -> None:
         self.samples: list[tuple[StepLoad, float]] = []
         self._load: StepLoad | None = None
-        self.engine = make_engine(
-            dataclasses.replace(hooks or CoreHooks(), step_observer=self.observe)
-        )
+        self.engine = make_engine(CoreHooks(), BenchHooks(step_observer=self.observe))
 
     def observe(self, items: list[BatchItem]) -> None:
         self._load = step_load(items)

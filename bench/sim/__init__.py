@@ -11,6 +11,8 @@ Modules:
     config        `SimConfig`: policy, tiers, budgets, replicas, router, scheduler
     costmodel     `StepLoad`, the `CostModel` interface (also the planner's), the CPU model
                   fit
+    fastpath      the decode fast path: a stretch of decode-only steps granted and applied
+                  at once over the engine's scheduler
     hints         hint mode: a harness's `SessionHints` on each request, from the trace's
                   truth
     loop          the event loop: sessions, tool gaps, routing by the real router core

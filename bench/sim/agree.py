@@ -44,6 +44,7 @@ from bench.sim.loop import Simulator
 from bench.sim.metrics import RequestRecord
 from bench.traces import DEFAULT_TRACE, load_trace
 from bench.workload import Workload, WorkloadConfig, clip_workload, sample_workload
+from penelope_cli.helpformat import parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.config import (
     CacheConfig,
@@ -52,7 +53,6 @@ from penelope_engine.config import (
     SchedulerConfig,
 )
 from penelope_engine.costs import C_ATTN, C_LIN
-from penelope_engine.helpformat import parser
 
 SOURCES = ("device_tokens", "host_tokens", "store_tokens", "recomputed_tokens", "new_tokens")
 TIMES = ("admitted_at", "first_token_at", "finished_at")
@@ -147,7 +147,7 @@ def run_engine(
     # Spills in line, as the simulator here charges them (`SimConfig.async_spills` off): the
     # engine's write-behind thread runs on the wall clock while this run's clock is virtual,
     # so a spill queued there could still be unwritten when the next arrival reads it.
-    in_line = [lambda h: Engine(config, loaded, hooks=replace(h, spills_behind=False))]
+    in_line = [lambda h, b: Engine(config, loaded, hooks=h, bench=replace(b, spills_behind=False))]
     sim = Simulator(wl, sim_cfg, cost_model(kv), 0, in_line)
     engine = sim.replicas[0].engine
     assert engine is not None  # a replica over a real engine

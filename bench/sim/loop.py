@@ -46,14 +46,14 @@ from router.digest import build_digest, decode_digest
 from router.schema import ROUTE_PREFIX_PAGES, RouterConfig
 
 if TYPE_CHECKING:
-    from penelope_engine.core import CoreHooks
+    from penelope_engine.core import BenchHooks, CoreHooks
     from penelope_engine.engine import Engine
 
 
 class Simulator:
     """The event loop over simulated replicas, or over real engines on simulated time.
 
-    With `engines`, replica i is the engine `engines[i](hooks)` builds with the
+    With `engines`, replica i is the engine `engines[i](hooks, bench)` builds with the
     hooks that put its core on this loop's clock (`Replica.engine_hooks`,
     `Replica.over_engine`): its own scheduler, cache, tiers and model; `cfg`'s
     cache and scheduler settings are then the engines' own and are not used.
@@ -65,7 +65,7 @@ class Simulator:
         cfg: SimConfig,
         cost: CostModel,
         seed: int = 0,
-        engines: Sequence[Callable[[CoreHooks], Engine]] | None = None,
+        engines: Sequence[Callable[[CoreHooks, BenchHooks], Engine]] | None = None,
     ) -> None:
         self.cfg, self.cost, self.workload = cfg, cost, workload
         if cfg.free_copies:
@@ -77,9 +77,9 @@ class Simulator:
         if engines is not None:
             if len(engines) != cfg.replicas:
                 raise ValueError(f"{len(engines)} engines for {cfg.replicas} replicas")
-            hooks = Replica.engine_hooks(cost, clock, cfg.page_size)
+            hooks, bench = Replica.engine_hooks(cost, clock, cfg.page_size)
             self.replicas = [
-                Replica.over_engine(i, make(hooks), cost) for i, make in enumerate(engines)
+                Replica.over_engine(i, make(hooks, bench), cost) for i, make in enumerate(engines)
             ]
         else:
             self.replicas = [
@@ -103,7 +103,7 @@ class Simulator:
         )
         self.tokens = TokenMap(cfg.vocab_size)
         self.hints = TraceHints(cfg.hint_noise, seed) if cfg.hints else None
-        self.hasher = self.replicas[0].scheduler.hasher  # one namespace for the whole fleet
+        self.hasher = self.replicas[0].hasher  # one namespace for the whole fleet
         self.states = {s.id: SessionState(s) for s in workload.all_sessions}
         self._heap: list[tuple[float, int, str, Any]] = []
         self._arrivals: list[float] = []  # times of pending arrivals (decode runs end there)

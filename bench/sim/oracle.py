@@ -62,7 +62,7 @@ def make_sim_policy(name: str) -> EvictionPolicy:
 
 def policy_for_config(name: str) -> tuple[EvictionPolicyName, EvictionPolicy | None]:
     """A policy name as a `CacheConfig` takes it, and the object to inject in its place
-    (`CoreHooks.policy`) when the name is the simulator's own: the oracle is configured
+    (`BenchHooks.policy`) when the name is the simulator's own: the oracle is configured
     as its deployable base (`return_aware`) and injected."""
     if name in EVICTION_POLICIES:
         return name, None

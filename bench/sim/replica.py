@@ -29,14 +29,14 @@ import numpy as np
 
 from bench.peers.base import CachedRun
 from bench.sim.costmodel import CostModel, StepLoad, decode_run, num_layers, step_load
+from bench.sim.fastpath import commit_decoded, extend_decodes
 from bench.sim.oracle import make_sim_policy
 from bench.sim.tiers import NullTiers, TimedTiers
 from bench.sim.turns import SimRequest
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.cache.tier import Tier
 from penelope_engine.config import CacheConfig, SchedulerConfig
-from penelope_engine.core import Core, CoreHooks, build_core
-from penelope_engine.sched.fastpath import commit_decoded, extend_decodes
+from penelope_engine.core import BenchHooks, Core, CoreHooks, build_core
 from penelope_engine.sched.sequence import BatchItem, Sequence
 from penelope_engine.util import cdiv
 
@@ -83,7 +83,7 @@ class Replica:
         if not isinstance(core.tiers, TimedTiers):
             raise TypeError("the core's tiers are not timed (Replica.engine_hooks)")
         self.index, self.scheduler, self.tiers, self.cost = index, core.scheduler, core.tiers, cost
-        self.cache, self.sessions = core.cache, core.sessions
+        self.cache, self.sessions, self.hasher = core.cache, core.sessions, core.hasher
         self.page_size = self.cache.page_size
         self.runner = runner  # None: the trace's tokens
         self.engine = engine  # the real engine whose core this is (`over_engine`), or None
@@ -118,35 +118,38 @@ class Replica:
         ps = cache.page_size
         layers = num_layers(cost) if layerwise_loads else 1
         tiers = TimedTiers(NullTiers(), cost, ps, clock, layers, async_writes, async_spills)
-        hooks = CoreHooks(clock=clock, cost=cost, policy=make_sim_policy(policy))
+        bench = BenchHooks(cost=cost, policy=make_sim_policy(policy))
         core = build_core(
             cache,
             sched,
             tiers,
             PageHasher(ps, SIM_NAMESPACE),
-            hooks,
+            CoreHooks(clock=clock),
+            bench,
             has_store=has_store,
             max_model_len=MAX_MODEL_LEN,
         )
         return cls(index, core, cost, None, fast_decode)
 
     @staticmethod
-    def engine_hooks(cost: CostModel, clock: Callable[[], float], page_size: int) -> CoreHooks:
-        """What a real engine's core needs to run on the simulated clock: its copies
+    def engine_hooks(
+        cost: CostModel, clock: Callable[[], float], page_size: int
+    ) -> tuple[CoreHooks, BenchHooks]:
+        """What a real engine's core needs to run on the simulated clock: the clock, its copies
         charged to `TimedTiers` (the bytes still move through its tiers) and both the
         planner and the policies' page cost asking `cost` itself, exactly as in
         `Replica.simulated`."""
-        return CoreHooks(
-            clock=clock,
-            wrap_tiers=lambda real: TimedTiers(real, cost, page_size, clock),
-            cost=cost,
+        timed = BenchHooks(
+            wrap_tiers=lambda real: TimedTiers(real, cost, page_size, clock), cost=cost
         )
+        return CoreHooks(clock=clock), timed
 
     @classmethod
     def over_engine(cls, index: int, engine: Engine, cost: CostModel) -> Replica:
         """A replica over an engine built with `engine_hooks`: its own scheduler, cache,
         tiers and model runner, as when serving; only the time is the cost model's."""
-        return cls(index, engine.core, cost, engine.run_batch, False, engine)
+        seen = engine.inspect()
+        return cls(index, seen.core, cost, seen.run_batch, False, engine)
 
     @property
     def kv_usage(self) -> float:

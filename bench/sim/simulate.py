@@ -36,8 +36,8 @@ from bench.sim.report import plot, row, table, write_json
 from bench.sim.roofline import HARDWARE, QWEN3, GpuCostModel
 from bench.traces import load_trace
 from bench.workload import Workload, WorkloadConfig, sample_workload
+from penelope_cli.helpformat import parser
 from penelope_engine.config import SchedulerConfig
-from penelope_engine.helpformat import parser
 
 
 def build_parser() -> argparse.ArgumentParser:

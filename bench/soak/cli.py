@@ -66,7 +66,7 @@ def plot(r: dict[str, Any], path: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import add_config_args, parser
+    from penelope_cli.helpformat import add_config_args, parser
 
     ap = parser("penelope bench soak", __doc__)
     add_config_args(ap, SoakConfig)

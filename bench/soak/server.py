@@ -56,7 +56,7 @@ def read_state(backend: Any, store_dir: Path) -> dict[str, Any]:
     the engine thread is changing could raise.
     """
     async_engine = backend.engine  # read each time: a restarted engine replaces it
-    footprint = async_engine.engine.footprint()
+    footprint = async_engine.engine.inspect().footprint()
     stats = async_engine.stats()
     store = async_engine.store_stats()
     return {

@@ -37,7 +37,7 @@ from bench.speed.report import medians, ratios, table
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import add_config_args, parser
+    from penelope_cli.helpformat import add_config_args, parser
 
     ap = parser("penelope bench speed", __doc__)
     add_config_args(ap, SpeedConfig)

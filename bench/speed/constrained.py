@@ -34,7 +34,7 @@ def _step_times(engine: Any, cfg: SpeedConfig, grammar: str | None, run: int) ->
                                            grammar=grammar))  # fmt: skip
     times = []
     while engine.has_work():
-        running = engine.core.scheduler.running
+        running = engine.inspect().core.scheduler.running
         decoding = len(running) == cfg.batch and not any(s.in_prefill for s in running)
         t0 = time.perf_counter()
         engine.step()

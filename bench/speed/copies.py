@@ -102,7 +102,7 @@ def pools(model: ModelConfig, cost: GpuCostModel, tokens: list[int], repeats: in
 
 
 class LoadTimes:
-    """A copy observer (`CoreHooks.on_copy`) that records each load's seconds."""
+    """A copy observer (`BenchHooks.on_copy`) that records each load's seconds."""
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
@@ -131,7 +131,7 @@ def returning(engine: Any, loads: LoadTimes, req: Any) -> dict[str, Any]:
 def engine_return(model: ModelConfig, cost: GpuCostModel, history: int, new: int) -> dict:
     """TTFT of a returning turn whose history is on the host, and with it on the device."""
     from penelope_engine.config import CacheConfig, EngineConfig
-    from penelope_engine.core import CoreHooks
+    from penelope_engine.core import BenchHooks
     from penelope_engine.engine import Engine
     from penelope_engine.protocol import GenerateRequest, SamplingParams
 
@@ -150,7 +150,7 @@ def engine_return(model: ModelConfig, cost: GpuCostModel, history: int, new: int
         cache = CacheConfig(PAGE, device_pages, 4 * history // PAGE, "penelope")
         loads = LoadTimes()
         config = EngineConfig(device=device, dtype=dtype, cache=cache)
-        engine = Engine(config, loaded=loaded, hooks=CoreHooks(on_copy=loads))
+        engine = Engine(config, loaded=loaded, bench=BenchHooks(on_copy=loads))
         engine.generate_sync(GenerateRequest("warm", prompt(64), one, "w"))
         engine.generate_sync(GenerateRequest("a0", a, one, "a"))
         engine.generate_sync(GenerateRequest("b0", b, one, "b"))  # pushes a's pages out (host)
@@ -209,7 +209,7 @@ def report(result: dict, out: Path | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     ap = parser("penelope bench copies", __doc__)
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(QWEN3), help="KV shape (CUDA)")

@@ -84,7 +84,7 @@ def measure(model_name: str, context: int, hole: int, hole_start: int, new: int,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     ap = parser("python -m bench.speed.holes", __doc__)
     ap.add_argument("--model", default="smollm2-135m")

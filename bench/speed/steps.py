@@ -78,7 +78,7 @@ class Bench:
             device=self.device, dtype=self.dtype, cache=cache,  # type: ignore[arg-type]
             scheduler=shipped_scheduler(device=self.device), attention=self.attention,
         )  # fmt: skip
-        return StepTimer(lambda hooks: Engine(config, loaded=self.loaded, hooks=hooks))
+        return StepTimer(lambda h, b: Engine(config, self.loaded, hooks=h, bench=b))
 
     def fraction(self, samples: list[tuple[StepLoad, float]]) -> dict[str, Any]:
         """The samples' measured and roofline seconds, summed, and their ratio."""
@@ -210,7 +210,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     ap = parser("penelope bench steps", __doc__)
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(QWEN3), help="shape (CUDA)")

@@ -52,7 +52,7 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     d = VersusConfig((ServerSpec("x", "http://x"),))
     ap = parser("penelope bench versus", __doc__)

@@ -166,7 +166,7 @@ def predict(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from penelope_engine.helpformat import parser
+    from penelope_cli.helpformat import parser
 
     ap = parser("python -m bench.versus.predict", __doc__)
     ap.add_argument("versus", type=Path, help="a `bench versus` JSON")

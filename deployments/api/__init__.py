@@ -11,18 +11,20 @@ Modules:
                         replaced when its step loop dies)
     chat_tools          an OpenAI chat request's tools, tool choice, response format and
                         history, checked and planned
-    completions         run a request: JSON or SSE, disconnect/timeout/stall -> abort
     connections         `penelope serve`'s HTTP protocol: a deadline for a silent connection
     generation          one request's engine outputs as text deltas (stop strings), usage,
                         TTFT and ITL
-    replies             how an API writes a reply (`ReplyShape`); OpenAI's body and SSE chunks
     deadline            per-request deadlines (``api.request_timeout_s``, 504)
     errors              OpenAI error shape and status codes
     hints               a harness's hints: the `penelope` body object, `x-penelope-*`
                         headers, `cache_control`, the session endpoint; what each was granted
     middleware          request bodies: size (413) and stall (408) limits; request counting
+    run                 run a request: JSON or SSE, disconnect/timeout/stall -> abort
     prepare             body -> engine request: tokens, sampling, session, tenant, limits
-    responses           OpenAI response bodies, usage with Penelope's breakdown, SSE framing
+    openai_bodies       OpenAI's chat and text completion bodies and chunks, usage with
+                        Penelope's breakdown, SSE framing
+    openai_stream       how an API writes a reply (`ReplyShape`); OpenAI's: the finished body,
+                        the SSE stream of chunks (tool calls parsed out as they stream)
     sessions            the one rule every API names a request's session by
     schemas             pydantic request bodies (HTTP edge only)
     settings            ``ApiSettings`` and API-key loading
@@ -33,5 +35,5 @@ Modules:
     tools/              tool calls and structured outputs, API-neutral: types, per-model
                         parsers (whole and streaming), chat-template rendering, grammars
     anthropic/          the Anthropic Messages API over the same engine path
-    openai_responses/   OpenAI's Responses API over the same engine path; stored responses
+    responses_api/      OpenAI's Responses API over the same engine path; stored responses
 """

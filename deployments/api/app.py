@@ -3,7 +3,7 @@
 Routes: `/v1/chat/completions`, `/v1/completions` (SSE streaming or not),
 Anthropic's `/v1/messages` and `/v1/messages/count_tokens`
 (`deployments.api.anthropic`), OpenAI's Responses API: `/v1/responses` and
-`/v1/responses/{id}` (`deployments.api.openai_responses`),
+`/v1/responses/{id}` (`deployments.api.responses_api`),
 `POST /v1/penelope/sessions/{id}` (a harness's hints after a turn's reply,
 `deployments.api.hints`), `/v1/models` (with Codex's catalogue entry, `models`),
 `/health`, `/ready` (with the store's state), `/metrics`, and SGLang's
@@ -38,14 +38,14 @@ from deployments.api.admission import Admission, InflightSlots
 from deployments.api.anthropic.routes import ERROR_SHAPES, add_anthropic_routes
 from deployments.api.auth import Authenticator
 from deployments.api.backend import Backend
-from deployments.api.completions import CompletionHandler
 from deployments.api.errors import ApiError, install_handlers, invalid, unavailable
 from deployments.api.hints import grants_body, hint_headers, session_endpoint_hints
 from deployments.api.middleware import BodyLimits, RequestCounter
-from deployments.api.openai_responses.catalogue import model_catalogue
-from deployments.api.openai_responses.routes import add_responses_routes
-from deployments.api.openai_responses.store import ResponseStore, ResponseStoreCollector
 from deployments.api.prepare import Caller, prepare_chat, prepare_text
+from deployments.api.responses_api.catalogue import model_catalogue
+from deployments.api.responses_api.routes import add_responses_routes
+from deployments.api.responses_api.store import ResponseStore, ResponseStoreCollector
+from deployments.api.run import CompletionHandler
 from deployments.api.schemas import ChatCompletionRequest, CompletionRequest, SessionHintsRequest
 from deployments.api.sessions import header_session, named_session
 from deployments.api.settings import ApiSettings

@@ -4,7 +4,7 @@
 output is awaited apart (`start`), so what the engine raises up front surfaces
 before any response starts; then each output's tokens become text through the
 stop strings (`TextStream`), and the last output's usage and hints make the
-reply's report. Every API's reply shape (`deployments.api.replies`, the
+reply's report. Every API's reply shape (`deployments.api.openai_stream`, the
 Anthropic API's `deployments.api.anthropic.replies`) reads it.
 """
 
@@ -18,8 +18,8 @@ from dataclasses import replace
 from deployments.api.backend import Backend, ReplicaOutput
 from deployments.api.deadline import Deadline
 from deployments.api.errors import ApiError
+from deployments.api.openai_bodies import Report
 from deployments.api.prepare import Prepared
-from deployments.api.responses import Report
 from deployments.api.textstream import TextStream
 from deployments.metrics.series import ApiMetrics
 from penelope_engine.protocol import FinishReason, RequestOutput, TokenUsage

@@ -16,7 +16,7 @@ from deployments.api.backend import Backend, TokenizerLike
 from deployments.api.chat_tools import history_dicts, plan_tools
 from deployments.api.errors import ApiError, invalid
 from deployments.api.hints import has_history, session_hints
-from deployments.api.responses import Kind, ResponseMeta
+from deployments.api.openai_bodies import Kind, ResponseMeta
 from deployments.api.schemas import ChatCompletionRequest, CompletionRequest
 from deployments.api.settings import ApiSettings
 from deployments.api.tools.parsers import ReplyParser
@@ -35,11 +35,12 @@ MIN_TOP_P = 1e-6
 
 @dataclass(frozen=True)
 class Caller:
-    """Who sent the request: the tenant (from the API key), the session header and the
-    hint headers (`deployments.api.hints.hint_headers`)."""
+    """Who sent the request: the tenant (from the API key), the session id (the
+    `x-session-id` header, or what the API's own session rule found) and the hint
+    headers (`deployments.api.hints.hint_headers`)."""
 
     tenant: str
-    session_header: str | None
+    session_id: str | None
     hint_headers: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -175,7 +176,7 @@ def _prepared(
         request_id=request_id,
         prompt_token_ids=tuple(ids),
         sampling=sampling,
-        session_id=caller.session_header or body.session_id,
+        session_id=caller.session_id or body.session_id,
         tenant=caller.tenant,
         hints=hints,
         has_history=has_history(body),

@@ -7,7 +7,7 @@ Each API takes its session from the first of its sources that is present:
 - Anthropic Messages (`anthropic.session`): `x-session-id`, Claude Code's
   `x-claude-code-session-id`, the session in `metadata.user_id`, else the
   conversation;
-- the Responses API (`openai_responses.translate`): `x-session-id`,
+- the Responses API (`responses_api.translate`): `x-session-id`,
   `prompt_cache_key`, the stored chain's session, else the conversation.
 
 `x-session-id` comes first everywhere: Ray Serve's proxy keeps a session on

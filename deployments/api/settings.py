@@ -57,7 +57,7 @@ class ApiSettings:
     )
     max_tools: int = 128  # tools one request may offer
     max_tools_bytes: int = 256 << 10  # their JSON together (names, descriptions, schemas)
-    # Stored responses (`/v1/responses` with store: true, `deployments.api.openai_responses`):
+    # Stored responses (`/v1/responses` with store: true, `deployments.api.responses_api`):
     # where (a local path or a pyarrow.fs URI; None: the engine's store_uri when it has one,
     # else this process's memory) and each tenant's bounds.
     responses_store_uri: str | None = None

@@ -77,7 +77,7 @@ class RayBackend:
             request = dataclasses.replace(request, prefix_hashes=ids)
         handle = self._handle
         if request.session_id is not None:
-            handle = handle.options(session_id=request.session)
+            handle = handle.options(session_id=request.engine_session_id)
         responses = cast(DeploymentResponseGenerator, handle.remote(request))
         finished = False
         try:

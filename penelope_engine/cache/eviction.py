@@ -36,7 +36,7 @@ class CacheView(Protocol):
     @property
     def now(self) -> float: ...
 
-    def session_info(self, sid: str) -> SessionInfo | None:
+    def session_info(self, session_id: str) -> SessionInfo | None:
         """The session's record, or None if it has none (never creates one)."""
         ...
 
@@ -89,7 +89,7 @@ class LruPolicy(EvictionPolicy):
 class _SessionPolicy(EvictionPolicy):
     """Shared pages last (as LRU leaves); private pages ranked by session score."""
 
-    def session_score(self, sid: str, info: SessionInfo, view: CacheView) -> float:
+    def session_score(self, session_id: str, info: SessionInfo, view: CacheView) -> float:
         raise NotImplementedError
 
     def key(self, node: Node, tier: Tier, view: CacheView) -> tuple:
@@ -105,7 +105,7 @@ class _SessionPolicy(EvictionPolicy):
 class PenelopePolicy(_SessionPolicy):
     name = "penelope"
 
-    def session_score(self, sid: str, info: SessionInfo, view: CacheView) -> float:
+    def session_score(self, session_id: str, info: SessionInfo, view: CacheView) -> float:
         return info.last_access
 
 
@@ -122,13 +122,13 @@ class ReturnAwarePolicy(_SessionPolicy):
     name = "return_aware"
     static_keys = False  # an overdue session's expected return moves with time
 
-    def expected_return(self, sid: str, info: SessionInfo, view: CacheView) -> float:
+    def expected_return(self, session_id: str, info: SessionInfo, view: CacheView) -> float:
         return expected_return(info, view.now)
 
-    def session_score(self, sid: str, info: SessionInfo, view: CacheView) -> float:
+    def session_score(self, session_id: str, info: SessionInfo, view: CacheView) -> float:
         if info.queued_since is not None:
             return info.queued_since
-        return self.expected_return(sid, info, view)
+        return self.expected_return(session_id, info, view)
 
     def key(self, node: Node, tier: Tier, view: CacheView) -> tuple:
         k = super().key(node, tier, view)

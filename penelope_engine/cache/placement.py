@@ -127,7 +127,7 @@ class Placement:
         self,
         hashes: np.ndarray,
         pages: np.ndarray,
-        session: str,
+        session_id: str,
         tenant: str,
         tokens: np.ndarray | None,
         now: float,
@@ -158,7 +158,7 @@ class Placement:
                 self._merge_pages(child, pages[i : i + k])
                 i += k
             if len(child.sessions) < 2:  # two make it shared: more would only pile up
-                child.sessions.add(session)
+                child.sessions.add(session_id)
             child.last_access = now
             self.policy.on_access(child, self.heaps.view)
             node = child
@@ -229,13 +229,18 @@ class Placement:
             self.host.free(pages)
         self.trim(node)
 
-    def release_private(self, leaf: Node, sid: str) -> int:
-        """Take the device pages of `sid`'s own nodes on `leaf`'s path off the device, as
+    def release_private(self, leaf: Node, session_id: str) -> int:
+        """Take the device pages of `session_id`'s own nodes on `leaf`'s path off the device, as
         an eviction would (demoted with a host tier, dropped without); shared nodes and
         nodes a running request locks stay. Returns the pages taken (mutates)."""
         taken = 0
         for node in leaf.path_up():  # `drop` may trim `node` out of the tree
-            if not node.shared and node.lock == 0 and node.sessions <= {sid} and node.n_device:
+            if (
+                not node.shared
+                and node.lock == 0
+                and node.sessions <= {session_id}
+                and node.n_device
+            ):
                 idx = np.flatnonzero(node.device >= 0)
                 self.drop(Tier.DEVICE, node, idx)
                 taken += len(idx)

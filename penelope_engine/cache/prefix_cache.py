@@ -92,8 +92,8 @@ class PolicyView:
     def now(self) -> float:
         return self.sessions.now
 
-    def session_info(self, sid: str) -> SessionInfo | None:
-        return self.sessions.get(sid)
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        return self.sessions.get(session_id)
 
     def first_page(self, node: Node, tier: Tier) -> int:
         return first_page(node, tier)
@@ -228,7 +228,7 @@ class PrefixCache:
         self,
         hashes: np.ndarray,
         pages: np.ndarray,
-        session: str,
+        session_id: str,
         tenant: str = "default",
         tokens: np.ndarray | None = None,
     ) -> InsertResult:
@@ -240,9 +240,9 @@ class PrefixCache:
         store can verify identity. Returns the canonical pages and the leaf.
         """
         now = self._sessions.now
-        self._sessions.record(session)  # it has arrived (`Sessions.arrive`)
-        pages, leaf = self._placement.insert(hashes, pages, session, tenant, tokens, now)
-        self._sessions.inserted(session, leaf, hashes, now)
+        self._sessions.record(session_id)  # it has arrived (`Sessions.arrive`)
+        pages, leaf = self._placement.insert(hashes, pages, session_id, tenant, tokens, now)
+        self._sessions.inserted(session_id, leaf, hashes, now)
         self._heaps.touch_path(leaf)
         return InsertResult(pages, leaf)
 
@@ -257,11 +257,11 @@ class PrefixCache:
         return self._store_pages
 
     # -- a session's pages ----------------------------------------------------------------
-    def release_session(self, sid: str) -> int:
+    def release_session(self, session_id: str) -> int:
         """Its private device pages leave the device now (`Placement.release_private`)."""
-        info = self._sessions.get(sid)
+        info = self._sessions.get(session_id)
         leaf = info.leaf if info is not None else None
-        return self._placement.release_private(leaf, sid) if leaf is not None else 0
+        return self._placement.release_private(leaf, session_id) if leaf is not None else 0
 
     def prune_stored(self, keep: Container[str]) -> int:
         """Private leaves holding only store pages, idle past the sessions' TTL and not of

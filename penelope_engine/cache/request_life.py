@@ -42,7 +42,7 @@ class RequestLife:
         self.cache = cache
         self.sessions = sessions
 
-    def begin_request(self, sid: str, hashes: np.ndarray, n_pages: int) -> Claim | None:
+    def begin_request(self, session_id: str, hashes: np.ndarray, n_pages: int) -> Claim | None:
         """Match `hashes`, pin the matched path, and allocate the device pages of the
         request's `n_pages` the match does not hold on the device: all or nothing (mutates).
         None when they cannot be had now, having changed nothing. The session has started."""
@@ -57,21 +57,21 @@ class RequestLife:
         if fresh is None:
             cache.unlock(lock)
             return None
-        self.sessions.on_start(sid)
+        self.sessions.on_start(session_id)
         return Claim(match, lock, fresh)
 
     def cache_computed(
         self,
         hashes: np.ndarray,
         pages: np.ndarray,
-        sid: str,
+        session_id: str,
         tenant: str,
         tokens: np.ndarray,
         lock: LockHandle | None,
     ) -> tuple[np.ndarray, LockHandle]:
         """A running request's computed pages join the tree (`insert`), and its lock moves
         from `lock` to their leaf (mutates). Returns the canonical pages and the new lock."""
-        res = self.cache.insert(hashes, pages, sid, tenant, tokens)
+        res = self.cache.insert(hashes, pages, session_id, tenant, tokens)
         new = self.cache.lock(res.leaf)
         if lock is not None:
             self.cache.unlock(lock)

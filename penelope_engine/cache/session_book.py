@@ -68,16 +68,16 @@ class Sessions:
     def max_records(self) -> int:
         return self._max_records
 
-    def get(self, sid: str) -> SessionInfo | None:
+    def get(self, session_id: str) -> SessionInfo | None:
         """The session's record, or None (policies and other threads read this)."""
-        return self._records.get(sid)
+        return self._records.get(session_id)
 
-    def record(self, sid: str) -> SessionInfo:
+    def record(self, session_id: str) -> SessionInfo:
         """The record of a session that has arrived and is still known; `UnknownSession`
         otherwise."""
-        info = self._records.get(sid)
+        info = self._records.get(session_id)
         if info is None:
-            raise UnknownSession(f"session {sid!r} has no record: it has not arrived")
+            raise UnknownSession(f"session {session_id!r} has no record: it has not arrived")
         return info
 
     def ids(self) -> KeysView[str]:
@@ -96,59 +96,63 @@ class Sessions:
         return digests.session_digests(self._records, page_size, limit)
 
     # -- creation, at arrival ---------------------------------------------------------------
-    def open(self, sid: str) -> SessionInfo:
+    def open(self, session_id: str) -> SessionInfo:
         """The session's record, created now when it has none (mutates): a request of it
         arrives (`arrive`), or the fleet's record of its path came with one."""
-        info = self._records.get(sid)
+        info = self._records.get(session_id)
         if info is None:
-            info = self._records[sid] = SessionInfo(last_access=self.now)
+            info = self._records[session_id] = SessionInfo(last_access=self.now)
         return info
 
-    def arrive(self, sid: str, now: float | None = None) -> SessionInfo:
+    def arrive(self, session_id: str, now: float | None = None) -> SessionInfo:
         """A request of the session is queued: its record (opened if new) folds the gap."""
-        info = self.open(sid)
+        info = self.open(session_id)
         info.arrive(self.now if now is None else now)
         self._changed(info)
         return info
 
     # -- events of known sessions (each may re-rank the session's path) ---------------------
-    def on_start(self, sid: str) -> None:
-        info = self.record(sid)
+    def on_start(self, session_id: str) -> None:
+        info = self.record(session_id)
         info.start(self.now)
         self._changed(info)
 
     def on_turn_end(
-        self, sid: str, stop_reason: str | None, now: float | None = None, gap: float | None = None
+        self,
+        session_id: str,
+        stop_reason: str | None,
+        now: float | None = None,
+        gap: float | None = None,
     ) -> None:
-        info = self.record(sid)  # gap: a harness's expected seconds to the next turn
+        info = self.record(session_id)  # gap: a harness's expected seconds to the next turn
         info.end_turn(self.now if now is None else now, stop_reason, gap)
         self._changed(info)
 
-    def on_abort(self, sid: str) -> None:
+    def on_abort(self, session_id: str) -> None:
         """A queued request of the session was withdrawn before it ran."""
-        info = self.record(sid)
+        info = self.record(session_id)
         info.withdraw()
         self._changed(info)
 
-    def set_tenant(self, sid: str, tenant: str) -> None:
+    def set_tenant(self, session_id: str, tenant: str) -> None:
         """The tenant of the session's request just admitted (the miss ledger reads it)."""
-        self.record(sid).tenant = tenant
+        self.record(session_id).tenant = tenant
 
-    def set_expected_gap(self, sid: str, gap: float | None) -> None:
+    def set_expected_gap(self, session_id: str, gap: float | None) -> None:
         """A harness's `expected_gap_s` for the session's current gap (None: none)."""
-        info = self.record(sid)
+        info = self.record(session_id)
         info.expected_gap = gap
         self._changed(info)
 
-    def inserted(self, sid: str, leaf: Node, hashes: np.ndarray, now: float) -> None:
+    def inserted(self, session_id: str, leaf: Node, hashes: np.ndarray, now: float) -> None:
         """The session's path `hashes`, ending at `leaf`, was inserted at `now` (the
         cache's `insert`; it re-ranks the path itself)."""
-        self.record(sid).inserted(leaf, hashes, now)
+        self.record(session_id).inserted(leaf, hashes, now)
 
-    def rerank(self, sid: str) -> None:
+    def rerank(self, session_id: str) -> None:
         """What an injected policy knows of the session outside the book changed (the
         simulator's oracle: its next arrival): its pages are ranked again."""
-        info = self._records.get(sid)
+        info = self._records.get(session_id)
         if info is not None:
             self._changed(info)
 
@@ -158,9 +162,9 @@ class Sessions:
         recently used idle ones past the cap; never those in `keep`. Does not mutate."""
         return sessions.expired(self._records, self.now, self._ttl_s, self._max_records, keep)
 
-    def forget(self, sids: Iterable[str]) -> None:
+    def forget(self, session_ids: Iterable[str]) -> None:
         """Drop these sessions' records (mutates); their pages rank as `stand_in`s."""
-        for sid in sids:
+        for sid in session_ids:
             info = self._records.pop(sid, None)
             if info is not None:
                 self._changed(info)

@@ -74,20 +74,20 @@ class StorePages:
         """The store now holds pages `idx` of `node` (spilled or drained)."""
         self.placement.mark_stored(node, idx)
 
-    def unstored(self, sid: str) -> list[tuple[Node, np.ndarray]]:
+    def unstored(self, session_id: str) -> list[tuple[Node, np.ndarray]]:
         """Cached pages on the session's path the store lacks (`unstored`)."""
-        info = self.sessions.get(sid)
+        info = self.sessions.get(session_id)
         return unstored(info.leaf if info is not None else None)
 
     def unstored_by_tier(self) -> Iterator[tuple[Node, Tier, np.ndarray, np.ndarray]]:
         """Every node's pages the store lacks, tier by tier (`unstored_by_tier`)."""
         return unstored_by_tier(self.tree)
 
-    def store_only(self, sid: str, cap: int) -> StoreRun:
+    def store_only(self, session_id: str, cap: int) -> StoreRun:
         """The first `cap` pages of the session's path only the store holds."""
-        return store_only(self.sessions.record(sid), cap)
+        return store_only(self.sessions.record(session_id), cap)
 
-    def host_room(self, sid: str, due: float, now: float) -> int:
+    def host_room(self, session_id: str, due: float, now: float) -> int:
         """Free host pages plus those on unlocked private nodes of other idle sessions
         expected back later than `due` (or with no record): what may go to make room.
         Does not mutate."""
@@ -96,7 +96,7 @@ class StorePages:
             if node.lock or node.shared:
                 continue
             other = owner(node)
-            if other == sid:
+            if other == session_id:
                 continue
             info = self.sessions.get(other) if other is not None else None
             later = info is None or expected_return(info, now) > due
@@ -106,17 +106,17 @@ class StorePages:
 
     def install_read(
         self,
-        sid: str,
+        session_id: str,
         read: tuple[np.ndarray, np.ndarray],
         due: float,
         now: float,
         copy_in: CopyIn,
     ) -> Installed:
         """Put the read pages (hashes, those found) that are still only in the store on
-        `sid`'s path into host pages, as far as `host_room` allows (mutates)."""
+        `session_id`'s path into host pages, as far as `host_room` allows (mutates)."""
         hashes, found = read
         read_at = {int(h): i for i, h in enumerate(hashes) if i < len(found) and found[i]}
-        info = self.sessions.get(sid)
+        info = self.sessions.get(session_id)
         groups: list[tuple[Node, np.ndarray, np.ndarray]] = []  # node, its pages, read index
         if info is not None and info.leaf is not None:
             for node, idx in _store_only_pages(info.leaf):
@@ -126,7 +126,7 @@ class StorePages:
                     groups.append((node, idx[keep], at[keep]))
         stale, no_room, installed = len(read_at), 0, 0
         want = sum(len(g[1]) for g in groups)
-        room = self.host_room(sid, due, now)
+        room = self.host_room(session_id, due, now)
         if want > room:
             no_room += want - room
             groups, want = _first(groups, room), room

@@ -10,5 +10,4 @@ Modules:
     sequence   per-request state while a request runs; a batch item
     records    session records stay bounded: sessionless requests keep none, idle ones expire
     prefetch   a hinted session's store pages read into the host tier before it returns
-    fastpath   the simulator's decode-only stretches, granted and applied at once
 """

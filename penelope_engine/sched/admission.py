@@ -54,7 +54,7 @@ def admit(
     n_pages = cdiv(n_ctx, ps)
     usable = (n_ctx - 1) // ps  # always leave the last token to compute
     tiers.begin()
-    claim = life.begin_request(seq.req.session, seq.hashes[:usable], n_pages)
+    claim = life.begin_request(seq.req.engine_session_id, seq.hashes[:usable], n_pages)
     if claim is None:
         return None
     match, lock, fresh = claim.match, claim.lock, claim.fresh
@@ -81,10 +81,10 @@ def admit(
     seq.ready_at = tiers.ready_at(now)
     if seq.admitted_at is None:
         seq.admitted_at = now
-    info = sessions.record(seq.req.session)
+    info = sessions.record(seq.req.engine_session_id)
     usage = _usage(seq, info.seen_hashes, ps, int(device.sum()), loaded)
     misses = miss_tokens(seq, cache, info, where, chosen, usable)
-    sessions.set_tenant(seq.req.session, seq.req.tenant)  # the ledger read the last one
+    sessions.set_tenant(seq.req.engine_session_id, seq.req.tenant)  # the ledger read the last one
     return replace(usage, misses=misses)
 
 
@@ -149,8 +149,8 @@ def insert_path(seq: Sequence, life: RequestLife, hasher: PageHasher, computed: 
         else hasher.hashes(tokens, seq.req.tenant, seq.public_pages)
     )
     seq.page_table[:n], seq.lock = life.cache_computed(
-        hashes, seq.page_table[:n], seq.req.session, seq.req.tenant, tokens.reshape(n, ps),
-        seq.lock,
+        hashes, seq.page_table[:n], seq.req.engine_session_id, seq.req.tenant,
+        tokens.reshape(n, ps), seq.lock,
     )  # fmt: skip
     seq.owned[:n] = False
 

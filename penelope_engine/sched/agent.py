@@ -144,13 +144,13 @@ class Retention:
         return self.cfg.retention == "return_aware"
 
     # -- observations ---------------------------------------------------------------
-    def on_arrival(self, sid: str, gap_s: float | None, after_tool: bool) -> bool:
-        """A turn of `sid` arrived `gap_s` after its last one ended: unpin, learn the gap.
+    def on_arrival(self, session_id: str, gap_s: float | None, after_tool: bool) -> bool:
+        """A turn of `session_id` arrived `gap_s` after its last one ended: unpin, learn the gap.
         True when a pin was released."""
-        released = self.release(sid)
+        released = self.release(session_id)
         if gap_s is not None and after_tool and self.enabled:
             self.fleet.append(gap_s)
-            own = self.own.setdefault(sid, [])
+            own = self.own.setdefault(session_id, [])
             own.append(gap_s)
             del own[:-OWN_KEPT]
         return released
@@ -161,46 +161,46 @@ class Retention:
     # -- pins ---------------------------------------------------------------------
     def on_turn_end(
         self,
-        sid: str,
+        session_id: str,
         stop: str | None,
         context: int,
         cost: PlannerCost,
         now: float,
         expected_gap_s: float | None = None,
     ) -> None:
-        """The turn of `sid` ended with `context` tokens cached on its path: pin or not.
+        """The turn of `session_id` ended with `context` tokens cached on its path: pin or not.
         `expected_gap_s` (a harness's hint) replaces the learned tool times."""
         if not self.enabled or (stop != "tool_use" and expected_gap_s is None):
             return
-        info = self.sessions.record(sid)
+        info = self.sessions.record(session_id)
         device = self.cache.capacity(Tier.DEVICE)
         pages = context // self.cache.page_size
         if info.leaf is None or pages == 0 or device <= 0:
             return
         if self.pinned_pages + pages > self.cfg.max_pinned_fraction * device:
             return
-        ttl = self.ttl(sid, context, pages / device, cost, expected_gap_s)
+        ttl = self.ttl(session_id, context, pages / device, cost, expected_gap_s)
         if ttl > 0:
-            self.pin(sid, pages, now + ttl)
+            self.pin(session_id, pages, now + ttl)
 
     def pin(
-        self, sid: str, pages: int, expires: float, tenant: str = "", hinted: bool = False
+        self, session_id: str, pages: int, expires: float, tenant: str = "", hinted: bool = False
     ) -> None:
-        """Pin the path of `sid`'s last turn (`pages` long) until `expires`."""
-        info = self.sessions.record(sid)
-        self.release(sid)
-        self.pins[sid] = Pin(self.cache.lock(info.leaf), pages, expires, tenant, hinted)
+        """Pin the path of `session_id`'s last turn (`pages` long) until `expires`."""
+        info = self.sessions.record(session_id)
+        self.release(session_id)
+        self.pins[session_id] = Pin(self.cache.lock(info.leaf), pages, expires, tenant, hinted)
         self.pinned_pages += pages
 
     def ttl(
         self,
-        sid: str,
+        session_id: str,
         context: int,
         share: float,
         cost: PlannerCost,
         expected_gap_s: float | None = None,
     ) -> float:
-        own = self.own.get(sid, []) if self.yields else []
+        own = self.own.get(session_id, []) if self.yields else []
         if expected_gap_s is not None:
             samples = np.asarray([expected_gap_s])
         elif len(own) >= OWN_SAMPLES:
@@ -221,17 +221,17 @@ class Retention:
         ps = self.cache.page_size
         return sum(p.pages * ps for s, p in self.pins.items() if p.tenant == tenant and s != but)
 
-    def release(self, sid: str) -> bool:
-        pin = self.pins.pop(sid, None)
+    def release(self, session_id: str) -> bool:
+        pin = self.pins.pop(session_id, None)
         if pin is None:
             return False
         self.cache.unlock(pin.lock)
         self.pinned_pages -= pin.pages
         return True
 
-    def forget(self, sids: Iterable[str]) -> None:
+    def forget(self, session_ids: Iterable[str]) -> None:
         """The sessions' records are gone: release their pins, drop their gaps."""
-        for sid in sids:
+        for sid in session_ids:
             self.release(sid)
             self.own.pop(sid, None)
 

@@ -81,23 +81,25 @@ class HintedSessions:
     def arrived(self, seq: Sequence) -> None:
         """A request was queued: its session's gap is over; adopt its parent's history when
         it names a parent."""
-        self.gapped.pop(seq.req.session, None)
+        self.gapped.pop(seq.req.engine_session_id, None)
         parent = seq.req.hints.parent_session
         if parent is not None:
             seq.hint_grants.append(self._adopt(seq, parent))
 
-    def forget(self, sids: list[str]) -> None:
+    def forget(self, session_ids: list[str]) -> None:
         """The sessions' records are gone."""
-        for sid in sids:
+        for sid in session_ids:
             self.gapped.pop(sid, None)
 
     def _adopt(self, seq: Sequence, parent: str) -> HintGrant:
         info = self.sessions.get(parent)
-        if info is None or info.tenant is None or parent == seq.req.session:  # never admitted
+        if (
+            info is None or info.tenant is None or parent == seq.req.engine_session_id
+        ):  # never admitted
             return HintGrant("parent_session", parent, None, "unknown_parent")
         if info.tenant != seq.req.tenant:
             return HintGrant("parent_session", parent, None, "tenant")
-        self.sessions.record(seq.req.session).held_elsewhere(info.seen_hashes)
+        self.sessions.record(seq.req.engine_session_id).held_elsewhere(info.seen_hashes)
         return HintGrant("parent_session", parent, parent)
 
     def turn_ended(
@@ -109,23 +111,25 @@ class HintedSessions:
         if req.session_id is None:  # it never returns: nothing to keep or to expect
             seq.hint_grants.extend(refused(h, "no_session"))
             return None
-        grants, gap = self._apply(req.session, req.tenant, h, len(seq.tokens) - 1, stop, cost, now)
+        grants, gap = self._apply(
+            req.engine_session_id, req.tenant, h, len(seq.tokens) - 1, stop, cost, now
+        )
         seq.hint_grants.extend(grants)
         return gap
 
     def between_turns(
-        self, sid: str, tenant: str, hints: SessionHints, cost: Callable[[], PlannerCost]
+        self, session_id: str, tenant: str, hints: SessionHints, cost: Callable[[], PlannerCost]
     ) -> tuple[list[HintGrant], float | None]:
         """Hints a harness sent after the session's turn ended (the session endpoint):
         applied as if that turn had carried them. Refused (`no_session`) unless the session
         is between turns here with a cached path, and (`tenant`) unless it is `tenant`'s."""
-        info = self.sessions.get(sid)
+        info = self.sessions.get(session_id)
         if info is None or info.turn_end is None or info.leaf is None:
             return refused(hints, "no_session"), None
         if info.tenant != tenant:
             return refused(hints, "tenant"), None
         context = (info.leaf.start + len(info.leaf.hashes)) * self.cache.page_size
-        return self._apply(sid, tenant, hints, context, info.last_stop, cost, info.turn_end)
+        return self._apply(session_id, tenant, hints, context, info.last_stop, cost, info.turn_end)
 
     def _apply(
         self,

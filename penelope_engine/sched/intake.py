@@ -55,7 +55,7 @@ class Intake:
         self.releases += 1
 
     def add(self, seq: Sequence) -> None:
-        sid = seq.req.session
+        sid = seq.req.engine_session_id
         last = self.sessions.get(sid)  # None: its first request (or its record expired)
         ended = last.turn_end if last is not None else None
         gap = None if ended is None else max(0.0, seq.arrival - ended)

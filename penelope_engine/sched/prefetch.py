@@ -115,18 +115,20 @@ class Prefetcher:
         """Hinted sessions between turns it keeps a due time for."""
         return len(self._later) + len(self._due)
 
-    def turn_ended(self, sid: str, turn_end: float | None, expected_gap_s: float | None) -> None:
-        """A turn of `sid` ended at `turn_end` (its record's); a harness expects the next
+    def turn_ended(
+        self, session_id: str, turn_end: float | None, expected_gap_s: float | None
+    ) -> None:
+        """A turn of `session_id` ended at `turn_end` (its record's); a harness expects the next
         after the gap."""
         if self.enabled and expected_gap_s is not None and turn_end is not None:
-            heapq.heappush(self._later, (turn_end + expected_gap_s, sid, turn_end))
+            heapq.heappush(self._later, (turn_end + expected_gap_s, session_id, turn_end))
 
-    def forget(self, sids: list[str]) -> None:
+    def forget(self, session_ids: list[str]) -> None:
         """The sessions' records are gone."""
-        for sid in sids:
+        for sid in session_ids:
             self._tried.pop(sid, None)
             self._due.pop(sid, None)
-        gone = set(sids)
+        gone = set(session_ids)
         self._later = [e for e in self._later if e[1] not in gone]
         heapq.heapify(self._later)
 

@@ -40,7 +40,7 @@ class SessionRecords:
         """`seq` left the scheduler; `live()` are the sessions whose records must stay."""
         self.finished_requests += 1
         if seq.req.session_id is None:
-            self.forget([seq.req.session])
+            self.forget([seq.req.engine_session_id])
         if self.finished_requests % self.sweep_every == 0:
             keep = live()
             self.forget(self.sessions.idle(keep))
@@ -58,11 +58,11 @@ class SessionRecords:
         assert not (self.retention.own.keys() - known), "gaps of a forgotten session"
         assert not (self.retention.pins.keys() - known), "a pin of a forgotten session"
 
-    def forget(self, sids: list[str]) -> None:
+    def forget(self, session_ids: list[str]) -> None:
         """Drop the sessions' records everywhere: the book, retention, the listeners."""
-        if not sids:
+        if not session_ids:
             return
-        self.sessions.forget(sids)
-        self.retention.forget(sids)
+        self.sessions.forget(session_ids)
+        self.retention.forget(session_ids)
         for listener in self._listeners:
-            listener(sids)
+            listener(session_ids)

@@ -73,7 +73,7 @@ class Scheduler:
         self._cache = cache
         self._sessions = sessions
         self._life = RequestLife(cache, sessions)
-        self.hasher = hasher  # page ids (the simulator names a fleet's pages with it)
+        self._hasher = hasher  # page ids
         self._tiers = tiers
         self._cost = cost  # the planner's current cost model (the engine refines its own)
         self.eos = frozenset(eos_token_ids)
@@ -197,18 +197,18 @@ class Scheduler:
         """
         self.running.remove(seq)
         if not seq.in_prefill:
-            insert_path(seq, self._life, self.hasher, len(seq.tokens) - 1)
+            insert_path(seq, self._life, self._hasher, len(seq.tokens) - 1)
         release(seq, self._life, self._write_through and self.agent.park_on_preempt)
         seq.page_table = np.empty(0, np.int32)
         seq.owned = np.empty(0, bool)
         seq.todo = np.empty(0, np.int64)
         seq.cursor = 0
-        seq.hashes = self.hasher.hashes(
+        seq.hashes = self._hasher.hashes(
             seq.token_array(len(seq.tokens)), seq.req.tenant, seq.public_pages
         )
         seq.preemptions += 1
         self._intake.note_release()
-        self._sessions.arrive(seq.req.session)
+        self._sessions.arrive(seq.req.engine_session_id)
         self.waiting.appendleft(seq)
 
     def ensure_page(self, seq: Sequence, position: int) -> bool:
@@ -230,7 +230,7 @@ class Scheduler:
             if seq.in_prefill:
                 seq.cursor += len(it.positions)
                 if not seq.in_prefill:
-                    insert_path(seq, self._life, self.hasher, len(seq.tokens))
+                    insert_path(seq, self._life, self._hasher, len(seq.tokens))
             if tok is None:
                 continue
             seq.tokens.append(tok)
@@ -247,35 +247,35 @@ class Scheduler:
         now = self._clock()
         if seq in self.waiting:
             self.waiting.remove(seq)
-            self._sessions.on_abort(seq.req.session)
+            self._sessions.on_abort(seq.req.engine_session_id)
             self._intake.note_release()  # the head of the queue may have changed
             self._records.finished(seq, self._live_sessions)
             return
         self.running.remove(seq)
         self._intake.note_release()
         if not aborted and not seq.in_prefill:
-            insert_path(seq, self._life, self.hasher, len(seq.tokens) - 1)
+            insert_path(seq, self._life, self._hasher, len(seq.tokens) - 1)
         release(seq, self._life, self._write_through)
-        info = self._sessions.record(seq.req.session)
-        self._sessions.on_turn_end(seq.req.session, stop_reason)
+        info = self._sessions.record(seq.req.engine_session_id)
+        self._sessions.on_turn_end(seq.req.engine_session_id, stop_reason)
         if not aborted:  # pins (learned and hinted), the harness's hints within its quotas
             gap = self._hinted.turn_ended(seq, stop_reason, self._cost, now)
-            self._prefetch.turn_ended(seq.req.session, info.turn_end, gap)
+            self._prefetch.turn_ended(seq.req.engine_session_id, info.turn_end, gap)
         self._records.finished(seq, self._live_sessions)
 
-    def session_hints(self, sid: str, tenant: str, hints: SessionHints) -> list[HintGrant]:
-        """A harness's hints for `sid` after its turn ended (the session endpoint): applied
+    def session_hints(self, session_id: str, tenant: str, hints: SessionHints) -> list[HintGrant]:
+        """A harness's hints for `session_id` after its turn ended (the session endpoint): applied
         to its record as if that turn had carried them, within the tenant's quotas."""
-        grants, gap = self._hinted.between_turns(sid, tenant, hints, self._cost)
+        grants, gap = self._hinted.between_turns(session_id, tenant, hints, self._cost)
         if gap is not None:
-            self._prefetch.turn_ended(sid, self._sessions.record(sid).turn_end, gap)
+            self._prefetch.turn_ended(session_id, self._sessions.record(session_id).turn_end, gap)
         if hints.end_session or hints.retain_s is not None:
             self._intake.note_release()  # a pin or pages may have gone: the queue may fit now
         return grants
 
     # -- observability -------------------------------------------------------------
     def footprint(self) -> dict[str, int]:
-        """Requests finished so far and retention gaps held (`Engine.footprint`)."""
+        """Requests finished so far and retention gaps held (`Inspection.footprint`)."""
         return {
             "requests": self._records.finished_requests,
             "retention_gaps": len(self._retention.own),
@@ -293,5 +293,5 @@ class Scheduler:
 
     def _live_sessions(self) -> set[str]:
         """Sessions with a request queued or running, or a pin: their records stay."""
-        live = {s.req.session for s in (*self.waiting, *self.running)}
+        live = {s.req.engine_session_id for s in (*self.waiting, *self.running)}
         return live | self._retention.pins.keys()

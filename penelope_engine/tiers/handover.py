@@ -150,9 +150,9 @@ class SessionHandover:
             seen = np.array(record.page_hashes, np.uint64)
             self.sessions.open(session_id).held_elsewhere(seen)  # it arrives: opened here
 
-    def forget(self, sids: list[str]) -> None:
+    def forget(self, session_ids: list[str]) -> None:
         """The sessions' records in the cache were dropped (`sched.records`)."""
-        for sid in sids:
+        for sid in session_ids:
             self.tenants.pop(sid, None)
             self.known.pages.pop(sid, None)
 

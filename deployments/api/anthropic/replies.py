@@ -1,6 +1,6 @@
 """Anthropic Messages replies: the message body, usage, and the SSE event sequence.
 
-Usage, in Anthropic's terms over Penelope's breakdown (`deployments.api.responses`):
+Usage, in Anthropic's terms over Penelope's breakdown (`deployments.api.openai_bodies`):
 
     cache_read_input_tokens = device + host + store        (KV reused)
     cache_creation_input_tokens = recomputed + new          when a block had cache_control
@@ -35,9 +35,9 @@ from typing import Any
 from deployments.api.anthropic.errors import error_body
 from deployments.api.deadline import Deadline
 from deployments.api.generation import Generation, timed_deltas
+from deployments.api.openai_bodies import Report, usage_body
+from deployments.api.openai_stream import ErrorOf
 from deployments.api.prepare import Prepared
-from deployments.api.replies import ErrorOf
-from deployments.api.responses import Report, usage_body
 from deployments.api.tools import (
     ArgsDelta,
     CallStart,
@@ -83,7 +83,7 @@ def content_of(parsed: ParsedReply) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class AnthropicReplies:
-    """A `deployments.api.replies.ReplyShape` for `/v1/messages`; the reply is parsed for
+    """A `deployments.api.openai_stream.ReplyShape` for `/v1/messages`; the reply is parsed for
     tool calls when the prepared request has a parser (tools may be called)."""
 
     cache_control: bool

@@ -2,7 +2,7 @@
 
 Both translate the request (`translate.to_chat`) into the chat request the
 OpenAI route builds, and `/v1/messages` runs it through the same
-`deployments.api.prepare` and `deployments.api.completions` path: the same engine
+`deployments.api.prepare` and `deployments.api.run` path: the same engine
 request, routing (the session id), hints, ledger and metrics. Only the reply
 is written Anthropic's way (`replies.AnthropicReplies`). The caller is
 authenticated as on the OpenAI routes, by `x-api-key` or a bearer token;
@@ -25,9 +25,9 @@ from deployments.api.anthropic.schemas import CountTokensRequest, MessagesReques
 from deployments.api.anthropic.session import session_of
 from deployments.api.anthropic.translate import to_chat
 from deployments.api.backend import Backend
-from deployments.api.completions import CompletionHandler
 from deployments.api.errors import ApiError, BodyOf
 from deployments.api.prepare import Caller, chat_prompt_ids, check_model, prepare_chat
+from deployments.api.run import CompletionHandler
 from deployments.api.settings import ApiSettings
 
 ROUTE = "/v1/messages"
@@ -48,7 +48,7 @@ def add_anthropic_routes(
         backend = ready_backend()
         ids = session_of(body, request.headers)
         translated = to_chat(body, ids)
-        named: Caller = replace(who, session_header=ids.session)
+        named: Caller = replace(who, session_id=ids.session)
         with anthropic_params():
             prepared = await prepare_chat(
                 translated.chat, named, backend, settings, "msg", max_tokens_is_ceiling=True

@@ -68,7 +68,7 @@ def engine(app: FastAPI) -> Any:
 
 
 def pins(app: FastAPI) -> dict[str, Any]:
-    return engine(app).core.scheduler._retention.pins
+    return engine(app).inspect().core.scheduler._retention.pins
 
 
 async def test_no_hints_is_todays_behaviour(hclient: httpx.AsyncClient, happ: FastAPI) -> None:

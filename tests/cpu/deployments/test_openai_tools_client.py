@@ -69,7 +69,7 @@ def test_a_tool_round_trip_call_result_answer(client: openai.OpenAI, app: FastAP
     assert answer.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 8
     wait_idle(app)
     engine = app.state.penelope.backend.engine
-    assert engine.engine.core.sessions.record("round-trip").last_stop == "end_turn"
+    assert engine.engine.inspect().core.sessions.record("round-trip").last_stop == "end_turn"
 
 
 def test_a_streamed_round_trip_sends_id_and_name_then_argument_pieces(
@@ -91,7 +91,7 @@ def test_a_streamed_round_trip_sends_id_and_name_then_argument_pieces(
     jsonschema.validate(json.loads(arguments), WEATHER_PARAMS)
     wait_idle(app)
     engine = app.state.penelope.backend.engine
-    sessions = engine.engine.core.sessions
+    sessions = engine.engine.inspect().core.sessions
     assert sessions.record("streamed").last_stop == "tool_use"  # learned from the reply
     call = {
         "id": call_id,

@@ -17,7 +17,7 @@ from deploy_testkit import MODEL, open_client
 from fastapi import FastAPI
 
 from cache_store import StoreLocation
-from deployments.api.openai_responses.store import ResponseStore, StoredResponse
+from deployments.api.responses_api.store import ResponseStore, StoredResponse
 from deployments.api.settings import ApiSettings
 
 DAY = 86400.0

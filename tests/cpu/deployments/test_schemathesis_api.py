@@ -44,7 +44,7 @@ OPERATIONS = [
     ("POST", "/v1/completions"),
     ("POST", "/v1/messages"),  # Anthropic's (deployments/api/anthropic)
     ("POST", "/v1/messages/count_tokens"),
-    ("POST", "/v1/responses"),  # OpenAI's Responses API (deployments/api/openai_responses)
+    ("POST", "/v1/responses"),  # OpenAI's Responses API (deployments/api/responses_api)
     ("GET", "/v1/responses/{response_id}"),
     ("DELETE", "/v1/responses/{response_id}"),
     ("GET", "/v1/responses/{response_id}/input_items"),

@@ -65,7 +65,7 @@ async def test_a_gap_sent_after_the_reply_reaches_the_sessions_record(
 ) -> None:
     client, app = client_app
     await turn(client, "alpha", "s", 100, 40)
-    info = engine(app).core.sessions.get("s")
+    info = engine(app).inspect().core.sessions.get("s")
     assert info.expected_gap is None and info.turn_end is not None
     r = await client.post(SESSIONS + "s", json={"expected_gap_s": 7.5}, headers=auth("alpha"))
     assert r.status_code == 200, r.text
@@ -76,7 +76,7 @@ async def test_a_gap_sent_after_the_reply_reaches_the_sessions_record(
     assert info.expected_gap == 7.5
     # the next turn starts a new gap: the hint was for this one only
     await turn(client, "alpha", "s", 100, 48)
-    assert engine(app).core.sessions.get("s").expected_gap is None
+    assert engine(app).inspect().core.sessions.get("s").expected_gap is None
 
 
 async def test_end_session_after_the_last_reply_takes_its_pages_off_the_device(
@@ -84,7 +84,7 @@ async def test_end_session_after_the_last_reply_takes_its_pages_off_the_device(
 ) -> None:
     client, app = client_app
     await turn(client, "alpha", "done", 300, 40)
-    cache = engine(app).core.cache
+    cache = engine(app).inspect().core.cache
     used = cache._device.num_used
     assert used > 0
     r = await client.post(SESSIONS + "done", json={"end_session": True}, headers=auth("alpha"))
@@ -107,7 +107,7 @@ async def test_another_tenant_or_an_unknown_session_changes_nothing(
     }
     r = await client.post(SESSIONS + "mine", json={"end_session": True}, headers=auth("beta"))
     assert r.json()["hints"]["end_session"]["clipped_by"] == "tenant"
-    assert engine(app).core.sessions.get("mine").expected_gap is None
+    assert engine(app).inspect().core.sessions.get("mine").expected_gap is None
     r = await client.post(SESSIONS + "nobody", json={"expected_gap_s": 3}, headers=auth("alpha"))
     assert r.json()["hints"]["expected_gap_s"]["clipped_by"] == "no_session"
 
@@ -146,7 +146,7 @@ async def test_a_tenants_hints_stop_at_its_fair_share_of_the_device(
     the hint past it is clipped (`tenant_fair_share`), reported and not applied."""
     async for client in open_client(app_over(tiny_qwen3, device_pages=64)):
         app = client._transport.app  # type: ignore[attr-defined]
-        sessions = engine(app).core.sessions
+        sessions = engine(app).inspect().core.sessions
         await turn(client, "beta", "b", 1000, 40)  # beta holds device pages
         hint = {"penelope": {"expected_gap_s": 0}}
         granted = []

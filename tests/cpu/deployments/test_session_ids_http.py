@@ -51,4 +51,4 @@ async def test_each_api_s_own_sources_follow_the_same_rule(client: httpx.AsyncCl
     named = await client.post("/v1/chat/completions", json=CHAT, headers={"x-session-id": " a "})
     assert named.status_code == 200, named.text
     engine = client._transport.app.state.penelope.backend.engine  # type: ignore[attr-defined]
-    assert "a" in {d.session for d in engine.session_digests(64)}  # stripped
+    assert "a" in {d.session_id for d in engine.session_digests(64)}  # stripped

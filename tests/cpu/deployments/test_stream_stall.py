@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from deployments.api.completions import ClosingStream
+from deployments.api.run import ClosingStream
 
 pytestmark = pytest.mark.anyio
 

@@ -34,7 +34,7 @@ def assert_no_request_holds_pages(app: FastAPI) -> None:
     engine = app.state.penelope.backend.engine
     stats = engine.stats()
     assert (stats.running, stats.queue_length) == (0, 0), stats
-    assert engine.engine.core.scheduler.request_pages() == 0
+    assert engine.engine.inspect().core.scheduler.request_pages() == 0
     engine.check_integrity()
 
 

@@ -134,7 +134,7 @@ def test_an_option_without_help_fails_the_check() -> None:
 def test_a_config_field_without_help_metadata_is_refused() -> None:
     import dataclasses
 
-    from penelope_engine.helpformat import add_config_args
+    from penelope_cli.helpformat import add_config_args
 
     @dataclasses.dataclass(frozen=True)
     class Knobs:

@@ -9,7 +9,7 @@ import numpy as np
 from penelope_engine.cache.eviction import LruPolicy
 from penelope_engine.cache.pages import PageHasher
 from penelope_engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from penelope_engine.core import CoreHooks, CoreTiers, build_core
+from penelope_engine.core import BenchHooks, CoreHooks, CoreTiers, build_core
 from penelope_engine.engine import Engine
 from penelope_engine.model.registry import LoadedModel
 from penelope_engine.protocol import GenerateRequest, SamplingParams
@@ -53,7 +53,8 @@ def test_build_core_wires_the_injected_clock_policy_tiers_and_cost() -> None:
         SchedulerConfig(),
         tiers,
         PageHasher(4, "t"),
-        CoreHooks(clock=clock, cost=cost, policy=policy),
+        CoreHooks(clock=clock),
+        BenchHooks(cost=cost, policy=policy),
         has_store=False,
         max_model_len=1024,
     )
@@ -80,7 +81,7 @@ def test_write_policy_off_gives_the_core_no_host_tier() -> None:
     assert core.cache._host.capacity == 0 and not core.scheduler._write_through
 
 
-def test_engine_hooks_wrap_its_tiers_and_observe_each_batch(tiny_qwen3: LoadedModel) -> None:
+def test_bench_hooks_wrap_the_engines_tiers_and_observe_each_batch(tiny_qwen3: LoadedModel) -> None:
     wrapped: list[CoreTiers] = []
     batches: list[list[BatchItem]] = []
 
@@ -88,11 +89,11 @@ def test_engine_hooks_wrap_its_tiers_and_observe_each_batch(tiny_qwen3: LoadedMo
         wrapped.append(real)
         return real
 
-    hooks = CoreHooks(wrap_tiers=wrap, step_observer=batches.append)
+    bench = BenchHooks(wrap_tiers=wrap, step_observer=batches.append)
     engine = Engine(
-        EngineConfig(cache=CacheConfig(page_size=4, device_pages=64)), tiny_qwen3, hooks=hooks
+        EngineConfig(cache=CacheConfig(page_size=4, device_pages=64)), tiny_qwen3, bench=bench
     )
-    assert wrapped == [engine._tiers] and engine.core.tiers is engine._tiers
+    assert wrapped == [engine._tiers] and engine.inspect().core.tiers is engine._tiers
     engine.add_request(GenerateRequest("r", tuple(range(1, 10)), SamplingParams(max_tokens=2)))
     while engine.has_work():
         engine.step()

@@ -31,7 +31,7 @@ def request(rid: str, max_tokens: int, prompt: tuple[int, ...] = PROMPT) -> Gene
 def held_by_requests(engine: AsyncEngine) -> int:
     """Device pages in use that the tree does not hold (read on the engine's lock)."""
     with engine._reading():
-        cache = engine.engine.core.cache
+        cache = engine.engine.inspect().core.cache
         return cache._device.num_used - sum(n.n_device for n in cache._tree.iter_nodes())
 
 

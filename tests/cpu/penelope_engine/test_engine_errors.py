@@ -27,17 +27,17 @@ def request(
 
 def state(engine: Engine) -> tuple:
     """Everything a rejected request must not change."""
-    cache = engine.core.cache
+    cache = engine.inspect().core.cache
     nodes = sorted(
         (n.start, n.hashes.tobytes(), n.device.tobytes(), n.host.tobytes(), n.lock)
         for n in cache._tree.iter_nodes()
     )
-    sched = engine.core.scheduler
+    sched = engine.inspect().core.scheduler
     return (
         nodes,
         cache._device.num_used,
         cache._host.num_used,
-        sorted(engine.core.sessions.ids()),
+        sorted(engine.inspect().core.sessions.ids()),
         len(sched.waiting),
         len(sched.running),
         engine.stats(),
@@ -137,7 +137,7 @@ def test_a_single_request_that_would_outgrow_the_pool_stops_at_the_window(
         engine.step()
         engine.check_integrity()
     assert seq.error is None and seq.finish_reason == "length" and len(seq.tokens) == 16
-    assert engine.core.cache._device.num_used == engine.core.cache.evictable()
+    assert engine.inspect().core.cache._device.num_used == engine.inspect().core.cache.evictable()
 
 
 def test_abort_frees_pages_while_waiting_prefilling_and_decoding(
@@ -150,14 +150,14 @@ def test_abort_frees_pages_while_waiting_prefilling_and_decoding(
     ]
     for _ in range(5):  # r0 decodes, r1 prefills, r2 waits (max_running=2)
         engine.step()
-    waiting = engine.core.scheduler.waiting
+    waiting = engine.inspect().core.scheduler.waiting
     assert not seqs[0].in_prefill and seqs[1].in_prefill and seqs[2] in waiting
     for seq in seqs:
         assert engine.abort(seq.request_id)
         engine.check_integrity()
     assert not engine.has_work() and not engine.abort("r0")
-    tree_pages = sum(n.n_device for n in engine.core.cache._tree.iter_nodes())
-    assert engine.core.cache._device.num_used == tree_pages  # no page held by a request
+    tree_pages = sum(n.n_device for n in engine.inspect().core.cache._tree.iter_nodes())
+    assert engine.inspect().core.cache._device.num_used == tree_pages  # no page held by a request
     assert engine.generate_sync(request("after", tuple(range(0, 30)))).finished
 
 
@@ -169,8 +169,10 @@ def test_a_waiting_request_does_not_flush_the_cache(make_engine: Callable[..., E
     engine.step()
     engine.add_request(request("big", tuple(range(700, 744))))  # 11 pages: 5 free + 5 cached
     engine.step()
-    assert engine.core.scheduler.waiting, "the big request should wait for the running one"
-    where = engine.core.cache.match(cached).where
+    assert engine.inspect().core.scheduler.waiting, (
+        "the big request should wait for the running one"
+    )
+    where = engine.inspect().core.cache.match(cached).where
     assert [Tier(w) for w in where] == [Tier.DEVICE] * 5
 
 
@@ -182,4 +184,4 @@ def test_aborting_a_waiting_request_ends_its_session_queue_entry(
     engine.add_request(request("wait", tuple(range(50, 60)), session_id="w"))
     engine.step()
     assert engine.abort("wait")
-    assert engine.core.sessions.record("w").queued_since is None
+    assert engine.inspect().core.sessions.record("w").queued_since is None

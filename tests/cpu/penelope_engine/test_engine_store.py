@@ -32,7 +32,7 @@ def test_a_session_moved_to_a_fresh_replica_loads_its_kv_from_the_store(tiny_qwe
     leaving = _engine(tiny_qwen3, tmp_path)
     first = leaving.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
     written = leaving.store.drain_to_store().pages
-    assert written == leaving.core.cache._device.num_used  # every cached page, once
+    assert written == leaving.inspect().core.cache._device.num_used  # every cached page, once
     assert leaving.store.drain_to_store().pages == 0
     arriving = _engine(tiny_qwen3, tmp_path)  # a new replica: empty tree, same store
     prompt2 = TURN1 + first.token_ids + TURN2_NEW

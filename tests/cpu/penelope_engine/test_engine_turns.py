@@ -38,7 +38,7 @@ def replay(engine: Engine) -> Replay:
     for turn in range(TURNS):
         for s in range(SESSIONS):
             prompt = tuple(history[s])
-            found = engine.core.cache.match(engine._hasher.hashes(prompt)).segments(4)
+            found = engine.inspect().core.cache.match(engine._hasher.hashes(prompt)).segments(4)
             out.segments.append([seg.where.label for seg in found])
             stop = "end_turn" if s == 1 else "tool_use"
             req = GenerateRequest(f"{s}-{turn}", prompt, SAMPLING, f"s{s}", stop_reason_hint=stop)
@@ -155,7 +155,9 @@ def test_concurrent_chunked_prefills_match_sequential_requests(
         steps += 1
     assert steps > 4  # the prompts really were chunked
     assert [tuple(s.tokens[s.prompt_len :]) for s in seqs] == reference.tokens[:SESSIONS]
-    assert engine.core.cache._device.num_used == 12 // 4 + SESSIONS * 5  # one copy of the prefix
+    assert (
+        engine.inspect().core.cache._device.num_used == 12 // 4 + SESSIONS * 5
+    )  # one copy of the prefix
 
 
 def test_tenants_never_share_cached_pages(make_engine: Callable[..., Engine]) -> None:
@@ -188,13 +190,13 @@ def test_agent_levers_keep_greedy_tokens_exact(
         EngineConfig(cache=cache, scheduler=SchedulerConfig(agent=agent)), loaded=tiny_qwen3
     )
     pinned = []
-    on_turn_end = engine.core.scheduler._retention.on_turn_end
+    on_turn_end = engine.inspect().core.scheduler._retention.on_turn_end
 
     def spy(*args, **kwargs):  # records whether each tool-use turn left a pin
         on_turn_end(*args, **kwargs)
-        pinned.append(args[0] in engine.core.scheduler._retention.pins)
+        pinned.append(args[0] in engine.inspect().core.scheduler._retention.pins)
 
-    engine.core.scheduler._retention.on_turn_end = spy  # type: ignore[method-assign]
+    engine.inspect().core.scheduler._retention.on_turn_end = spy  # type: ignore[method-assign]
     run = replay(engine)
     assert run.tokens == reference.tokens
     check_usage(run)

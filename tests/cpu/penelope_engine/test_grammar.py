@@ -117,7 +117,7 @@ def test_a_reply_that_made_a_call_ends_a_tool_turn(
         tool_call_pattern="<tool_call>",
     )
     _run(engine, [req])
-    assert engine.core.sessions.record("agent").last_stop == stop
+    assert engine.inspect().core.sessions.record("agent").last_stop == stop
 
 
 def test_a_stop_reason_hint_wins_and_no_pattern_means_no_signal(
@@ -134,5 +134,5 @@ def test_a_stop_reason_hint_wins_and_no_pattern_means_no_signal(
     )
     plain = GenerateRequest("p", _prompt(engine, "go"), GREEDY, session_id="b")
     _run(engine, [hinted, plain])
-    assert engine.core.sessions.record("a").last_stop == "tool_use"
-    assert engine.core.sessions.record("b").last_stop is None
+    assert engine.inspect().core.sessions.record("a").last_stop == "tool_use"
+    assert engine.inspect().core.sessions.record("b").last_stop is None

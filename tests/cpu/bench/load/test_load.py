@@ -59,11 +59,11 @@ def test_page_report_reads_the_locks_and_pages_running_requests_hold(make_engine
     engine.step()
 
     def walked() -> int:
-        return sum(1 for n in engine.core.cache._tree.iter_nodes() if n.lock > 0)
+        return sum(1 for n in engine.inspect().core.cache._tree.iter_nodes() if n.lock > 0)
 
     stats = engine.stats()
     assert stats.locked_nodes == walked() > 0
-    assert stats.request_pages == engine.core.scheduler.request_pages() > 0
+    assert stats.request_pages == engine.inspect().core.scheduler.request_pages() > 0
     assert page_report(engine)["locked_nodes"] == stats.locked_nodes
     while engine.has_work():
         engine.step()

@@ -44,7 +44,7 @@ def _replay(lm: LoadedModel, policy: str, device_tokens: int, host_tokens: int =
     name, obj = policy_for_config(policy)
     cache = CacheConfig(PS, device_tokens // PS, host_tokens // PS, name)
     rep = EngineReplay(
-        lambda hooks: Engine(EngineConfig(cache=cache), lm, hooks=replace(hooks, policy=obj)),
+        lambda h, b: Engine(EngineConfig(cache=cache), lm, hooks=h, bench=replace(b, policy=obj)),
         _workload(),
         TokenMap(lm.config.vocab_size),
     )
@@ -78,7 +78,7 @@ def test_next_turn_repeats_the_generated_answer_and_finds_it_cached(
     trace = Trace("claude_code", (Session("s0", turns, 32, "s0"),), Scale(), 32)
     config = EngineConfig(cache=CacheConfig(PS, 256, 0, "lru"))
     rep = EngineReplay(
-        lambda hooks: Engine(config, loaded=tiny_qwen3, hooks=hooks),
+        lambda h, b: Engine(config, loaded=tiny_qwen3, hooks=h, bench=b),
         sample_workload(trace, WorkloadConfig(1)),
         TokenMap(tiny_qwen3.config.vocab_size),
     )

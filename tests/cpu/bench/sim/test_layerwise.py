@@ -45,7 +45,7 @@ def _replica(layerwise: bool, clock: _Clock) -> Replica:
 
 def _request(rep: Replica, sid: str, turn: int, tokens: np.ndarray, now: float) -> SimRequest:
     prompt = len(tokens) - OUT
-    hashes = rep.scheduler.hasher.hashes(tokens[:prompt])[: prompt // PS]
+    hashes = rep.hasher.hashes(tokens[:prompt])[: prompt // PS]
     return SimRequest(sid, turn, now, prompt, OUT, tokens, hashes, 0, 0, "tool_use")
 
 

@@ -71,7 +71,10 @@ def request(
         stop_reason_hint=stop,
     )
     seq = Sequence(
-        req, sched.hasher.hashes(np.asarray(prompt, np.int32)), list(prompt), arrival=sched._clock()
+        req,
+        sched._hasher.hashes(np.asarray(prompt, np.int32)),
+        list(prompt),
+        arrival=sched._clock(),
     )
     sched.add(seq)
     return seq

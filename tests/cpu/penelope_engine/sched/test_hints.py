@@ -53,7 +53,7 @@ def turn(
 
 
 def private_device_pages(e: Engine, sid: str) -> int:
-    info = e.core.sessions.get(sid)
+    info = e.inspect().core.sessions.get(sid)
     node, n = (info.leaf if info is not None else None), 0
     while node is not None and node.parent is not None:
         n += 0 if node.shared else node.n_device
@@ -85,8 +85,8 @@ def test_retain_s_is_clipped_to_the_tenant_pin_seconds(tiny_qwen3: LoadedModel) 
     e = engine(tiny_qwen3, device_pages=64, tenant_pin_seconds=5.0)
     out = turn(e, "a1", prompt(1), "a", SessionHints(retain_s=3600.0))
     assert out.hints == (HintGrant("retain_s", 3600.0, 5.0, "tenant_pin_seconds"),)
-    pin = e.core.scheduler._retention.pins["a"]
-    assert pin.hinted and pin.expires - e.core.sessions.now <= 5.0
+    pin = e.inspect().core.scheduler._retention.pins["a"]
+    assert pin.hinted and pin.expires - e.inspect().core.sessions.now <= 5.0
 
 
 def test_pinned_tokens_are_bounded_per_tenant(tiny_qwen3: LoadedModel) -> None:
@@ -97,14 +97,14 @@ def test_pinned_tokens_are_bounded_per_tenant(tiny_qwen3: LoadedModel) -> None:
     assert refused == HintGrant("retain_s", 60.0, 0.0, "tenant_pin_tokens")
     other = turn(e, "c1", prompt(3), "c", hints, tenant="other").hints[0]
     assert other.granted == 60.0  # another tenant has a quota of its own
-    assert set(e.core.scheduler._retention.pins) == {"a", "c"}
+    assert set(e.inspect().core.scheduler._retention.pins) == {"a", "c"}
 
 
 def test_a_hinted_pin_yields_to_a_request_that_does_not_fit(tiny_qwen3: LoadedModel) -> None:
     e = engine(tiny_qwen3, device_pages=16, pinned_fraction=1.0)
     assert turn(e, "a1", prompt(1), "a", SessionHints(retain_s=600.0)).hints[0].granted == 600.0
     out = turn(e, "b1", prompt(2), "b")  # 11 pages; 6 free and a's 10 pinned
-    assert out.finish_reason == "length" and "a" not in e.core.scheduler._retention.pins
+    assert out.finish_reason == "length" and "a" not in e.inspect().core.scheduler._retention.pins
 
 
 @pytest.mark.parametrize("host_pages", [0, 32])
@@ -116,8 +116,10 @@ def test_end_session_takes_the_sessions_pages_off_the_device(
     assert private_device_pages(e, "a") == 10
     a = turn(e, "a2", prompt(1) + prompt(5, 8), "a", SessionHints(end_session=True))
     assert a.hints == (HintGrant("end_session", True, True),)
-    assert private_device_pages(e, "a") == 0 and "a" not in e.core.scheduler._retention.pins
-    assert e.core.cache._device.num_used == 0
+    assert (
+        private_device_pages(e, "a") == 0 and "a" not in e.inspect().core.scheduler._retention.pins
+    )
+    assert e.inspect().core.cache._device.num_used == 0
     if host_pages:  # demoted: the next turn loads it from the host
         back = turn(e, "a3", prompt(1) + prompt(5, 8) + a.token_ids, "a")
         assert back.usage.host_tokens == 48
@@ -138,8 +140,10 @@ def test_expected_gap_s_sizes_a_learned_retention_pin(tiny_qwen3: LoadedModel) -
     sched = SchedulerConfig(agent=AgentConfig(retention="return_aware", memory_price=1e-9))
     e = Engine(EngineConfig(cache=cc, scheduler=sched), loaded=tiny_qwen3)
     turn(e, "a1", prompt(1), "a", SessionHints(expected_gap_s=2.0))
-    pin = e.core.scheduler._retention.pins["a"]
-    assert not pin.hinted and pin.expires - e.core.sessions.now == pytest.approx(3.0, abs=0.5)
+    pin = e.inspect().core.scheduler._retention.pins["a"]
+    assert not pin.hinted and pin.expires - e.inspect().core.sessions.now == pytest.approx(
+        3.0, abs=0.5
+    )
 
 
 def test_parent_session_counts_the_parents_history_as_the_sub_agents(
@@ -167,7 +171,7 @@ def test_hints_of_a_request_without_a_session_are_reported_unused(
         "retain_s": "no_session",
         "expected_gap_s": "no_session",
     }
-    assert not e.core.scheduler._retention.pins
+    assert not e.inspect().core.scheduler._retention.pins
 
 
 def test_bad_hints_and_quotas_are_refused_at_construction() -> None:
@@ -186,7 +190,7 @@ def test_retain_s_zero_drops_even_a_learned_pin(tiny_qwen3: LoadedModel) -> None
     sched = SchedulerConfig(agent=AgentConfig(retention="return_aware", memory_price=1e-9))
     e = Engine(EngineConfig(cache=CacheConfig(4, 64), scheduler=sched), loaded=tiny_qwen3)
     a = turn(e, "a1", prompt(1), "a")  # after tool_use: a learned pin (the default TTL)
-    assert not e.core.scheduler._retention.pins["a"].hinted
+    assert not e.inspect().core.scheduler._retention.pins["a"].hinted
     out = turn(e, "a2", prompt(1) + a.token_ids + prompt(8, 6), "a", SessionHints(retain_s=0.0))
     assert out.hints == (HintGrant("retain_s", 0.0, 0.0),)
-    assert "a" not in e.core.scheduler._retention.pins
+    assert "a" not in e.inspect().core.scheduler._retention.pins

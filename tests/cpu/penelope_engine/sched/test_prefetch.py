@@ -65,7 +65,7 @@ def back(first: RequestOutput) -> tuple[int, ...]:
 
 def tiers_of(e: Engine, sid: str) -> dict[Tier, int]:
     """Pages of the session's own path per location."""
-    info = e.core.sessions.get(sid)
+    info = e.inspect().core.sessions.get(sid)
     assert info is not None and info.leaf is not None
     where = np.concatenate([n.where() for n in _path(info.leaf)])
     return {t: int((where == t).sum()) for t in (Tier.DEVICE, Tier.HOST, Tier.STORE)}
@@ -85,7 +85,7 @@ def pushed_out(e: Engine, clock: Clock) -> RequestOutput:
     for i, sid in enumerate("bcd"):
         clock.now += 1.0
         turn(e, f"{sid}1", prompt(i + 1), sid)
-    if e.core.cache.has_store:
+    if e.inspect().core.cache.has_store:
         assert tiers_of(e, "a")[Tier.STORE] == 10  # only the store holds its history
     clock.now = 60.0
     return first
@@ -97,7 +97,7 @@ def others_step(e: Engine, clock: Clock) -> None:
     for sid in "efg":
         clock.now += 1.0
         turn(e, f"{sid}1", prompt(ord(sid), 8), sid, SessionHints(expected_gap_s=1000.0))
-        flight = e.core.scheduler._prefetch.flight
+        flight = e.inspect().core.scheduler._prefetch.flight
         if flight is not None:
             assert flight.read.wait(10.0)
 
@@ -117,7 +117,7 @@ def test_a_hinted_session_finds_its_store_pages_in_the_host_when_it_returns(
     clock = Clock()
     e = engine(tiny_qwen3, tmp_path, 50.0, clock)
     first, second = session_returns(e, clock)
-    stats = e.core.scheduler._prefetch.stats
+    stats = e.inspect().core.scheduler._prefetch.stats
     assert stats.pages_installed == 10 and 1 < stats.reads <= 4  # a read takes 4 at most
     assert second.usage.store_tokens == 0  # nothing read on the turn's own path
     assert second.usage.host_tokens == 40
@@ -132,7 +132,7 @@ def test_without_a_lead_the_same_return_reads_the_store_on_its_own_path(
     clock = Clock()
     e = engine(tiny_qwen3, tmp_path, 0.0, clock)
     _, second = session_returns(e, clock)
-    assert e.core.scheduler._prefetch.stats.reads == 0
+    assert e.inspect().core.scheduler._prefetch.stats.reads == 0
     assert second.usage.store_tokens == 40
 
 
@@ -147,7 +147,7 @@ def test_a_session_without_a_hint_is_not_read_ahead(
     clock.now = 60.0
     turn(e, "e1", prompt(9), "e")
     assert tiers_of(e, "a")[Tier.STORE] > 0
-    assert e.core.scheduler._prefetch.stats.reads == 0
+    assert e.inspect().core.scheduler._prefetch.stats.reads == 0
 
 
 def test_a_session_due_after_every_host_page_gets_no_read(
@@ -158,7 +158,7 @@ def test_a_session_due_after_every_host_page_gets_no_read(
     pushed_out(e, clock)
     clock.now = 5.0  # b, c and d are due before a: nothing may go to make room
     turn(e, "e1", prompt(9), "e", SessionHints(expected_gap_s=1.0))
-    assert e.core.scheduler._prefetch.stats.reads == 0
+    assert e.inspect().core.scheduler._prefetch.stats.reads == 0
     assert tiers_of(e, "a")[Tier.STORE] == 10
 
 
@@ -168,7 +168,7 @@ def test_a_read_whose_pages_came_back_meanwhile_installs_nothing(
     clock = Clock()
     e = engine(tiny_qwen3, tmp_path, 50.0, clock)
     first = pushed_out(e, clock)
-    prefetch = e.core.scheduler._prefetch
+    prefetch = e.inspect().core.scheduler._prefetch
     prefetch.step(clock.now, set())  # a step with nothing queued: the read starts
     flight = prefetch.flight
     assert flight is not None and flight.read.wait(10.0)
@@ -187,7 +187,7 @@ def test_a_session_that_came_back_or_was_forgotten_is_no_longer_tracked(
 ) -> None:
     clock = Clock()
     e = engine(tiny_qwen3, tmp_path, 50.0, clock)
-    prefetch = e.core.scheduler._prefetch
+    prefetch = e.inspect().core.scheduler._prefetch
     first = turn(e, "a1", prompt(0), "a", BACK_IN_100_S)
     turn(e, "b1", prompt(1), "b", BACK_IN_100_S)
     assert prefetch.tracked == 2
@@ -196,7 +196,7 @@ def test_a_session_that_came_back_or_was_forgotten_is_no_longer_tracked(
     clock.now = 61.0
     turn(e, "c1", prompt(2, 8), "c")  # the next plan drops a
     assert prefetch.tracked == 1
-    e.core.scheduler._records.forget(["b"])
+    e.inspect().core.scheduler._records.forget(["b"])
     assert prefetch.tracked == 0
     prefetch.check()
 
@@ -211,7 +211,7 @@ def test_a_new_hint_wins_over_the_last_gaps_when_both_are_due(
     turn(e, "a2", back(first), "a", SessionHints(expected_gap_s=5.0))
     clock.now = 60.0  # both due times are within the lead: only the newer one counts
     turn(e, "c1", prompt(2, 8), "c")
-    assert e.core.scheduler._prefetch.tracked == 1
+    assert e.inspect().core.scheduler._prefetch.tracked == 1
 
 
 def test_prefetch_lead_must_be_finite_and_not_negative() -> None:
@@ -238,7 +238,7 @@ def test_a_read_holds_the_stores_channel_at_most_max_read_s(
 ) -> None:
     from penelope_engine.sched import prefetch
 
-    p = engine(tiny_qwen3, tmp_path, 20.0, Clock()).core.scheduler._prefetch
+    p = engine(tiny_qwen3, tmp_path, 20.0, Clock()).inspect().core.scheduler._prefetch
     share = max(1, int(prefetch.MAX_READ_SHARE * 16))  # 4 of the 16 host pages
     assert share == 4
     slow = prefetch.MAX_READ_S / 3  # a page (4 tokens) of store read: three fill the time

@@ -58,7 +58,7 @@ def _scheduler(
 def _add(sched: Scheduler, rid: str, prompt_len: int, out: int = 4) -> Sequence:
     prompt = [hash((rid, i)) % 1000 for i in range(prompt_len)]
     req = GenerateRequest(rid, tuple(prompt), SamplingParams(max_tokens=out, ignore_eos=True))
-    seq = Sequence(req, sched.hasher.hashes(np.asarray(prompt, np.int32)), prompt, arrival=0.0)
+    seq = Sequence(req, sched._hasher.hashes(np.asarray(prompt, np.int32)), prompt, arrival=0.0)
     sched.add(seq)
     return seq
 

@@ -207,7 +207,7 @@ def test_the_last_record_written_names_what_a_slow_write_behind_stored(
         one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
         prompt2 = TURN1 + one.token_ids + TURN2_NEW
         a.generate_sync(GenerateRequest("t2", prompt2, SAMPLING, "agent"))
-        seen = a.core.sessions.get("agent")
+        seen = a.inspect().core.sessions.get("agent")
         assert seen is not None and len(jobs) == 2
         record_when(lambda r: r is not None and len(r.page_hashes) == len(seen.seen_hashes))
         gates[0].set()  # turn 1's pages land; turn 2's never do (its replica dies)
@@ -230,7 +230,7 @@ def test_a_page_read_that_overran_does_not_cost_the_next_session_its_record(
     a, b = _engine(tiny_qwen3, shared), _engine(tiny_qwen3, shared)
     one = a.generate_sync(GenerateRequest("t1", TURN1, SAMPLING, "agent"))
     assert a.store.flush_store_writes(FLUSH_S)
-    pages = b.core.tiers.read_budget
+    pages = b.inspect().core.tiers.read_budget
     assert pages is not None
     assert pages.call(lambda: time.sleep(pages.budget_s * 3), None) is None  # an overrun
     assert pages.call(lambda: 1, None) is None  # page reads now cool down: skipped
@@ -275,6 +275,6 @@ def test_a_record_write_stuck_in_the_store_holds_up_no_page_write(
     assert a.store.flush_store_writes(FLUSH_S)
     assert calls == ["agent", "agent"]  # written once more when the stuck write ended
     record = b._store.get_record("default", "agent")
-    seen = a.core.sessions.get("agent")
+    seen = a.inspect().core.sessions.get("agent")
     assert record is not None and seen is not None and record.segments
     assert len(record.page_hashes) == len(seen.seen_hashes)

@@ -79,19 +79,21 @@ def test_a_failed_host_load_is_recomputed_and_generation_stays_exact(
     # every token it reports as served from the host came through a host copy.
     loaded = make_engine(device_pages=24, host_pages=64)
     copied: list[int] = []
-    copy = loaded.core.tiers.host_to_device
+    copy = loaded.inspect().core.tiers.host_to_device
 
     def counted(host_pages: np.ndarray, device_pages: np.ndarray) -> bool:
         copied.append(len(host_pages))
         return copy(host_pages, device_pages)
 
-    loaded.core.tiers.host_to_device = counted
+    loaded.inspect().core.tiers.host_to_device = counted
     assert run(loaded) == reference
     served = loaded.stats().tokens.host_tokens
     assert served > 0, "the fault-free run never loaded from the host"
     assert sum(copied) * loaded.config.cache.page_size == served
     engine = make_engine(device_pages=24, host_pages=64)
-    engine.core.tiers.host_to_device = lambda host_pages, device_pages: False  # the copy fails
+    engine.inspect().core.tiers.host_to_device = lambda host_pages, device_pages: (
+        False
+    )  # the copy fails
     assert run(engine) == reference
     stats = engine.stats()
     assert stats.tokens.host_tokens == 0 and stats.tokens.recomputed_tokens > 0

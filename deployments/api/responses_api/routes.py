@@ -3,7 +3,7 @@
 `POST` reads the chain that `previous_response_id` continues (`store`),
 names the session (`translate.session_of`), translates the request into the
 chat request of the other routes (`translate.to_chat`) and runs it through the
-same `deployments.api.prepare` and `deployments.api.completions` path: the same
+same `deployments.api.prepare` and `deployments.api.run` path: the same
 engine request, routing (the session id), hints, ledger and metrics. Only the
 reply is written this API's way (`replies.ResponsesReplies`); with `store`
 (true unless the request says false) the finished response is stored with its
@@ -26,14 +26,14 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from deployments.api.backend import Backend
-from deployments.api.completions import CompletionHandler
 from deployments.api.errors import ApiError, invalid
-from deployments.api.openai_responses.input_items import ListQuery, as_stored, input_items
-from deployments.api.openai_responses.replies import Draft, ResponsesReplies, public_id
-from deployments.api.openai_responses.schemas import ITEMS, DroppedItem, Item, ResponsesRequest
-from deployments.api.openai_responses.store import ResponseStore, StoredResponse
-from deployments.api.openai_responses.translate import responses_params, session_of, to_chat
 from deployments.api.prepare import Caller, prepare_chat
+from deployments.api.responses_api.input_items import ListQuery, as_stored, input_items
+from deployments.api.responses_api.replies import Draft, ResponsesReplies, public_id
+from deployments.api.responses_api.schemas import ITEMS, DroppedItem, Item, ResponsesRequest
+from deployments.api.responses_api.store import ResponseStore, StoredResponse
+from deployments.api.responses_api.translate import responses_params, session_of, to_chat
+from deployments.api.run import CompletionHandler
 from deployments.api.settings import ApiSettings
 
 ROUTE = "/v1/responses"
@@ -57,7 +57,7 @@ def add_responses_routes(
         session = session_of(body, request.headers, chain.session if chain else None)
         with responses_params(body):
             chat = to_chat(body, chain_items, session)
-            named = replace(who, session_header=session)
+            named = replace(who, session_id=session)
             prepared = await prepare_chat(chat, named, backend, settings, "resp")
         draft = Draft(public_id(prepared), body, int(time.time()))
         items = [*(chain.items if chain else []), *map(as_stored, _dumped(body.items()))]

@@ -4,7 +4,7 @@ Valid when every running request decodes and nothing else can change before
 those steps end (no arrival, no stop token): `extend_decodes` gives each
 request the pages its next tokens need, `commit_decoded` applies the tokens
 of all but the last step. The same core as a step at a time
-(`sched.scheduler.Scheduler`), fewer events; used by `bench.sim.replica`.
+(`penelope_engine.sched.scheduler.Scheduler`), fewer events; used by `bench.sim.replica`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ outlives `api.request_timeout_s`, cancels the request, which aborts it in the
 engine and frees its pages; so does a stream whose client stops reading for
 `api.stream_stall_timeout_s` (one write waits that long at most). The reply's
 text comes from `generation`; its shape (JSON body, SSE events) from the API's
-`ReplyShape` (`replies`). Its slot under `api.max_pending` was taken at the
+`ReplyShape` (`openai_stream`). Its slot under `api.max_pending` was taken at the
 door (`admission`).
 """
 
@@ -29,8 +29,8 @@ from deployments.api.backend import Backend
 from deployments.api.deadline import Deadline
 from deployments.api.errors import ApiError, from_engine_error
 from deployments.api.generation import Generation, collect_text
+from deployments.api.openai_stream import OPENAI, ReplyShape
 from deployments.api.prepare import Prepared
-from deployments.api.replies import OPENAI, ReplyShape
 from deployments.api.settings import ApiSettings
 from deployments.metrics.series import ApiMetrics
 

@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from deployments.api.errors import ApiError, invalid
-from deployments.api.openai_responses.schemas import (
+from deployments.api.responses_api.schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionTool,

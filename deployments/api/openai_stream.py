@@ -16,8 +16,7 @@ from typing import Any, Protocol
 from deployments.api.deadline import Deadline
 from deployments.api.errors import ApiError
 from deployments.api.generation import Generation, timed_deltas
-from deployments.api.prepare import Prepared
-from deployments.api.responses import (
+from deployments.api.openai_bodies import (
     SSE_DONE,
     ResponseMeta,
     chunk_body,
@@ -26,6 +25,7 @@ from deployments.api.responses import (
     tool_chunk_body,
     usage_chunk_body,
 )
+from deployments.api.prepare import Prepared
 from deployments.api.tools.streaming import StreamParser
 from deployments.api.tools.types import ParsedReply, TextDelta
 

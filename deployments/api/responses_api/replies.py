@@ -1,6 +1,6 @@
 """Responses API replies: the response object, usage, and the SSE event sequence.
 
-Usage, over Penelope's breakdown (`deployments.api.responses`):
+Usage, over Penelope's breakdown (`deployments.api.openai_bodies`):
 
     input_tokens = the prompt's tokens; input_tokens_details.cached_tokens = device +
     host + store; output_tokens; total_tokens; penelope = tiers and the miss ledger
@@ -31,10 +31,10 @@ from typing import Any
 from deployments.api.deadline import Deadline
 from deployments.api.errors import ApiError
 from deployments.api.generation import Generation, timed_deltas
-from deployments.api.openai_responses.schemas import FunctionTool, ResponsesRequest
+from deployments.api.openai_bodies import Report, usage_body
+from deployments.api.openai_stream import ErrorOf
 from deployments.api.prepare import Prepared
-from deployments.api.replies import ErrorOf
-from deployments.api.responses import Report, usage_body
+from deployments.api.responses_api.schemas import FunctionTool, ResponsesRequest
 from deployments.api.tools import ArgsDelta, CallStart, ParsedReply, StreamParser, TextDelta
 
 Finished = Callable[[dict[str, Any]], Awaitable[None]]  # a finished response, to store
@@ -131,7 +131,7 @@ def _status(gen: Generation, called: bool) -> str:
 
 
 class ResponsesReplies:
-    """A `deployments.api.replies.ReplyShape` for `/v1/responses`. `on_finished` runs with
+    """A `deployments.api.openai_stream.ReplyShape` for `/v1/responses`. `on_finished` runs with
     the finished response before the stream's last event (the route runs it after a
     reply that is not streamed, from `finished`)."""
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from deployments.api.errors import invalid
-from deployments.api.openai_responses.store import StoredResponse
+from deployments.api.responses_api.store import StoredResponse
 
 ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
 MAX_LIMIT = 100
