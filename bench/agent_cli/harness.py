@@ -1,0 +1,151 @@
+"""The harness of a real-CLI bench: one session of an agent CLI against `penelope serve`.
+
+    Install.find          the pinned npm CLI in its git-ignored folder, or why not
+    run_session           penelope serve (no store: a run starts cold) -> recording proxy
+                          -> the CLI, once per prompt, in one scratch directory
+    run_cli               one CLI process: exit code, stdout, stderr, seconds
+
+What differs by CLI (its environment, its config, its arguments, what counts as a
+printed reply) stays in that bench and reaches the harness as `start`: given the
+proxy's URL and the scratch directory, it returns the function that runs one turn.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.agent_cli.proxy import Seen
+from bench.child import server_process
+from bench.net import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+DUMMY_KEY = "sk-penelope-bench-dummy"
+MISSING_EXIT = 2
+TIMED_OUT = 124
+
+Turn = Callable[[int, str], dict[str, Any]]  # (turn index, prompt) -> the run's fields
+
+
+@dataclass(frozen=True)
+class Install:
+    """An agent CLI pinned on npm, installed into a git-ignored folder of the repository."""
+
+    label: str  # "Claude Code"
+    binary: str  # "claude"
+    package: str  # "@anthropic-ai/claude-code"
+    version: str
+    folder: str  # ".claude-code"
+    make_target: str  # "claude-code"
+
+    def find(self, explicit: str | None = None) -> tuple[str | None, str]:
+        """The executable, or None and why not."""
+        if explicit:
+            return (explicit, "") if Path(explicit).is_file() else (None, f"{explicit} not found")
+        if shutil.which("node") is None:
+            return None, f"node is not on PATH ({self.label} installs and runs through it)"
+        found = ROOT / self.folder / "node_modules" / ".bin" / self.binary
+        if not found.exists():
+            return None, (
+                f"{self.label} is not installed in {ROOT / self.folder}: run `make "
+                f"{self.make_target}` (npm install --prefix {self.folder} "
+                f"{self.package}@{self.version}) in the repository"
+            )
+        return str(found), ""
+
+
+@dataclass(frozen=True)
+class Served:
+    """What `penelope serve` runs for the bench."""
+
+    model: str
+    device_pages: int  # two sessions' worth of the window's prompts, with no store
+    # the temperature for requests that name none (neither CLI names one): 0 makes a run
+    # repeatable, so the bench passes or fails the same way every time
+    default_temperature: float = 1.0
+
+
+@dataclass
+class Session:
+    """What one session left: the requests the proxy saw, and each run with its requests."""
+
+    log: list[Seen]
+    runs: list[dict[str, Any]]
+    seconds: float
+    server_log: str
+
+
+def serve_argv(port: int, served: Served) -> list[str]:
+    cmd = [sys.executable, "-m", "penelope_cli.cli", "serve", "--model", served.model]
+    # No store: a run starts cold, whatever earlier runs left in ~/.cache.
+    cmd += ["--device-pages", str(served.device_pages), "--store-uri", "none"]
+    cmd += ["--default-temperature", str(served.default_temperature)]
+    return cmd + ["--port", str(port), "--log-level", "warning"]
+
+
+def run_session(
+    served: Served,
+    prompts: Sequence[str],
+    start: Callable[[str, Path], Turn],
+    timeout_s: float,
+    paths: frozenset[str],
+) -> Session:
+    """Serve, record the requests to `paths`, and run one turn per prompt, in order."""
+    from bench.agent_cli.proxy import recording_proxy
+    from deployments.api.standalone import background_server
+
+    started, port = time.monotonic(), free_port()
+    serve_env = dict(
+        os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
+    log: list[Seen] = []
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="penelope-agent-cli-") as name:
+        tmp = Path(name)
+        base, serve_log = f"http://127.0.0.1:{port}", tmp / "serve.log"
+        try:
+            with (
+                server_process("penelope serve", serve_argv(port, served), serve_log,
+                               f"{base}/health", min(timeout_s, 180.0), env=serve_env,
+                               grace_s=30.0),
+                background_server(recording_proxy(base, log, paths=paths)) as url,
+            ):  # fmt: skip
+                turn = start(url, tmp)
+                for i, prompt in enumerate(prompts):
+                    first = len(log)
+                    runs.append({**turn(i, prompt), "requests": list(range(first, len(log)))})
+        finally:
+            server_log = serve_log.read_text(errors="replace")[-2000:]
+    return Session(log, runs, time.monotonic() - started, server_log)
+
+
+def run_cli(
+    args: list[str], work: Path, env: dict[str, str], timeout_s: float
+) -> tuple[int, str, str, float]:
+    """One CLI process in `work`: its exit code (124 on time-out), stdout, stderr, seconds."""
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(args, cwd=work, env=env, capture_output=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+        code, out = done.returncode, done.stdout.decode(errors="replace")
+        err = done.stderr.decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        code, out, err = TIMED_OUT, "", "timed out"
+    return code, out, err, round(time.monotonic() - t0, 1)
+
+
+def scratch(tmp: Path, what: str) -> tuple[Path, Path]:
+    """A fresh home and a work directory holding one README."""
+    home, work = tmp / "home", tmp / "work"
+    home.mkdir()
+    work.mkdir()
+    (work / "README.md").write_text(f"A scratch project for the {what} bench.\n")
+    return home, work
