@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from bench.checks import one_of, positive
 from bench.cluster.nodes import ENGINE_SLOT, HEAD, ROOT
 from bench.traces import DEFAULT_TRACE
 from cache_store import StoreLocation
@@ -116,14 +117,11 @@ class ClusterConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.store not in STORES:
-            raise ValueError(f"store must be one of {', '.join(STORES)}, got {self.store!r}")
-        if min(self.sessions, self.turns_before, self.max_tokens) < 1:
-            raise ValueError("sessions, turns_before and max_tokens must be >= 1")
+        one_of(self, "store", STORES)
+        positive(self, "sessions", "turns_before", "max_tokens", "settle_timeout_s",
+                 "startup_timeout_s", "request_timeout_s")  # fmt: skip
         if self.ramp_sessions < 0:
             raise ValueError("ramp_sessions must be >= 0 (0: calibrated)")
-        if min(self.settle_timeout_s, self.startup_timeout_s, self.request_timeout_s) <= 0:
-            raise ValueError("timeouts must be positive")
         if self.node_cpus < REPLICA_CPUS + INGRESS_CPUS:
             raise ValueError("node_cpus must hold a replica and the ingress: >= 0.75")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from bench.checks import one_of, positive
 from bench.traces import DEFAULT_TRACE
 
 MODEL = "tiny-qwen3"
@@ -49,13 +50,9 @@ class FaultsConfig:
     trace: str = field(default=str(DEFAULT_TRACE), metadata={"help": "Claude Code trace file"})
 
     def __post_init__(self) -> None:
-        if self.app not in APPS:
-            raise ValueError(f"app must be one of {', '.join(APPS)}, got {self.app!r}")
-        if self.concurrency < 1 or self.turns < 1 or self.max_tokens < 1:
-            raise ValueError("concurrency, turns and max_tokens must be positive")
-        for name in ("before_s", "fault_s", "slow_s", "after_s", "deadline_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        one_of(self, "app", APPS)
+        positive(self, "concurrency", "turns", "max_tokens", "before_s", "fault_s", "slow_s",
+                 "after_s", "deadline_s")  # fmt: skip
 
     @property
     def duration_s(self) -> float:

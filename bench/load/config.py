@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.checks import positive, shares
 from bench.sessions import Scale
 from bench.traces import CLAUDE_BLOCK, DEFAULT_TRACE
 
@@ -59,13 +60,10 @@ class LoadConfig:
     trace: str = field(default=str(DEFAULT_TRACE), metadata={"help": "Claude Code trace file"})
 
     def __post_init__(self) -> None:
-        if self.sessions < 1 or self.duration_s <= 0 or self.max_tokens < 1:
-            raise ValueError("sessions, duration_s and max_tokens must be positive")
-        if not 0 < self.length_scale <= 1 or self.time_scale <= 0:
-            raise ValueError("length_scale must be in (0, 1] and time_scale positive")
-        for share in (self.stream_share, self.cancel_share, self.malformed_share):
-            if not 0 <= share <= 1:
-                raise ValueError(f"shares must be in [0, 1], got {share}")
+        positive(self, "sessions", "duration_s", "max_tokens", "time_scale")
+        shares(self, "stream_share", "cancel_share", "malformed_share")
+        if not 0 < self.length_scale <= 1:
+            raise ValueError(f"length_scale must be in (0, 1], got {self.length_scale}")
 
     @property
     def trace_scale(self) -> Scale:

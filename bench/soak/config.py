@@ -4,21 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.checks import positive, shares
+
 MODEL = "tiny-qwen3"
-POSITIVE = (
-    "requests",
-    "concurrency",
-    "prompt_tokens",
-    "max_tokens",
-    "page_size",
-    "device_pages",
-    "store_mib",
-    "session_ttl_s",
-    "store_record_ttl_s",
-    "sample_period_s",
-    "deadline_s",
-    "threads",
-)
 
 
 @dataclass(frozen=True)
@@ -80,12 +68,10 @@ class SoakConfig:
     threads: int = field(default=1, metadata={"help": "the server's torch threads"})
 
     def __post_init__(self) -> None:
-        for name in POSITIVE:
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("sessionless_share", "prefix_share"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        positive(self, "requests", "concurrency", "prompt_tokens", "max_tokens", "page_size",
+                 "device_pages", "store_mib", "session_ttl_s", "store_record_ttl_s",
+                 "sample_period_s", "deadline_s", "threads")  # fmt: skip
+        shares(self, "sessionless_share", "prefix_share")
         if not 0 <= self.warmup_share < 1:
             raise ValueError(f"warmup_share must be in [0, 1), got {self.warmup_share}")
         if self.max_turns < 2:
