@@ -12,10 +12,8 @@ proxy's URL and the scratch directory, it returns the function that runs one tur
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -24,10 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.agent_cli.proxy import Seen
-from bench.child import server_process
-from bench.net import free_port
+from bench.child import ROOT, penelope_process
 
-ROOT = Path(__file__).resolve().parents[2]
 DUMMY_KEY = "sk-penelope-bench-dummy"
 MISSING_EXIT = 2
 TIMED_OUT = 124
@@ -83,12 +79,11 @@ class Session:
     server_log: str
 
 
-def serve_argv(port: int, served: Served) -> list[str]:
-    cmd = [sys.executable, "-m", "penelope_cli.cli", "serve", "--model", served.model]
+def serve_options(served: Served) -> list[str]:
+    cmd = ["--model", served.model, "--device-pages", str(served.device_pages)]
     # No store: a run starts cold, whatever earlier runs left in ~/.cache.
-    cmd += ["--device-pages", str(served.device_pages), "--store-uri", "none"]
-    cmd += ["--default-temperature", str(served.default_temperature)]
-    return cmd + ["--port", str(port), "--log-level", "warning"]
+    cmd += ["--store-uri", "none", "--default-temperature", str(served.default_temperature)]
+    return [*cmd, "--log-level", "warning"]
 
 
 def run_session(
@@ -102,20 +97,16 @@ def run_session(
     from bench.agent_cli.proxy import recording_proxy
     from deployments.api.standalone import background_server
 
-    started, port = time.monotonic(), free_port()
-    serve_env = dict(
-        os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    )
+    started = time.monotonic()
     log: list[Seen] = []
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="penelope-agent-cli-") as name:
         tmp = Path(name)
-        base, serve_log = f"http://127.0.0.1:{port}", tmp / "serve.log"
+        serve_log = tmp / "serve.log"
         try:
             with (
-                server_process("penelope serve", serve_argv(port, served), serve_log,
-                               f"{base}/health", min(timeout_s, 180.0), env=serve_env,
-                               grace_s=30.0),
+                penelope_process(serve_options(served), serve_log, min(timeout_s, 180.0),
+                               grace_s=30.0) as (base, _),
                 background_server(recording_proxy(base, log, paths=paths)) as url,
             ):  # fmt: skip
                 turn = start(url, tmp)
