@@ -31,10 +31,11 @@ and those seconds are more than zero (a copy did stall a step).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bench.sessions import Scale
@@ -52,7 +53,7 @@ from penelope_engine.config import (
     SchedulerConfig,
 )
 from penelope_engine.costs import C_ATTN, C_LIN
-from penelope_engine.helpformat import parser
+from penelope_engine.helpformat import add_config_args, parser
 
 SOURCES = ("device_tokens", "host_tokens", "store_tokens", "recomputed_tokens", "new_tokens")
 TIMES = ("admitted_at", "first_token_at", "finished_at")
@@ -300,17 +301,9 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     ap = parser("penelope bench agree", __doc__)
-    d = AgreeConfig()
-    for f in fields(AgreeConfig):
-        default = getattr(d, f.name)
-        ap.add_argument(
-            f"--{f.name.replace('_', '-')}",
-            type=type(default),
-            default=default,
-            help=f.metadata["help"],
-        )
+    add_config_args(ap, AgreeConfig)
     ap.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
     return ap
 
