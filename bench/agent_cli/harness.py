@@ -58,17 +58,6 @@ class Install:
         return str(found), ""
 
 
-@dataclass(frozen=True)
-class Served:
-    """What `penelope serve` runs for the bench."""
-
-    model: str
-    device_pages: int  # two sessions' worth of the window's prompts, with no store
-    # the temperature for requests that name none (neither CLI names one): 0 makes a run
-    # repeatable, so the bench passes or fails the same way every time
-    default_temperature: float = 1.0
-
-
 @dataclass
 class Session:
     """What one session left: the requests the proxy saw, and each run with its requests."""
@@ -79,15 +68,16 @@ class Session:
     server_log: str
 
 
-def serve_options(served: Served) -> list[str]:
-    cmd = ["--model", served.model, "--device-pages", str(served.device_pages)]
-    # No store: a run starts cold, whatever earlier runs left in ~/.cache.
-    cmd += ["--store-uri", "none", "--default-temperature", str(served.default_temperature)]
-    return [*cmd, "--log-level", "warning"]
+def serve_options(model: str, device_pages: int, default_temperature: float) -> list[str]:
+    """`penelope serve`'s options: `device_pages` for two sessions' prompts, and no store,
+    so a run starts cold whatever earlier runs left in ~/.cache. `default_temperature` is
+    for requests that name none (neither CLI names one): 0 makes a run repeatable."""
+    cmd = ["--model", model, "--device-pages", str(device_pages), "--store-uri", "none"]
+    return [*cmd, "--default-temperature", str(default_temperature), "--log-level", "warning"]
 
 
 def run_session(
-    served: Served,
+    options: list[str],
     prompts: Sequence[str],
     start: Callable[[str, Path], Turn],
     timeout_s: float,
@@ -105,7 +95,7 @@ def run_session(
         serve_log = tmp / "serve.log"
         try:
             with (
-                penelope_process(serve_options(served), serve_log, min(timeout_s, 180.0),
+                penelope_process(options, serve_log, min(timeout_s, 180.0),
                                grace_s=30.0) as (base, _),
                 background_server(recording_proxy(base, log, paths=paths)) as url,
             ):  # fmt: skip

@@ -1,9 +1,12 @@
 """A real-CLI bench's verdict and report, and its `penelope bench <cli>` main.
 
-`ok` is `cache_ok` and the bench's own `clean` (each run exited 0 and printed the
-model's reply, with no warning the CLI should not give). `cache_ok`: two runs, each
-sending requests, every request answered 200, and the second run's requests served
-mostly from cache (cached >= `min_cached` of their prompt tokens).
+The JSON: `ok`, `cache_ok`, `requests` (each as the server saw it), `exit_codes`,
+`runs` (each with its reply), and per request `prompt_tokens`, `cached_tokens` and
+`shared_prefix_tokens` (the longest token prefix it shares with an earlier request's
+prompt: what a cache could serve). `cache_ok`: both runs sent requests, every one was
+answered 200, and the second run's were served mostly from cache (cached >=
+`--min-cached` of their prompt tokens). `ok`: that, and the bench's own `clean` (both
+runs exited 0 and printed the model's reply, with no warning the CLI should not give).
 """
 
 from __future__ import annotations

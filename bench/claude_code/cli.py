@@ -27,19 +27,9 @@ its telemetry, error reports, auto-update and other non-essential traffic off
                     stops at max_tokens, Claude Code exits 1 saying so, and `ok` is
                     false (`cache_ok` holds the cache verdict).
 
-The JSON: `ok`, `requests` (each `/v1/messages` request as the server saw
-it), `exit_codes`, and per request `prompt_tokens`, `cached_tokens` and
-`shared_prefix_tokens` (the longest token prefix it shares with an earlier
-request's prompt, which is what a cache could serve). `ok` means both runs
-exited 0 and printed the model's reply without an unknown-model warning, every
-request was answered 200, and the second run's requests were served mostly
-from cache (cached >= `--min-cached` of their prompt tokens); `cache_ok` is
-the last two alone.
-
-Claude Code comes from npm, pinned (`CLAUDE_CODE_VERSION`), installed into
-`.claude-code/` (git-ignored): `npm install --prefix .claude-code
-@anthropic-ai/claude-code@VERSION` (`make claude-code`). Without node or that
-package this says so and exits 2.
+The JSON and its verdicts are `bench.agent_cli.report`'s (`/v1/messages` requests);
+a clean run here also has no unknown-model warning. Claude Code comes from npm, pinned
+(`CLAUDE_CODE_VERSION`), into `.claude-code/` (`make claude-code`); without it, exit 2.
 """
 
 from __future__ import annotations
@@ -51,11 +41,11 @@ from typing import TYPE_CHECKING, Any
 from bench.agent_cli.harness import (
     DUMMY_KEY,
     Install,
-    Served,
     Turn,
     run_cli,
     run_session,
     scratch,
+    serve_options,
 )
 from bench.agent_cli.report import Render, cache_report, cli_main, cli_parser
 from bench.claude_code.setups import SETUPS, Setup
@@ -131,8 +121,8 @@ def run_bench(
 
         return turn
 
-    served = Served(setup.model, setup.device_pages, setup.default_temperature)
-    session = run_session(served, setup.prompts, start, timeout_s, frozenset({"/v1/messages"}))
+    options = serve_options(setup.model, setup.device_pages, setup.default_temperature)
+    session = run_session(options, setup.prompts, start, timeout_s, frozenset({"/v1/messages"}))
     clean = all(
         r["exit_code"] == 0 and r["reply_printed"] and not r["unknown_model_warning"]
         for r in session.runs

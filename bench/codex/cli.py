@@ -13,17 +13,10 @@ temporary `CODEX_HOME` whose `config.toml` names Penelope as the model provider
 generation; `codex_config`). The base instructions are the short ones in the
 server's catalogue entry (`deployments.api.openai_responses.catalogue`).
 
-The JSON: `ok`, `requests` (each `/v1/responses` request as the server saw it),
-`exit_codes`, each run's `reply`, and per request `prompt_tokens`,
-`cached_tokens` and `shared_prefix_tokens` (the longest token prefix it shares
-with an earlier request's prompt: what a cache could serve). `ok` means both
-runs exited 0 and printed the model's reply, every request was answered 200,
-Codex found the model's metadata, and the second run's requests were served
-mostly from cache (cached >= `--min-cached` of their prompt tokens).
-
-Codex comes from npm, pinned (`CODEX_VERSION`), installed into `.codex-cli/`
-(git-ignored): `npm install --prefix .codex-cli @openai/codex@VERSION`
-(`make codex`). Without node or that package this says so and exits 2.
+The JSON and its verdicts are `bench.agent_cli.report`'s (`/v1/responses` requests);
+a clean run here also has Codex finding the model's metadata and no request in error.
+Codex comes from npm, pinned (`CODEX_VERSION`), into `.codex-cli/` (`make codex`);
+without it, exit 2.
 """
 
 from __future__ import annotations
@@ -33,7 +26,15 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.agent_cli.harness import DUMMY_KEY, Install, Served, Turn, run_cli, run_session, scratch
+from bench.agent_cli.harness import (
+    DUMMY_KEY,
+    Install,
+    Turn,
+    run_cli,
+    run_session,
+    scratch,
+    serve_options,
+)
 from bench.agent_cli.report import Render, cache_report, cli_main, cli_parser
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ INSTALL = Install("Codex", "codex", "@openai/codex", CODEX_VERSION, ".codex-cli"
 # Two sessions' worth of the 8K window, and no store: a run starts cold. Codex sends no
 # temperature: served greedily, a run repeats, and the small model does not ramble past
 # the server's output cap (Codex exits 1 on an incomplete response).
-SERVED = Served("smollm2-135m", 1024, default_temperature=0.0)
+MODEL = "smollm2-135m"
+SERVE = serve_options(MODEL, 1024, 0.0)
 PROMPTS = ("Say hello to the user in one short sentence.", "Now say goodbye in one sentence.")
 METADATA_WARNING = "Model metadata for"
 FEATURES_OFF = ("goals", "multi_agent", "apps", "plugins", "image_generation", "skill_search",
@@ -57,7 +59,7 @@ find_codex = INSTALL.find
 def codex_config(base_url: str) -> str:
     """`config.toml`: Penelope as the provider, and what a small window cannot hold off."""
     lines = [
-        f'model = "{SERVED.model}"',
+        f'model = "{MODEL}"',
         'model_provider = "penelope"',
         'web_search = "disabled"',
         "include_apps_instructions = false",
@@ -98,14 +100,14 @@ def run_bench(codex: str, timeout_s: float, min_cached: float) -> dict[str, Any]
             subprocess.run(["git", *args], cwd=work, env=env, check=True, capture_output=True)
         return lambda i, prompt: _run(codex, i, prompt, work, env, timeout_s, tmp)
 
-    session = run_session(SERVED, PROMPTS, start, timeout_s, frozenset({"/v1/responses"}))
+    session = run_session(SERVE, PROMPTS, start, timeout_s, frozenset({"/v1/responses"}))
     runs = session.runs
     clean = (
         all(r["exit_code"] == 0 and r["reply_printed"] for r in runs)
         and not any(r["metadata_warning"] for r in runs)
         and all(s.error is None for s in session.log)
     )
-    head = {"codex_version": CODEX_VERSION, "model": SERVED.model}
+    head = {"codex_version": CODEX_VERSION, "model": MODEL}
     return cache_report(session, min_cached, clean, head, _counts, renderer, _summary)
 
 
