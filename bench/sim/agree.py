@@ -38,6 +38,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from bench.report import text_table
 from bench.sessions import Scale
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CpuCostModel
@@ -297,8 +298,7 @@ def table(r: dict[str, Any]) -> str:
         ("copies stalled steps", str(r["copies_stalled_steps"])),
         ("verdict", "ok" if r["ok"] else "FAILED"),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return text_table(rows)
 
 
 def build_parser() -> argparse.ArgumentParser:
