@@ -93,12 +93,12 @@ def run_session(
     with tempfile.TemporaryDirectory(prefix="penelope-agent-cli-") as name:
         tmp = Path(name)
         serve_log = tmp / "serve.log"
+        serving = penelope_process(options, serve_log, min(timeout_s, 180.0), grace_s=30.0)
         try:
             with (
-                penelope_process(options, serve_log, min(timeout_s, 180.0),
-                               grace_s=30.0) as (base, _),
+                serving as (base, _),
                 background_server(recording_proxy(base, log, paths=paths)) as url,
-            ):  # fmt: skip
+            ):
                 turn = start(url, tmp)
                 for i, prompt in enumerate(prompts):
                     first = len(log)
