@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from bench.checks import one_of, positive
 from bench.cluster.nodes import ENGINE_SLOT, HEAD, ROOT
+from bench.config import one_of, option, positive
 from bench.traces import DEFAULT_TRACE
 from cache_store import StoreLocation
 
@@ -54,25 +54,19 @@ STORES = ("path", "s3")
 class ClusterConfig:
     """One `penelope bench cluster` option per field; its help is the field's `help` metadata."""
 
-    sessions: int = field(
-        default=4, metadata={"help": "agent sessions per case (each case starts its own)"}
+    sessions: int = option(4, "agent sessions per case (each case starts its own)")
+    turns_before: int = option(
+        1, "turns each session runs before its fault (one more runs after it)"
     )
-    turns_before: int = field(
-        default=1,
-        metadata={"help": "turns each session runs before its fault (one more runs after it)"},
+    max_tokens: int = option(8, "cap on each turn's output tokens (greedy)")
+    window_tokens: int = option(
+        1024, "only trace sessions whose turns all fit in this many tokens are drawn"
     )
-    max_tokens: int = field(
-        default=8, metadata={"help": "cap on each turn's output tokens (greedy)"}
-    )
-    window_tokens: int = field(
-        default=1024,
-        metadata={"help": "only trace sessions whose turns all fit in this many tokens are drawn"},
-    )
-    seed: int = field(default=0, metadata={"help": "seed of the session draw"})
+    seed: int = option(0, "seed of the session draw")
     device_pages: int = field(  # 16-token pages
         default=256, metadata={"help": "KV pages per engine replica"}
     )
-    host_pages: int = field(default=128, metadata={"help": "host-tier pages per engine replica"})
+    host_pages: int = option(128, "host-tier pages per engine replica")
     node_cpus: int = field(  # two nodes share this machine
         default=1, metadata={"help": "CPUs each of the two nodes offers Ray"}
     )
@@ -83,37 +77,28 @@ class ClusterConfig:
             "measured service rate, `bench.cluster.calibrate`)"
         },
     )
-    ramp_s: float = field(
-        default=20.0, metadata={"help": "seconds over which the ramp's slots start"}
-    )
-    load_s: float = field(
-        default=40.0, metadata={"help": "seconds the ramp's load lasts once all slots run"}
-    )
-    target_ongoing_requests: float = field(
-        default=1.0, metadata={"help": "autoscaling target of ongoing requests per replica"}
+    ramp_s: float = option(20.0, "seconds over which the ramp's slots start")
+    load_s: float = option(40.0, "seconds the ramp's load lasts once all slots run")
+    target_ongoing_requests: float = option(
+        1.0, "autoscaling target of ongoing requests per replica"
     )
     downscale_delay_s: float = field(  # longer than a lull in the ramp's closed-loop load
         default=15.0, metadata={"help": "autoscaling downscale delay"}
     )
-    settle_timeout_s: float = field(
-        default=120.0,
-        metadata={"help": "each wait for the fleet to change (recover, rejoin, scale)"},
+    settle_timeout_s: float = option(
+        120.0, "each wait for the fleet to change (recover, rejoin, scale)"
     )
-    startup_timeout_s: float = field(
-        default=300.0,
-        metadata={"help": "the cluster up and the application running within this"},
+    startup_timeout_s: float = option(
+        300.0, "the cluster up and the application running within this"
     )
-    request_timeout_s: float = field(
-        default=120.0,
-        metadata={"help": "one HTTP request, or one turn of every session at once"},
+    request_timeout_s: float = option(
+        120.0, "one HTTP request, or one turn of every session at once"
     )
-    trace: str = field(default=str(DEFAULT_TRACE), metadata={"help": "Claude Code trace file"})
-    store: str = field(
-        default="path",
-        metadata={
-            "help": "the replicas' shared store: path (a directory of the cluster) or s3 (a "
-            "bucket on a local S3 server, moto's server mode)"
-        },
+    trace: str = option(str(DEFAULT_TRACE), "Claude Code trace file")
+    store: str = option(
+        "path",
+        "the replicas' shared store: path (a directory of the cluster) or s3 (a "
+        "bucket on a local S3 server, moto's server mode)",
     )
 
     def __post_init__(self) -> None:

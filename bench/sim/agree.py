@@ -35,9 +35,10 @@ import argparse
 import json
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from bench.config import option
 from bench.report import text_table
 from bench.sessions import Scale
 from bench.sim.config import SimConfig
@@ -63,22 +64,16 @@ REL_TOL = 1e-9
 
 @dataclass(frozen=True)
 class AgreeConfig:
-    sessions: int = field(default=8, metadata={"help": "Claude Code sessions in the workload"})
-    turns: int = field(default=4, metadata={"help": "first turns of each session kept"})
-    seed: int = field(default=0, metadata={"help": "workload seed"})
-    length_scale: float = field(default=1 / 64, metadata={"help": "trace lengths x this"})
-    time_scale: float = field(default=0.05, metadata={"help": "tool gaps x this"})
-    max_output_tokens: int = field(default=8, metadata={"help": "output tokens per turn at most"})
-    policy: EvictionPolicyName = field(
-        default="penelope", metadata={"help": "eviction policy of both sides"}
-    )
-    page_size: int = field(default=16, metadata={"help": "tokens per KV page"})
-    device_pages: int = field(
-        default=160, metadata={"help": "device pool pages (tight: sessions are evicted)"}
-    )
-    host_pages: int = field(
-        default=192, metadata={"help": "host tier pages (the store sits under it)"}
-    )
+    sessions: int = option(8, "Claude Code sessions in the workload")
+    turns: int = option(4, "first turns of each session kept")
+    seed: int = option(0, "workload seed")
+    length_scale: float = option(1 / 64, "trace lengths x this")
+    time_scale: float = option(0.05, "tool gaps x this")
+    max_output_tokens: int = option(8, "output tokens per turn at most")
+    policy: EvictionPolicyName = option("penelope", "eviction policy of both sides")
+    page_size: int = option(16, "tokens per KV page")
+    device_pages: int = option(160, "device pool pages (tight: sessions are evicted)")
+    host_pages: int = option(192, "host tier pages (the store sits under it)")
 
     def __post_init__(self) -> None:
         if self.sessions < 1 or self.turns < 1 or self.max_output_tokens < 1:

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.checks import one_of
+from bench.config import one_of
 from bench.peers.registry import SIM_ROUTERS
 from bench.sim.copyrates import COPY_RATES
 from bench.sim.oracle import SIM_EVICTION_POLICIES, policy_for_config

@@ -1,8 +1,16 @@
-"""The benches' config checks: each raises ValueError naming the field and its value."""
+"""What every bench's config shares: `option`, a field with its `--help`, and the checks,
+each raising ValueError that names the field and its value."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import field
+from typing import Any
+
+
+def option(default: Any, help_: str) -> Any:
+    """A config field that is also a command-line option (`helpformat.add_config_args`)."""
+    return field(default=default, metadata={"help": help_})
 
 
 def positive(config: object, *names: str) -> None:
