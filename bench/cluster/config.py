@@ -20,7 +20,7 @@ The deployed config is `serve_config.yaml` itself with what a two-node run on a
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,28 +63,21 @@ class ClusterConfig:
         1024, "only trace sessions whose turns all fit in this many tokens are drawn"
     )
     seed: int = option(0, "seed of the session draw")
-    device_pages: int = field(  # 16-token pages
-        default=256, metadata={"help": "KV pages per engine replica"}
-    )
+    device_pages: int = option(256, "KV pages per engine replica")  # 16-token pages
     host_pages: int = option(128, "host-tier pages per engine replica")
-    node_cpus: int = field(  # two nodes share this machine
-        default=1, metadata={"help": "CPUs each of the two nodes offers Ray"}
-    )
-    ramp_sessions: int = field(  # the ramp runs bench.load's client
-        default=0,
-        metadata={
-            "help": "session slots of the autoscaling load ramp (0: calibrated to the "
-            "measured service rate, `bench.cluster.calibrate`)"
-        },
+    node_cpus: int = option(1, "CPUs each of the two nodes offers Ray")  # two nodes, one machine
+    ramp_sessions: int = option(  # the ramp runs bench.load's client
+        0,
+        "session slots of the autoscaling load ramp (0: calibrated to the measured service "
+        "rate, `bench.cluster.calibrate`)",
     )
     ramp_s: float = option(20.0, "seconds over which the ramp's slots start")
     load_s: float = option(40.0, "seconds the ramp's load lasts once all slots run")
     target_ongoing_requests: float = option(
         1.0, "autoscaling target of ongoing requests per replica"
     )
-    downscale_delay_s: float = field(  # longer than a lull in the ramp's closed-loop load
-        default=15.0, metadata={"help": "autoscaling downscale delay"}
-    )
+    # longer than a lull in the ramp's closed-loop load
+    downscale_delay_s: float = option(15.0, "autoscaling downscale delay")
     settle_timeout_s: float = option(
         120.0, "each wait for the fleet to change (recover, rejoin, scale)"
     )
