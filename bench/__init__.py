@@ -3,6 +3,10 @@
 Modules:
     aiperf/   NVIDIA's aiperf client (its own venv) fed our traces: `penelope bench
               export-trace`, `penelope bench aiperf`
+    agent_cli/  what the real-CLI benches share: the CLI run against penelope serve behind a
+              recording proxy, the cache verdict and report
+    config    what every bench's config shares: a field that is an option with its help;
+              the checks (positive, a share, one of the choices)
     child     a spawned child process that returns one result or fails within a deadline;
               a server process started, held while healthy, and stopped
     client    the HTTP benches' client: one streamed completion read and timed, the

@@ -4,7 +4,8 @@
 process group, logging to a file, and holds it while its health URL answers 200
 within the deadline; on the way out the whole group is stopped (`stop_group`).
 A server that exits first or does not answer in time raises `StartFailed` with
-the root cause its log names and the log's end.
+the root cause its log names and the log's end. `penelope_process(options, ...)` is
+that for this checkout's `penelope serve`, the one every bench starts.
 
 `run_child(target, args, timeout_s=...)` runs `target(*args)` in a fresh
 (spawned) interpreter and returns what it returned. Nothing waits forever: if
@@ -31,8 +32,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.net import ServerExited, wait_http
+from bench.net import ServerExited, free_port, wait_http
 
+ROOT = Path(__file__).resolve().parents[1]
 POLL_S = 0.1
 KILL_GRACE_S = 5.0
 TAIL_LINES = 20
@@ -129,6 +131,29 @@ def server_process(
         yield proc
     finally:
         stop_group(proc, grace_s)
+
+
+@contextmanager
+def penelope_process(
+    options: Sequence[str],
+    log: Path,
+    timeout_s: float,
+    *,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    grace_s: float = 10.0,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`penelope serve OPTIONS` of this checkout on 127.0.0.1 (`port`, else a free one),
+    held while healthy (`server_process`): its base URL and its process. It runs with
+    `env` (default: this process's) and this checkout first on PYTHONPATH."""
+    port = port or free_port()
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
+    argv = [sys.executable, "-m", "penelope_cli.cli", "serve", "--port", str(port), *options]
+    url = f"http://127.0.0.1:{port}"
+    with server_process("penelope serve", argv, log, f"{url}/health", timeout_s, env=env,
+                        grace_s=grace_s) as proc:  # fmt: skip
+        yield url, proc
 
 
 class ChildFailed(RuntimeError):

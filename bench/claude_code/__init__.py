@@ -2,6 +2,6 @@
 
 Modules:
     cli      `penelope bench claude-code`: the pinned CLI twice in one session, JSON out
+             (on the harness of `bench.agent_cli`)
     setups   the served models it runs against, and how Claude Code meets each
-    proxy    a recording proxy: the requests as the server saw them, with their usage
 """

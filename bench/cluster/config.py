@@ -20,13 +20,14 @@ The deployed config is `serve_config.yaml` itself with what a two-node run on a
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from bench.cluster.nodes import ENGINE_SLOT, HEAD, ROOT
+from bench.config import one_of, option, positive
 from bench.traces import DEFAULT_TRACE
 from cache_store import StoreLocation
 
@@ -53,77 +54,52 @@ STORES = ("path", "s3")
 class ClusterConfig:
     """One `penelope bench cluster` option per field; its help is the field's `help` metadata."""
 
-    sessions: int = field(
-        default=4, metadata={"help": "agent sessions per case (each case starts its own)"}
+    sessions: int = option(4, "agent sessions per case (each case starts its own)")
+    turns_before: int = option(
+        1, "turns each session runs before its fault (one more runs after it)"
     )
-    turns_before: int = field(
-        default=1,
-        metadata={"help": "turns each session runs before its fault (one more runs after it)"},
+    max_tokens: int = option(8, "cap on each turn's output tokens (greedy)")
+    window_tokens: int = option(
+        1024, "only trace sessions whose turns all fit in this many tokens are drawn"
     )
-    max_tokens: int = field(
-        default=8, metadata={"help": "cap on each turn's output tokens (greedy)"}
+    seed: int = option(0, "seed of the session draw")
+    device_pages: int = option(256, "KV pages per engine replica")  # 16-token pages
+    host_pages: int = option(128, "host-tier pages per engine replica")
+    node_cpus: int = option(1, "CPUs each of the two nodes offers Ray")  # two nodes, one machine
+    ramp_sessions: int = option(  # the ramp runs bench.load's client
+        0,
+        "session slots of the autoscaling load ramp (0: calibrated to the measured service "
+        "rate, `bench.cluster.calibrate`)",
     )
-    window_tokens: int = field(
-        default=1024,
-        metadata={"help": "only trace sessions whose turns all fit in this many tokens are drawn"},
+    ramp_s: float = option(20.0, "seconds over which the ramp's slots start")
+    load_s: float = option(40.0, "seconds the ramp's load lasts once all slots run")
+    target_ongoing_requests: float = option(
+        1.0, "autoscaling target of ongoing requests per replica"
     )
-    seed: int = field(default=0, metadata={"help": "seed of the session draw"})
-    device_pages: int = field(  # 16-token pages
-        default=256, metadata={"help": "KV pages per engine replica"}
+    # longer than a lull in the ramp's closed-loop load
+    downscale_delay_s: float = option(15.0, "autoscaling downscale delay")
+    settle_timeout_s: float = option(
+        120.0, "each wait for the fleet to change (recover, rejoin, scale)"
     )
-    host_pages: int = field(default=128, metadata={"help": "host-tier pages per engine replica"})
-    node_cpus: int = field(  # two nodes share this machine
-        default=1, metadata={"help": "CPUs each of the two nodes offers Ray"}
+    startup_timeout_s: float = option(
+        300.0, "the cluster up and the application running within this"
     )
-    ramp_sessions: int = field(  # the ramp runs bench.load's client
-        default=0,
-        metadata={
-            "help": "session slots of the autoscaling load ramp (0: calibrated to the "
-            "measured service rate, `bench.cluster.calibrate`)"
-        },
+    request_timeout_s: float = option(
+        120.0, "one HTTP request, or one turn of every session at once"
     )
-    ramp_s: float = field(
-        default=20.0, metadata={"help": "seconds over which the ramp's slots start"}
-    )
-    load_s: float = field(
-        default=40.0, metadata={"help": "seconds the ramp's load lasts once all slots run"}
-    )
-    target_ongoing_requests: float = field(
-        default=1.0, metadata={"help": "autoscaling target of ongoing requests per replica"}
-    )
-    downscale_delay_s: float = field(  # longer than a lull in the ramp's closed-loop load
-        default=15.0, metadata={"help": "autoscaling downscale delay"}
-    )
-    settle_timeout_s: float = field(
-        default=120.0,
-        metadata={"help": "each wait for the fleet to change (recover, rejoin, scale)"},
-    )
-    startup_timeout_s: float = field(
-        default=300.0,
-        metadata={"help": "the cluster up and the application running within this"},
-    )
-    request_timeout_s: float = field(
-        default=120.0,
-        metadata={"help": "one HTTP request, or one turn of every session at once"},
-    )
-    trace: str = field(default=str(DEFAULT_TRACE), metadata={"help": "Claude Code trace file"})
-    store: str = field(
-        default="path",
-        metadata={
-            "help": "the replicas' shared store: path (a directory of the cluster) or s3 (a "
-            "bucket on a local S3 server, moto's server mode)"
-        },
+    trace: str = option(str(DEFAULT_TRACE), "Claude Code trace file")
+    store: str = option(
+        "path",
+        "the replicas' shared store: path (a directory of the cluster) or s3 (a "
+        "bucket on a local S3 server, moto's server mode)",
     )
 
     def __post_init__(self) -> None:
-        if self.store not in STORES:
-            raise ValueError(f"store must be one of {', '.join(STORES)}, got {self.store!r}")
-        if min(self.sessions, self.turns_before, self.max_tokens) < 1:
-            raise ValueError("sessions, turns_before and max_tokens must be >= 1")
+        one_of(self, "store", STORES)
+        positive(self, "sessions", "turns_before", "max_tokens", "settle_timeout_s",
+                 "startup_timeout_s", "request_timeout_s")  # fmt: skip
         if self.ramp_sessions < 0:
             raise ValueError("ramp_sessions must be >= 0 (0: calibrated)")
-        if min(self.settle_timeout_s, self.startup_timeout_s, self.request_timeout_s) <= 0:
-            raise ValueError("timeouts must be positive")
         if self.node_cpus < REPLICA_CPUS + INGRESS_CPUS:
             raise ValueError("node_cpus must hold a replica and the ingress: >= 0.75")
 

@@ -64,14 +64,6 @@ class Cluster:
         return self.dir / "ray" / "session_latest" / "logs"
 
 
-def ray_exe(name: str = "ray") -> str:
-    exe = Path(sys.executable).with_name(name)
-    found = str(exe) if exe.exists() else shutil.which(name)
-    if found is None:
-        raise ClusterError(f"the `{name}` command (ray[serve]) is not installed")
-    return found
-
-
 def _ports() -> list[str]:
     return [
         "--node-manager-port", str(free_port()),

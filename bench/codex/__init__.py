@@ -2,5 +2,5 @@
 
 Modules:
     cli      `penelope bench codex`: the pinned CLI twice in one session, JSON out
-             (the requests are recorded by `bench.claude_code.proxy`)
+             (on the harness of `bench.agent_cli`)
 """

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from bench.config import one_of, option, positive
 from bench.traces import DEFAULT_TRACE
 
 MODEL = "tiny-qwen3"
@@ -14,48 +15,36 @@ PORT_BASE = 18320  # moto, the proxy, then one server port per run (this worktre
 
 @dataclass(frozen=True)
 class FaultsConfig:
-    app: str = field(
-        default="serve",
-        metadata={
-            "help": "what serves each run: serve (`penelope serve`) or ray (the Ray Serve "
-            "application, one engine replica, on a one-node Ray cluster of its own)"
-        },
+    app: str = option(
+        "serve",
+        "what serves each run: serve (`penelope serve`) or ray (the Ray Serve "
+        "application, one engine replica, on a one-node Ray cluster of its own)",
     )
-    cases: tuple[str, ...] = field(
-        default=(), metadata={"help": "cases to run (default: all, `bench.faults.cases`)"}
-    )
-    concurrency: int = field(default=64, metadata={"help": "concurrent agent sessions"})
-    turns: int = field(default=6, metadata={"help": "each session's first turns"})
-    before_s: float = field(default=20.0, metadata={"help": "load before the fault"})
-    fault_s: float = field(default=60.0, metadata={"help": "how long each fault lasts"})
-    slow_s: float = field(
-        default=30.0, metadata={"help": "store_slow: seconds at 2 s/call, then at 30 s/call"}
-    )
-    after_s: float = field(default=30.0, metadata={"help": "load after the fault ends"})
-    max_tokens: int = field(default=8, metadata={"help": "cap on each request's output tokens"})
-    window_tokens: int = field(default=1024, metadata={"help": "sessions fitting this are drawn"})
-    device_pages: int = field(
-        default=256, metadata={"help": "small: sessions reload from the store"}
-    )
-    page_size: int = field(default=16, metadata={"help": "tokens per KV page"})
-    max_pending: int = field(default=256, metadata={"help": "the server's admission limit"})
-    read_budget_s: float = field(default=0.5, metadata={"help": "store_read_budget_s"})
-    request_timeout_s: float = field(default=5.0, metadata={"help": "store_request_timeout_s"})
-    write_behind_bytes: int = field(default=16 << 20, metadata={"help": "the write-behind cap"})
-    deadline_s: float = field(default=120.0, metadata={"help": "each request's deadline"})
-    idle_connections: int = field(default=500, metadata={"help": "clients case: idle sockets"})
-    seed: int = field(default=0, metadata={"help": "seed of the sessions' draw"})
-    port_base: int = field(default=PORT_BASE, metadata={"help": "first of the ports used"})
-    trace: str = field(default=str(DEFAULT_TRACE), metadata={"help": "Claude Code trace file"})
+    cases: tuple[str, ...] = option((), "cases to run (default: all, `bench.faults.cases`)")
+    concurrency: int = option(64, "concurrent agent sessions")
+    turns: int = option(6, "each session's first turns")
+    before_s: float = option(20.0, "load before the fault")
+    fault_s: float = option(60.0, "how long each fault lasts")
+    slow_s: float = option(30.0, "store_slow: seconds at 2 s/call, then at 30 s/call")
+    after_s: float = option(30.0, "load after the fault ends")
+    max_tokens: int = option(8, "cap on each request's output tokens")
+    window_tokens: int = option(1024, "sessions fitting this are drawn")
+    device_pages: int = option(256, "small: sessions reload from the store")
+    page_size: int = option(16, "tokens per KV page")
+    max_pending: int = option(256, "the server's admission limit")
+    read_budget_s: float = option(0.5, "store_read_budget_s")
+    request_timeout_s: float = option(5.0, "store_request_timeout_s")
+    write_behind_bytes: int = option(16 << 20, "the write-behind cap")
+    deadline_s: float = option(120.0, "each request's deadline")
+    idle_connections: int = option(500, "clients case: idle sockets")
+    seed: int = option(0, "seed of the sessions' draw")
+    port_base: int = option(PORT_BASE, "first of the ports used")
+    trace: str = option(str(DEFAULT_TRACE), "Claude Code trace file")
 
     def __post_init__(self) -> None:
-        if self.app not in APPS:
-            raise ValueError(f"app must be one of {', '.join(APPS)}, got {self.app!r}")
-        if self.concurrency < 1 or self.turns < 1 or self.max_tokens < 1:
-            raise ValueError("concurrency, turns and max_tokens must be positive")
-        for name in ("before_s", "fault_s", "slow_s", "after_s", "deadline_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        one_of(self, "app", APPS)
+        positive(self, "concurrency", "turns", "max_tokens", "before_s", "fault_s", "slow_s",
+                 "after_s", "deadline_s")  # fmt: skip
 
     @property
     def duration_s(self) -> float:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.child import server_process
+from bench.child import penelope_process
 from bench.cluster.s3 import CREDENTIALS
 from bench.faults.config import MODEL, FaultsConfig
 from bench.sampler import Sampler, rss_mib
@@ -59,7 +58,6 @@ def penelope_serve(
 ) -> Iterator[Serving]:
     """`penelope serve` up (health answered, one request served) for the block."""
     args = [
-        sys.executable, "-m", "penelope_cli.cli", "serve", "--port", str(port),
         "--model", MODEL, "--device-pages", str(cfg.device_pages),
         "--page-size", str(cfg.page_size), "--max-pending", str(cfg.max_pending),
         "--store-uri", store.uri, "--write-behind-bytes", str(cfg.write_behind_bytes),
@@ -71,9 +69,8 @@ def penelope_serve(
         args += ["--store-endpoint", store.endpoint, "--store-region", store.region or ""]
     env = {**os.environ, **CREDENTIALS, "OMP_NUM_THREADS": "1"}
     env.pop("AWS_ENDPOINT_URL", None)
-    url = f"http://127.0.0.1:{port}"
-    with server_process("penelope serve", args, log, f"{url}/health", START_TIMEOUT_S,
-                        env=env, grace_s=30.0) as proc:  # fmt: skip
+    serving = penelope_process(args, log, START_TIMEOUT_S, port=port, env=env, grace_s=30.0)
+    with serving as (url, proc):
         warm = {"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 2}  # first-call costs
         httpx.post(f"{url}/v1/completions", json=warm, timeout=START_TIMEOUT_S).raise_for_status()
         yield Serving(url, proc.pid)

@@ -25,6 +25,7 @@ from typing import Any
 
 from bench.load.config import LoadConfig
 from bench.load.server import run_load
+from bench.report import text_table
 
 
 def table(r: dict[str, Any]) -> str:
@@ -42,8 +43,7 @@ def table(r: dict[str, Any]) -> str:
         ("hit / recompute ratio", f"{p['hit_ratio']} / {p['recompute_ratio']}"),
         ("verdict", "ok" if r["ok"] else "FAILED"),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return text_table(rows)
 
 
 def build_parser() -> argparse.ArgumentParser:

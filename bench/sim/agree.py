@@ -31,12 +31,15 @@ and those seconds are more than zero (a copy did stall a step).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from bench.config import option
+from bench.report import text_table
 from bench.sessions import Scale
 from bench.sim.config import SimConfig
 from bench.sim.costmodel import CpuCostModel
@@ -44,7 +47,7 @@ from bench.sim.loop import Simulator
 from bench.sim.metrics import RequestRecord
 from bench.traces import DEFAULT_TRACE, load_trace
 from bench.workload import Workload, WorkloadConfig, clip_workload, sample_workload
-from penelope_cli.helpformat import parser
+from penelope_cli.helpformat import add_config_args, parser
 from penelope_engine.cache.eviction import EVICTION_POLICIES
 from penelope_engine.config import (
     CacheConfig,
@@ -61,22 +64,16 @@ REL_TOL = 1e-9
 
 @dataclass(frozen=True)
 class AgreeConfig:
-    sessions: int = field(default=8, metadata={"help": "Claude Code sessions in the workload"})
-    turns: int = field(default=4, metadata={"help": "first turns of each session kept"})
-    seed: int = field(default=0, metadata={"help": "workload seed"})
-    length_scale: float = field(default=1 / 64, metadata={"help": "trace lengths x this"})
-    time_scale: float = field(default=0.05, metadata={"help": "tool gaps x this"})
-    max_output_tokens: int = field(default=8, metadata={"help": "output tokens per turn at most"})
-    policy: EvictionPolicyName = field(
-        default="penelope", metadata={"help": "eviction policy of both sides"}
-    )
-    page_size: int = field(default=16, metadata={"help": "tokens per KV page"})
-    device_pages: int = field(
-        default=160, metadata={"help": "device pool pages (tight: sessions are evicted)"}
-    )
-    host_pages: int = field(
-        default=192, metadata={"help": "host tier pages (the store sits under it)"}
-    )
+    sessions: int = option(8, "Claude Code sessions in the workload")
+    turns: int = option(4, "first turns of each session kept")
+    seed: int = option(0, "workload seed")
+    length_scale: float = option(1 / 64, "trace lengths x this")
+    time_scale: float = option(0.05, "tool gaps x this")
+    max_output_tokens: int = option(8, "output tokens per turn at most")
+    policy: EvictionPolicyName = option("penelope", "eviction policy of both sides")
+    page_size: int = option(16, "tokens per KV page")
+    device_pages: int = option(160, "device pool pages (tight: sessions are evicted)")
+    host_pages: int = option(192, "host tier pages (the store sits under it)")
 
     def __post_init__(self) -> None:
         if self.sessions < 1 or self.turns < 1 or self.max_output_tokens < 1:
@@ -296,21 +293,12 @@ def table(r: dict[str, Any]) -> str:
         ("copies stalled steps", str(r["copies_stalled_steps"])),
         ("verdict", "ok" if r["ok"] else "FAILED"),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return text_table(rows)
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     ap = parser("penelope bench agree", __doc__)
-    d = AgreeConfig()
-    for f in fields(AgreeConfig):
-        default = getattr(d, f.name)
-        ap.add_argument(
-            f"--{f.name.replace('_', '-')}",
-            type=type(default),
-            default=default,
-            help=f.metadata["help"],
-        )
+    add_config_args(ap, AgreeConfig)
     ap.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
     return ap
 

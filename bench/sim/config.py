@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.config import one_of
 from bench.peers.registry import SIM_ROUTERS
 from bench.sim.copyrates import COPY_RATES
 from bench.sim.oracle import SIM_EVICTION_POLICIES, policy_for_config
@@ -58,10 +59,8 @@ class SimConfig:
         SIM_EVICTION_POLICIES.check(self.policy)
         if self.copy_rates is not None:
             COPY_RATES.check(self.copy_rates)
-        if self.tiers not in TIERS:
-            raise ValueError(f"tiers must be one of {TIERS}, got {self.tiers!r}")
-        if self.router not in SIM_ROUTERS:
-            raise ValueError(f"router must be one of {sorted(SIM_ROUTERS)}, got {self.router!r}")
+        one_of(self, "tiers", TIERS)
+        one_of(self, "router", sorted(SIM_ROUTERS))
         if self.tiers != "gpu" and self.host_budget_tokens < self.page_size:
             raise ValueError(f"tiers {self.tiers!r} needs host_budget_tokens >= page_size")
         if self.device_budget_tokens < self.page_size or self.replicas < 1:

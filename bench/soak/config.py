@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from bench.config import option, positive, shares
 
 MODEL = "tiny-qwen3"
-POSITIVE = (
-    "requests",
-    "concurrency",
-    "prompt_tokens",
-    "max_tokens",
-    "page_size",
-    "device_pages",
-    "store_mib",
-    "session_ttl_s",
-    "store_record_ttl_s",
-    "sample_period_s",
-    "deadline_s",
-    "threads",
-)
 
 
 @dataclass(frozen=True)
@@ -29,63 +17,40 @@ class SoakConfig:
     often as a server up for weeks would with its production settings.
     """
 
-    requests: int = field(default=100_000, metadata={"help": "requests to send in all"})
-    concurrency: int = field(default=16, metadata={"help": "requests in flight at once"})
-    sessionless_share: float = field(
-        default=0.5, metadata={"help": "share of requests sent without a session id"}
+    requests: int = option(100_000, "requests to send in all")
+    concurrency: int = option(16, "requests in flight at once")
+    sessionless_share: float = option(0.5, "share of requests sent without a session id")
+    max_turns: int = option(8, "a session has 2 to this many turns (uniform)")
+    prompt_tokens: int = option(
+        48, "first-turn prompt length; later turns add the reply and 8 tokens"
     )
-    max_turns: int = field(
-        default=8, metadata={"help": "a session has 2 to this many turns (uniform)"}
+    max_prompt_tokens: int = option(
+        256, "a session whose next prompt would pass this ends; a new one starts"
     )
-    prompt_tokens: int = field(
-        default=48,
-        metadata={"help": "first-turn prompt length; later turns add the reply and 8 tokens"},
+    prefix_tokens: int = option(16, "length of the prefix some prompts share")
+    prefix_share: float = option(0.5, "share of sessions and sessionless prompts with it")
+    max_tokens: int = option(2, "output tokens per request")
+    page_size: int = option(4, "tokens per KV page")
+    device_pages: int = option(512, "the server's device KV pages")
+    host_pages: int = option(512, "the server's host KV pages")
+    store_mib: int = option(64, "the Arrow store's budget (MiB, a temp dir): full within warm-up")
+    session_ttl_s: float = option(
+        20.0, "idle session records expire after this (short: minutes act as weeks)"
     )
-    max_prompt_tokens: int = field(
-        default=256,
-        metadata={"help": "a session whose next prompt would pass this ends; a new one starts"},
+    store_record_ttl_s: float = option(
+        60.0, "path records expire after this (short: minutes act as weeks)"
     )
-    prefix_tokens: int = field(
-        default=16, metadata={"help": "length of the prefix some prompts share"}
-    )
-    prefix_share: float = field(
-        default=0.5, metadata={"help": "share of sessions and sessionless prompts with it"}
-    )
-    max_tokens: int = field(default=2, metadata={"help": "output tokens per request"})
-    page_size: int = field(default=4, metadata={"help": "tokens per KV page"})
-    device_pages: int = field(default=512, metadata={"help": "the server's device KV pages"})
-    host_pages: int = field(default=512, metadata={"help": "the server's host KV pages"})
-    store_mib: int = field(
-        default=64,
-        metadata={"help": "the Arrow store's budget (MiB, a temp dir): full within warm-up"},
-    )
-    session_ttl_s: float = field(
-        default=20.0,
-        metadata={"help": "idle session records expire after this (short: minutes act as weeks)"},
-    )
-    store_record_ttl_s: float = field(
-        default=60.0,
-        metadata={"help": "path records expire after this (short: minutes act as weeks)"},
-    )
-    sample_period_s: float = field(
-        default=2.0, metadata={"help": "seconds between two samples of the server's state"}
-    )
-    warmup_share: float = field(
-        default=0.25, metadata={"help": "share of requests that is warm-up, before the slopes"}
-    )
-    deadline_s: float = field(
-        default=5400.0, metadata={"help": "no request is sent after this many seconds"}
-    )
-    seed: int = field(default=0, metadata={"help": "seed of every worker's draws"})
-    threads: int = field(default=1, metadata={"help": "the server's torch threads"})
+    sample_period_s: float = option(2.0, "seconds between two samples of the server's state")
+    warmup_share: float = option(0.25, "share of requests that is warm-up, before the slopes")
+    deadline_s: float = option(5400.0, "no request is sent after this many seconds")
+    seed: int = option(0, "seed of every worker's draws")
+    threads: int = option(1, "the server's torch threads")
 
     def __post_init__(self) -> None:
-        for name in POSITIVE:
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("sessionless_share", "prefix_share"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        positive(self, "requests", "concurrency", "prompt_tokens", "max_tokens", "page_size",
+                 "device_pages", "store_mib", "session_ttl_s", "store_record_ttl_s",
+                 "sample_period_s", "deadline_s", "threads")  # fmt: skip
+        shares(self, "sessionless_share", "prefix_share")
         if not 0 <= self.warmup_share < 1:
             raise ValueError(f"warmup_share must be in [0, 1), got {self.warmup_share}")
         if self.max_turns < 2:

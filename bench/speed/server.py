@@ -2,14 +2,13 @@
 
 It runs with one torch/OpenMP thread (as the peer recipe does), logs to a
 temporary file, and must answer `/health` within the deadline, else the end
-of its log is raised (`bench.child.server_process`). On the way out its group
+of its log is raised (`bench.child.penelope_process`). On the way out its group
 gets SIGTERM, then SIGKILL.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -19,12 +18,10 @@ from typing import Any
 
 import httpx
 
-from bench.child import server_process
+from bench.child import penelope_process, server_process
 from bench.net import free_port
 from bench.speed.config import SpeedConfig
 from bench.speed.peers import SPEED_PEERS, Peer
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -33,10 +30,8 @@ class Server:
     pid: int
 
 
-def serve_argv(cfg: SpeedConfig, port: int) -> list[str]:
+def serve_options(cfg: SpeedConfig) -> list[str]:
     return [
-        sys.executable, "-m", "penelope_cli.cli", "serve",
-        "--port", str(port),
         "--model", cfg.model,
         "--dtype", cfg.dtype,
         "--weights", cfg.weights,
@@ -50,15 +45,13 @@ def serve_argv(cfg: SpeedConfig, port: int) -> list[str]:
 
 @contextmanager
 def penelope_server(cfg: SpeedConfig) -> Iterator[Server]:
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     fd, log_name = tempfile.mkstemp(prefix="penelope-speed-", suffix=".log")
     os.close(fd)
-    log, url = Path(log_name), f"http://127.0.0.1:{port}"
+    log = Path(log_name)
     try:
-        argv = serve_argv(cfg, port)
-        with server_process("penelope serve", argv, log, f"{url}/health",
-                            cfg.startup_timeout_s, env=env) as proc:  # fmt: skip
+        serving = penelope_process(serve_options(cfg), log, cfg.startup_timeout_s, env=env)
+        with serving as (url, proc):
             yield Server(url, proc.pid)
     finally:
         log.unlink(missing_ok=True)

@@ -30,6 +30,7 @@ import dataclasses
 import json
 import os
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,30 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in text.split(",") if x)
+
+
+# The workload and run options, one VersusConfig field each (its default): name, type, help.
+WORKLOAD_OPTIONS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
+    ("trace", Path, "Claude Code trace"),
+    ("sessions", int, "sessions per seed"),
+    ("seeds", _ints, "comma list of seeds"),
+    ("length_divisor", float, "S: trace lengths x 1/S"),
+    ("time_divisor", float, "G: tool gaps x 1/G"),
+    ("max_gap_s", float, "scaled gaps cap"),
+    ("mean_interarrival_s", float, "mean gap between Poisson session starts"),
+    ("window_tokens", int, "a session ends at its first request past this"),
+    ("max_turns", int, "turns per session"),
+    ("max_output_tokens", int, "each turn's output cap"),
+    ("kv_tokens", _ints, "comma list of KV capacities to sweep (needs --start for each server)"),
+    ("loads", _floats, "comma list of offered loads, x the fastest server's measured prefill "
+     "rate (starts and gaps scaled to it; bench.versus.load)"),
+    ("service_tok_s", float, "the service rate --load multiplies (0: timed on each server first)"),
+    ("block_tokens", int, "tokens per KV block / page ({kv_blocks} = kv_tokens / this)"),
+    ("raw_prompt_tokens", int, "the cold prefill of the raw-speed figure"),
+    ("raw_repeats", int, "cold prefills per run"),
+    ("request_timeout_s", float, "each request must finish within this"),
+    ("startup_timeout_s", float, "a server must answer /health within this"),
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,75 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the workload's options as that regime sets them (`config.REGIMES`); an option "
         "given as well overrides it",
     )
-    ap.add_argument("--trace", type=Path, default=d.trace, help="Claude Code trace")
-    ap.add_argument("--sessions", type=int, default=d.sessions, help="sessions per seed")
-    ap.add_argument("--seeds", type=_ints, default=d.seeds, help="comma list of seeds")
-    ap.add_argument(
-        "--length-divisor", type=float, default=d.length_divisor, help="S: trace lengths x 1/S"
-    )
-    ap.add_argument("--time-divisor", type=float, default=d.time_divisor, help="G: tool gaps x 1/G")
-    ap.add_argument("--max-gap-s", type=float, default=d.max_gap_s, help="scaled gaps cap")
-    ap.add_argument(
-        "--mean-interarrival-s",
-        type=float,
-        default=d.mean_interarrival_s,
-        help="mean gap between Poisson session starts",
-    )
-    ap.add_argument(
-        "--window-tokens",
-        type=int,
-        default=d.window_tokens,
-        help="a session ends at its first request past this",
-    )
-    ap.add_argument("--max-turns", type=int, default=d.max_turns, help="turns per session")
-    ap.add_argument(
-        "--max-output-tokens", type=int, default=d.max_output_tokens, help="each turn's output cap"
-    )
-    ap.add_argument(
-        "--kv-tokens",
-        type=_ints,
-        default=d.kv_tokens,
-        help="comma list of KV capacities to sweep (needs --start for each server)",
-    )
-    ap.add_argument(
-        "--load",
-        dest="loads",
-        type=_floats,
-        default=d.loads,
-        help="comma list of offered loads, x the fastest server's measured prefill rate "
-        "(starts and gaps scaled to it; bench.versus.load)",
-    )
-    ap.add_argument(
-        "--service-tok-s",
-        type=float,
-        default=d.service_tok_s,
-        help="the service rate --load multiplies (0: timed on each server first)",
-    )
-    ap.add_argument(
-        "--block-tokens",
-        type=int,
-        default=d.block_tokens,
-        help="tokens per KV block / page ({kv_blocks} = kv_tokens / this)",
-    )
-    ap.add_argument(
-        "--raw-prompt-tokens",
-        type=int,
-        default=d.raw_prompt_tokens,
-        help="the cold prefill of the raw-speed figure",
-    )
-    ap.add_argument("--raw-repeats", type=int, default=d.raw_repeats, help="cold prefills per run")
-    ap.add_argument(
-        "--request-timeout-s",
-        type=float,
-        default=d.request_timeout_s,
-        help="each request must finish within this",
-    )
-    ap.add_argument(
-        "--startup-timeout-s",
-        type=float,
-        default=d.startup_timeout_s,
-        help="a server must answer /health within this",
-    )
+    for name, kind, help_ in WORKLOAD_OPTIONS:
+        flag = "--load" if name == "loads" else f"--{name.replace('_', '-')}"
+        ap.add_argument(flag, dest=name, type=kind, default=getattr(d, name), help=help_)
     ap.add_argument("--out-dir", type=Path, default=d.out_dir, help="logs, JSON and plot go here")
     ap.add_argument("--json", type=Path, default=None, help="JSON (default: OUT_DIR/versus.json)")
     ap.add_argument("--plot", type=Path, default=None, help="PNG (default: OUT_DIR/versus.png)")

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.claude_code.cli import MISSING_EXIT, claude_env, find_claude, main
+from bench.agent_cli.harness import MISSING_EXIT
+from bench.claude_code.cli import claude_env, find_claude, main
 from bench.claude_code.setups import SETUPS
 from penelope_engine.model.gguf_loader import converted_dir, find_smollm2_gguf
 from penelope_engine.model.tiny import tiny_qwen3_64k_config

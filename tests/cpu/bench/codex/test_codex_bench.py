@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.codex.cli import MISSING_EXIT, find_codex, main
+from bench.agent_cli.harness import MISSING_EXIT
+from bench.codex.cli import find_codex, main
 
 
 def test_missing_codex_says_so_and_exits_non_zero(capsys: pytest.CaptureFixture[str]) -> None:

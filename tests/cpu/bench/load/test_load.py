@@ -96,7 +96,7 @@ def test_server_errors_count_5xx_and_stream_errors_not_refusals() -> None:
     [
         ({"sessions": 0}, "positive"),
         ({"length_scale": 2.0}, "length_scale"),
-        ({"cancel_share": 1.5}, "shares"),
+        ({"cancel_share": 1.5}, "cancel_share"),
     ],
 )
 def test_config_is_validated(kwargs: dict[str, float], message: str) -> None:

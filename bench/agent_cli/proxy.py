@@ -1,9 +1,8 @@
 """A recording pass-through in front of the server: each request as the server saw it.
 
-Claude Code (or Codex, `bench.codex`) talks to this proxy; it forwards every
-request unchanged to the upstream server and records, per request to one of
-`paths` (`/v1/messages` by default), its session headers, its body (for the
-prompt's tokens, `bench.claude_code.cli`), the status, and the usage the
+Claude Code or Codex talks to this proxy; it forwards every request unchanged to
+the upstream server and records, per request to one of `paths` (`/v1/messages` by
+default), its headers, its body (for the prompt's tokens), the status, and the usage the
 server answered (from the JSON body, or the stream's `message_start` and
 `message_delta` events, or the Responses API's final `response.*` event).
 """
@@ -30,21 +29,6 @@ class Seen:
     status: int = 0
     usage: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-
-    def summary(self) -> dict[str, Any]:
-        b = self.body
-        return {
-            "path": self.path,
-            "status": self.status,
-            "session": self.headers.get("x-claude-code-session-id"),
-            "model": b.get("model"),
-            "stream": bool(b.get("stream")),
-            "messages": len(b.get("messages") or ()),
-            "tools": len(b.get("tools") or ()),
-            "max_tokens": b.get("max_tokens"),
-            "usage": self.usage,
-            "error": self.error,
-        }
 
 
 def _usage_from_sse(text: str, seen: Seen) -> None:
