@@ -23,7 +23,8 @@ MiB. `packed_rows` bounds the row counts it sees: up to `EXACT_ROWS` as they
 come (decode batches), above that padded with zero rows up to a multiple of
 `ROW_BUCKET`, and cut into slices of at most `MAX_ROWS`. The padding costs
 at most `ROW_BUCKET - 1` rows a product and changes no real row's value
-(row-invariance again): 47 row counts per weight shape in all.
+(row-invariance again): 47 row counts per weight shape in all, each primed by
+`prepare` at start-up (SmolLM2: under a second), so memory is flat after.
 
 The packed copy is rebuilt whenever the weight changes (a loader copying
 into it, a move, a cast): it is keyed by the weight's storage and version.
@@ -52,6 +53,11 @@ def packed_rows(rows: int) -> list[int]:
     whole, rest = divmod(rows, MAX_ROWS)
     tail = [] if rest == 0 else [max(EXACT_ROWS + 1, -(-rest // ROW_BUCKET) * ROW_BUCKET)]
     return [MAX_ROWS] * whole + [min(t, MAX_ROWS) for t in tail]
+
+
+ROW_COUNTS = (*range(2, EXACT_ROWS + 1), *range(ROW_BUCKET, MAX_ROWS + 1, ROW_BUCKET))
+VOCAB_OUT = 16384  # a weight with more outputs is a vocabulary projection (`prepare`)
+_PRIMED: set[tuple[int, ...]] = set()  # weight shapes whose primitives exist in this process
 
 
 def available() -> bool:
@@ -100,8 +106,18 @@ class PackedLinear:
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def prepare(self, weight: torch.Tensor) -> None:
-        """Make the packed copy of `weight` now, not at a first step."""
-        self.packed(weight)
+        """Make the packed copy of `weight` now, not at a first step, and oneDNN's primitive
+        for every row count it will see (`ROW_COUNTS`, once per weight shape in this
+        process): a server's memory steps up at start-up, not as new lengths arrive."""
+        packed = self.packed(weight)
+        if packed is None or (shape := tuple(weight.shape)) in _PRIMED:
+            return
+        # a vocabulary projection's rows are the logits rows, a decode step's count at most
+        counts = ROW_COUNTS if shape[0] <= VOCAB_OUT else ROW_COUNTS[: EXACT_ROWS - 1]
+        with torch.inference_mode():
+            for rows in counts:
+                _onednn(torch.zeros(rows, shape[1]), packed)
+        _PRIMED.add(shape)
 
     def packed(self, weight: torch.Tensor) -> torch.Tensor | None:
         """The packed copy of `weight` (made now if it is missing or stale); None when this

@@ -86,3 +86,26 @@ def test_prepare_decode_makes_the_copies_of_the_layers_a_decode_step_calls(
     assert all(g._packed is not None for g in called)
     unused = [layer.self_attn.q_proj.gemm, layer.mlp.up_proj.gemm]  # views inside fused weights
     assert all(g._packed is None for g in unused)
+
+
+def test_prepare_primes_every_row_count_once_per_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """oneDNN's primitives are made at start-up for every row count `packed_rows` can give, once
+    per weight shape, so memory does not step up as new prompt lengths arrive."""
+    seen: list[tuple[int, int]] = []
+    real = gemm._onednn
+
+    def spy(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+        seen.append(tuple(x.shape))
+        return real(x, packed)
+
+    monkeypatch.setattr(gemm, "_onednn", spy)
+    monkeypatch.setattr(gemm, "_PRIMED", set())
+    PackedLinear().prepare(_weight(48, 32))
+    assert sorted({r for r, _ in seen}) == sorted(set(gemm.ROW_COUNTS))
+    assert {r for rows in range(2, 5000) for r in gemm.packed_rows(rows)} == set(gemm.ROW_COUNTS)
+    seen.clear()
+    PackedLinear().prepare(_weight(48, 32))  # the same shape: nothing more to make
+    assert seen == []
+    monkeypatch.setattr(gemm, "VOCAB_OUT", 40)  # a vocabulary projection: logits rows only
+    PackedLinear().prepare(_weight(64, 32))
+    assert {r for r, _ in seen} == set(range(2, gemm.EXACT_ROWS + 1))
