@@ -33,6 +33,7 @@ from typing import Any
 
 from bench.aiperf.export_cli import add_workload_options, export, export_config, parse_with_regime
 from bench.aiperf.synth import SynthConfig
+from bench.versus.cli import add_server_options, given_servers
 from bench.versus.config import ServerSpec
 
 WORKLOADS = ("exported", "synth")
@@ -43,13 +44,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PENELOPE = (f"cd {ROOT} && OMP_NUM_THREADS=1 {sys.executable} -m penelope_cli.cli serve "
             "--model smollm2-135m --port {port} --device-pages {kv_blocks} --host-pages 0 "
             "--store-uri none --log-level warning")  # fmt: skip
-
-
-def _pair(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name or not value:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    return name, value
 
 
 def _workloads(text: str) -> tuple[str, ...]:
@@ -64,22 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = SynthConfig()
     ap = parser("penelope bench aiperf", __doc__)
-    ap.add_argument(
-        "--server",
-        type=_pair,
-        action="append",
-        default=[],
-        metavar="NAME=URL",
-        help="a server to replay against (repeat)",
-    )
-    ap.add_argument(
-        "--start",
-        type=_pair,
-        action="append",
-        default=[],
-        metavar="NAME=CMD",
-        help="shell command that starts server NAME ({port}, {kv_tokens}, {kv_blocks})",
-    )
+    add_server_options(ap)
     ap.add_argument(
         "--peer",
         action="append",
@@ -124,11 +103,7 @@ def servers(args: argparse.Namespace) -> list[ServerSpec]:
     from bench.net import free_port
     from bench.speed.peers import SPEED_PEERS
 
-    starts = dict(args.start)
-    unknown = set(starts) - {n for n, _ in args.server}
-    if unknown:
-        raise SystemExit(f"--start names no --server: {sorted(unknown)}")
-    out = [ServerSpec(n, u, starts.get(n, "")) for n, u in args.server]
+    out = list(given_servers(args))
     for name in args.peer:
         port = free_port()
         # a bench speed peer's command over {port} and {batch} (llama-server's slots: 4)

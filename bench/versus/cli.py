@@ -76,19 +76,30 @@ WORKLOAD_OPTIONS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
 )  # fmt: skip
 
 
+def add_server_options(ap: argparse.ArgumentParser) -> None:
+    """`--server NAME=URL` and `--start NAME=CMD` (repeat): the servers given by hand."""
+    ap.add_argument("--server", type=_pair, action="append", default=[], metavar="NAME=URL",
+                    help="a server to replay against (repeat)")  # fmt: skip
+    ap.add_argument("--start", type=_pair, action="append", default=[], metavar="NAME=CMD",
+                    help="shell command that starts server NAME ({port}, {kv_tokens}, "
+                    "{kv_blocks})")  # fmt: skip
+
+
+def given_servers(args: argparse.Namespace) -> tuple[ServerSpec, ...]:
+    """The `--server`s, each with its `--start` command if one names it."""
+    starts = dict(args.start)
+    unknown = set(starts) - {n for n, _ in args.server}
+    if unknown:
+        raise SystemExit(f"--start names no --server: {sorted(unknown)}")
+    return tuple(ServerSpec(n, u, starts.get(n, "")) for n, u in args.server)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from penelope_cli.helpformat import parser
 
     d = VersusConfig((ServerSpec("x", "http://x"),))
     ap = parser("penelope bench versus", __doc__)
-    ap.add_argument(
-        "--server",
-        type=_pair,
-        action="append",
-        default=[],
-        metavar="NAME=URL",
-        help="a server to replay against (repeat)",
-    )
+    add_server_options(ap)
     ap.add_argument(
         "--peers",
         type=lambda t: [x for x in t.split(",") if x],
@@ -96,14 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma list of servers to start as their users run them (bench.versus.peers: "
         "vllm, vllm-float32, llama, llama-default, llama-q8_0), with Penelope as it ships "
         "unless --server names penelope",
-    )
-    ap.add_argument(
-        "--start",
-        type=_pair,
-        action="append",
-        default=[],
-        metavar="NAME=CMD",
-        help="shell command that starts server NAME ({port}, {kv_tokens}, {kv_blocks})",
     )
     ap.add_argument("--baseline", default="", help="ratios are to this server (default: the last)")
     ap.add_argument(
@@ -136,14 +139,10 @@ def config_from(args: argparse.Namespace) -> VersusConfig:
     from bench.net import free_port
     from bench.versus.peers import peer_specs
 
-    starts = dict(args.start)
-    names = [n for n, _ in args.server]
-    unknown = set(starts) - set(names)
-    if unknown:
-        raise SystemExit(f"--start names no --server: {sorted(unknown)}")
-    if not args.server and not args.peers:
+    given = given_servers(args)
+    names = [s.name for s in given]
+    if not given and not args.peers:
         raise SystemExit("name the servers: --peers NAMES, or --server NAME=URL (repeat)")
-    given = tuple(ServerSpec(n, u, starts.get(n, "")) for n, u in args.server)
     started = peer_specs(args.peers, "penelope" not in names, free_port) if args.peers else ()
     fields = {f.name for f in dataclasses.fields(VersusConfig)} - {"servers"}
     return VersusConfig(
